@@ -1,0 +1,30 @@
+# evsys — the two commands a user needs are `make run` and `make test`; both bootstrap from nothing.
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+EVSYS  := $(VENV)/bin/evsys
+JOBS   ?= jobs
+
+.PHONY: setup run test bench lint format clean
+
+setup:
+	@bash scripts/bootstrap.sh
+
+run: setup
+	$(EVSYS) run examples/tasks -a oracle -n 4 --jobs-dir $(JOBS)
+
+test: setup
+	$(PY) -m pytest -q
+
+bench: setup
+	$(PY) bench/run_all.py
+
+lint: setup
+	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/ruff format --check src tests bench
+
+format: setup
+	$(VENV)/bin/ruff format src tests bench
+	$(VENV)/bin/ruff check --fix src tests bench
+
+clean:
+	rm -rf $(VENV) $(JOBS) .pytest_cache

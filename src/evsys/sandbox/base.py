@@ -1,0 +1,141 @@
+"""The `Sandbox` protocol every isolation backend implements, and the records that cross it.
+
+A sandbox is where an agent's (hostile) code runs. The engine asks for one with a `SandboxSpec`, starts it, runs
+commands with `exec`, moves files with `upload`/`download`, kills every agent process with `kill_processes` before
+verification, and tears it down with `stop` (idempotent). Agents get a stateful `ShellSession` from `shell()`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+NetworkMode = Literal["no-network", "public", "allowlist"]
+
+# Where a trial's files live inside every sandbox (Harbor-compatible paths).
+LOGS_DIR = "/logs"
+AGENT_LOGS_DIR = "/logs/agent"
+VERIFIER_LOGS_DIR = "/logs/verifier"
+ARTIFACTS_DIR = "/logs/artifacts"
+TESTS_DIR = "/tests"
+SOLUTION_DIR = "/solution"
+
+
+class SandboxError(RuntimeError):
+    """The sandbox could not be created, used or torn down (maps to the `sandbox_failed` cause)."""
+
+
+class SandboxUnsupported(SandboxError):
+    """The spec asks for something this backend cannot provide (e.g. `allowlist` networking)."""
+
+
+class FileCopy(BaseModel):
+    """A host file or directory placed into the sandbox's filesystem before start (Dockerfile `COPY`/`ADD`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    src: Path
+    dst: str  # absolute path inside the sandbox
+
+
+class SandboxSpec(BaseModel):
+    """What a trial asks of its sandbox. Built by the engine from a task's configuration."""
+
+    name: str = Field(description="Unique per trial; used for cgroup and scratch-directory names.")
+    workdir: str = "/app"
+    env: dict[str, str] = Field(default_factory=dict)
+    files: list[FileCopy] = Field(default_factory=list, description="Placed into the root filesystem at start.")
+    network: NetworkMode = "no-network"
+    allowed_hosts: list[str] = Field(default_factory=list)
+    cpus: float | None = None
+    memory_mb: int | None = None
+    storage_mb: int | None = None
+    pids_max: int = 1024
+    user: str = Field("agent", description="Default user for exec: 'agent' (unprivileged) or 'root'.")
+
+
+class ExecResult(BaseModel):
+    """The outcome of one command. Output produced before a timeout is kept."""
+
+    stdout_bytes: bytes = b""
+    stderr_bytes: bytes = b""
+    exit_code: int
+    timed_out: bool = False
+    duration: float = 0.0
+    limits_hit: list[Literal["memory", "pids", "storage"]] = Field(
+        default_factory=list, description="Resource limits the command ran into (OOM kill, pids cap, disk full)."
+    )
+
+    @property
+    def stdout(self) -> str:
+        """stdout decoded as UTF-8 (undecodable bytes replaced)."""
+        return self.stdout_bytes.decode("utf-8", "replace")
+
+    @property
+    def stderr(self) -> str:
+        """stderr decoded as UTF-8 (undecodable bytes replaced)."""
+        return self.stderr_bytes.decode("utf-8", "replace")
+
+    @property
+    def ok(self) -> bool:
+        """True when the command exited 0 within its timeout."""
+        return self.exit_code == 0 and not self.timed_out
+
+
+@runtime_checkable
+class ShellSession(Protocol):
+    """A stateful shell inside a sandbox: cwd and exported variables persist between `run` calls."""
+
+    async def run(self, command: str, *, timeout: float | None = None) -> ExecResult:
+        """Run one command in the session; a timeout kills that command, not the session."""
+        ...
+
+    async def close(self) -> None:
+        """End the session (idempotent)."""
+        ...
+
+
+@runtime_checkable
+class Sandbox(Protocol):
+    """An isolated place to run commands. Implementations: `evsys.sandbox.local.LocalSandbox`."""
+
+    spec: SandboxSpec
+
+    async def start(self) -> None:
+        """Create the sandbox; raise `SandboxError` with a clear message when that is impossible."""
+        ...
+
+    async def exec(
+        self,
+        command: str,
+        *,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout: float | None = None,
+        user: str | None = None,
+        stdin: bytes | None = None,
+    ) -> ExecResult:
+        """Run `command` with `bash -c`; never blocks the event loop."""
+        ...
+
+    async def upload(self, src: Path, dst: str) -> None:
+        """Copy a host file or directory (recursively, keeping permissions) to `dst` inside the sandbox."""
+        ...
+
+    async def download(self, src: str, dst: Path) -> None:
+        """Copy a file or directory from inside the sandbox to the host path `dst`."""
+        ...
+
+    async def shell(self, *, cwd: str | None = None, user: str | None = None) -> ShellSession:
+        """Open a stateful shell session."""
+        ...
+
+    async def kill_processes(self) -> int:
+        """Kill every process the sandbox's users started (not the sandbox's own machinery); return the count."""
+        ...
+
+    async def stop(self) -> None:
+        """Kill everything and release every resource (mounts, cgroups, scratch space). Idempotent."""
+        ...

@@ -1,0 +1,113 @@
+"""Task records: the Harbor-compatible `task.toml` schema and the loaded `Task`.
+
+The loader (`evsys.task.loader`) fills these; the engine reads them. Field names follow Harbor's task.toml
+(schema 1.4) so existing task directories load unchanged.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from evsys.sandbox.base import FileCopy, NetworkMode
+
+
+class _Section(BaseModel):
+    """A task.toml section: unknown keys are kept (and warned about by the loader)."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class TaskMeta(_Section):
+    """`[task]`: identity of the task."""
+
+    name: str | None = None
+    version: str | None = None
+    description: str | None = None
+
+
+class VerifierConfig(_Section):
+    """`[verifier]`: how the reward is computed."""
+
+    timeout_sec: float = 600.0
+    env: dict[str, str] = Field(default_factory=dict)
+    user: str | None = None
+    environment_mode: Literal["shared", "separate"] = "shared"
+
+
+class AgentSection(_Section):
+    """`[agent]`: limits on the agent."""
+
+    timeout_sec: float = 600.0
+    setup_timeout_sec: float = 360.0
+    user: str | None = None
+
+
+class EnvironmentConfig(_Section):
+    """`[environment]`: the sandbox the task runs in."""
+
+    build_timeout_sec: float = 600.0
+    docker_image: str | None = None
+    cpus: float | None = None
+    memory_mb: int | None = None
+    storage_mb: int | None = None
+    gpus: int = 0
+    env: dict[str, str] = Field(default_factory=dict)
+    workdir: str | None = None
+    network_mode: NetworkMode = "no-network"
+    allowed_hosts: list[str] = Field(default_factory=list)
+    healthcheck: Any = None
+    mcp_servers: list[Any] = Field(default_factory=list)
+
+
+class SolutionConfig(_Section):
+    """`[solution]`: how the reference solution runs."""
+
+    env: dict[str, str] = Field(default_factory=dict)
+
+
+class TaskConfig(_Section):
+    """The whole `task.toml`."""
+
+    schema_version: str | None = None
+    task: TaskMeta = Field(default_factory=TaskMeta)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    verifier: VerifierConfig = Field(default_factory=VerifierConfig)
+    agent: AgentSection = Field(default_factory=AgentSection)
+    environment: EnvironmentConfig = Field(default_factory=EnvironmentConfig)
+    solution: SolutionConfig = Field(default_factory=SolutionConfig)
+
+
+class ResolvedEnvironment(BaseModel):
+    """The task's environment after applying its Dockerfile's image-free directives (WORKDIR, ENV, COPY/ADD).
+
+    `needs_image` is set when the Dockerfile has directives only an image build can honour (RUN, a non-trivial
+    FROM); such a task runs only when the user skips the build, and the trial records `ran_on_host_image`.
+    """
+
+    workdir: str = "/app"
+    env: dict[str, str] = Field(default_factory=dict)
+    files: list[FileCopy] = Field(default_factory=list)
+    base_image: str | None = None
+    needs_image: bool = False
+    image_reasons: list[str] = Field(default_factory=list, description="Why an image build is needed, per line.")
+
+
+class Task(BaseModel):
+    """A loaded task directory (or a Python task materialised as one)."""
+
+    name: str
+    path: Path
+    instruction: str
+    config: TaskConfig = Field(default_factory=TaskConfig)
+    environment: ResolvedEnvironment = Field(default_factory=ResolvedEnvironment)
+    tests_dir: Path | None = None
+    solution_dir: Path | None = None
+    warnings: list[str] = Field(default_factory=list, description="Non-fatal problems found while loading.")
+
+    @property
+    def checksum_key(self) -> str:
+        """A stable identity used in trial names and for resume."""
+        return self.name

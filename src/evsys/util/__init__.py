@@ -1,0 +1,1 @@
+"""Small helpers shared by every package (atomic files, naming)."""
