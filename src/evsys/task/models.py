@@ -80,6 +80,28 @@ class TaskConfig(_Section):
     solution: SolutionConfig = Field(default_factory=SolutionConfig)
 
 
+class CopyOptions(BaseModel):
+    """The ownership and mode flags of one Dockerfile `COPY`/`ADD` line, kept for image builders."""
+
+    line: int
+    dst: str
+    chown: str | None = None
+    chmod: str | None = None
+
+
+class Problem(BaseModel):
+    """One thing wrong with a task directory, located by file (relative to the task) and field or line."""
+
+    file: str
+    field: str | None = None
+    message: str
+    severity: Literal["error", "warning"] = "error"
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.field}" if self.field else self.file
+        return f"{where}: {self.message}"
+
+
 class ResolvedEnvironment(BaseModel):
     """The task's environment after applying its Dockerfile's image-free directives (WORKDIR, ENV, COPY/ADD).
 
@@ -92,7 +114,17 @@ class ResolvedEnvironment(BaseModel):
     files: list[FileCopy] = Field(default_factory=list)
     base_image: str | None = None
     needs_image: bool = False
-    image_reasons: list[str] = Field(default_factory=list, description="Why an image build is needed, per line.")
+    image_reasons: list[str] = Field(
+        default_factory=list, description="Why an image build is needed, per line."
+    )
+    user: str | None = Field(None, description="The last Dockerfile `USER`, if any.")
+    copy_options: list[CopyOptions] = Field(
+        default_factory=list, description="`--chown`/`--chmod` flags of COPY/ADD lines (not applied locally)."
+    )
+    ignored: list[str] = Field(
+        default_factory=list,
+        description="Directives the local sandbox does not apply (EXPOSE, CMD, ...), per line.",
+    )
 
 
 class Task(BaseModel):

@@ -1,0 +1,83 @@
+"""`evsys tasks check PATH` and `evsys tasks new NAME`: validate and scaffold task directories."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+tasks_app = typer.Typer(no_args_is_help=True, help="Check and scaffold task directories.")
+
+
+def _console(stderr: bool = False) -> Console:
+    return Console(stderr=stderr, highlight=False, soft_wrap=True)
+
+
+@tasks_app.command("check")
+def check(
+    path: Annotated[Path, typer.Argument(help="A dataset directory or one task directory.")],
+    oracle: Annotated[
+        bool,
+        typer.Option("--oracle", help="Treat a missing solution/solve.sh as an error (the oracle needs it)."),
+    ] = False,
+) -> None:
+    """List every problem of the tasks under PATH as `file:field: message`; exit 1 if any is an error."""
+    from evsys.task.check import check_tasks
+    from evsys.task.loader import DatasetNotFoundError
+
+    out = _console()
+    try:
+        report = check_tasks(path, require_solution=oracle)
+    except DatasetNotFoundError as exc:
+        _console(stderr=True).print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    for severity, line in report.lines():
+        style = "red" if severity == "error" else "yellow"
+        out.print(f"[{style}]{_escape(line)}[/{style}]")
+    bad = sum(not t.ok for t in report.tasks)
+    summary = (
+        f"{len(report.tasks)} task(s) checked: {len(report.tasks) - bad} ok, {bad} with errors; "
+        f"{report.n_errors} error(s), {report.n_warnings} warning(s)"
+    )
+    out.print(f"[{'red' if bad else 'green'}]{summary}[/]")
+    if bad:
+        raise typer.Exit(1)
+
+
+@tasks_app.command("new")
+def new(
+    name: Annotated[str, typer.Argument(help="Name of the task (also the directory name).")],
+    directory: Annotated[
+        Path, typer.Option("--dir", "-d", help="Where to create the task directory.")
+    ] = Path("."),
+) -> None:
+    """Scaffold a task directory NAME that `evsys tasks check` accepts and the oracle solves."""
+    from evsys.task.scaffold import ScaffoldError, scaffold_task
+
+    try:
+        task_dir = scaffold_task(name, directory)
+    except ScaffoldError as exc:
+        _console(stderr=True).print(f"[red]error:[/red] {_escape(str(exc))}")
+        raise typer.Exit(2) from None
+    out = _console()
+    out.print(f"created {_escape(str(task_dir))}/")
+    for relative in (
+        "instruction.md",
+        "task.toml",
+        "environment/Dockerfile",
+        "tests/test.sh",
+        "solution/solve.sh",
+    ):
+        out.print(f"  {relative}")
+    out.print(
+        f"next: edit the files, then `evsys tasks check {task_dir}` and `evsys run {task_dir} -a oracle`"
+    )
+
+
+def _escape(text: str) -> str:
+    """Keep rich from reading `[...]` in user text as markup."""
+    from rich.markup import escape
+
+    return escape(text)

@@ -1,0 +1,85 @@
+"""Check a dataset or task directory and list every problem, for `evsys tasks check`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from evsys.task.loader import TaskLoadError, load_task, task_dirs
+from evsys.task.models import Problem
+
+
+class TaskReport(BaseModel):
+    """The problems of one task directory; `ok` when none is an error."""
+
+    name: str
+    path: Path
+    problems: list[Problem] = Field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """True when the task loads (warnings allowed)."""
+        return not any(p.severity == "error" for p in self.problems)
+
+
+class CheckReport(BaseModel):
+    """The outcome of checking a dataset: one report per task directory, in directory order."""
+
+    path: Path
+    tasks: list[TaskReport] = Field(default_factory=list)
+
+    @property
+    def n_errors(self) -> int:
+        """How many error problems were found, over all tasks."""
+        return sum(p.severity == "error" for t in self.tasks for p in t.problems)
+
+    @property
+    def n_warnings(self) -> int:
+        """How many warnings were found, over all tasks."""
+        return sum(p.severity == "warning" for t in self.tasks for p in t.problems)
+
+    def lines(self) -> list[tuple[str, str]]:
+        """Every problem as (severity, `path/file:field: message`) with paths as the user gave them."""
+        out = []
+        for task in self.tasks:
+            for problem in task.problems:
+                located = problem.model_copy(update={"file": str(task.path / problem.file)})
+                text = str(located)
+                if problem.severity == "warning":
+                    where, _, message = text.partition(": ")
+                    text = f"{where}: warning: {message}"
+                out.append((problem.severity, text))
+        return out
+
+
+def check_tasks(path: Path | str, *, require_solution: bool = False) -> CheckReport:
+    """Load every task under `path` and collect its problems (errors and warnings); bad tasks never raise.
+
+    Raises `DatasetNotFoundError` when `path` is missing or holds no task directory.
+    """
+    report = CheckReport(path=Path(path))
+    names: dict[str, Path] = {}
+    for task_dir in task_dirs(path):
+        try:
+            task = load_task(task_dir, require_solution=require_solution)
+        except TaskLoadError as exc:
+            report.tasks.append(TaskReport(name=exc.task_name, path=task_dir, problems=exc.problems))
+            continue
+        problems = [_parse_warning(w) for w in task.warnings]
+        if task.name in names:
+            problems.append(
+                Problem(
+                    file="task.toml", field="task.name", message=f"name is also used by {names[task.name]}"
+                )
+            )
+        names.setdefault(task.name, task_dir)
+        report.tasks.append(TaskReport(name=task.name, path=task_dir, problems=problems))
+    return report
+
+
+def _parse_warning(text: str) -> Problem:
+    """Turn a `file:field: message` warning string of a loaded Task back into a Problem."""
+    where, _, message = text.partition(": ")
+    file, _, field = where.partition(":")
+    return Problem(file=file, field=field or None, message=message, severity="warning")

@@ -1,0 +1,217 @@
+"""Load Harbor-compatible task directories into `Task` records, collecting every problem with file and field.
+
+A dataset is a directory of task directories, or one task directory (it has `task.toml` or `instruction.md`).
+`load_tasks` returns the valid tasks and one `TaskLoadError` per invalid directory, so one bad task never
+hides the others; `load_task` raises `TaskLoadError` for one directory.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from evsys.task.config import parse_task_toml
+from evsys.task.dockerfile import is_trivial_base, resolve_environment
+from evsys.task.models import Problem, ResolvedEnvironment, Task, TaskConfig
+
+TASK_MARKERS = ("task.toml", "instruction.md")
+_BAD_NAME = re.compile(r"[\s\x00-\x1f\\]|\.\.|^[./]")
+
+
+class TaskLoadError(Exception):
+    """A task directory that cannot be used; `str()` lists its problems as `file:field: message` lines."""
+
+    def __init__(self, task_name: str, path: Path, problems: list[Problem]) -> None:
+        self.task_name = task_name
+        self.path = Path(path)
+        self.problems = list(problems)
+        super().__init__(str(self))
+
+    @property
+    def errors(self) -> list[Problem]:
+        """The problems with severity "error"."""
+        return [p for p in self.problems if p.severity == "error"]
+
+    def __str__(self) -> str:
+        return "\n".join(str(p) for p in self.errors) or f"{self.task_name}: invalid task"
+
+    def __reduce__(self):  # keep pickling (multiprocessing, ray) working
+        return (TaskLoadError, (self.task_name, self.path, self.problems))
+
+
+class DatasetNotFoundError(FileNotFoundError):
+    """The dataset path does not exist or holds no task directory."""
+
+
+class TaskSet(BaseModel):
+    """The outcome of loading a dataset: the valid tasks (sorted by name) and one error per invalid task."""
+
+    model_config = {"arbitrary_types_allowed": True}
+
+    path: Path
+    tasks: list[Task] = Field(default_factory=list)
+    errors: list[TaskLoadError] = Field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.tasks)
+
+    def by_name(self, name: str) -> Task:
+        """The task called `name`; KeyError when there is none."""
+        for task in self.tasks:
+            if task.name == name:
+                return task
+        raise KeyError(name)
+
+
+def is_task_dir(path: Path) -> bool:
+    """True when `path` is a task directory (has `task.toml` or `instruction.md`)."""
+    return path.is_dir() and any((path / marker).is_file() for marker in TASK_MARKERS)
+
+
+def _looks_like_task(path: Path) -> bool:
+    """A dataset entry to load and report on: a task directory, or one with task-shaped subfolders."""
+    if path.name.startswith((".", "_")) or not path.is_dir():
+        return False
+    return is_task_dir(path) or (path / "tests").is_dir() or (path / "environment").is_dir()
+
+
+def _read_instruction(task_dir: Path, problems: list[Problem]) -> str:
+    path = task_dir / "instruction.md"
+    if not path.is_file():
+        problems.append(Problem(file="instruction.md", message="missing (it holds what the agent is told)"))
+        return ""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        problems.append(Problem(file="instruction.md", message=f"cannot be read: {exc}"))
+        return ""
+    if not text.strip():
+        problems.append(Problem(file="instruction.md", message="is empty"))
+    return text
+
+
+def _check_scripts(task_dir: Path, problems: list[Problem], *, require_solution: bool) -> None:
+    if not (task_dir / "tests" / "test.sh").is_file():
+        problems.append(
+            Problem(file="tests/test.sh", message="missing (the verifier runs it to write the reward)")
+        )
+    if not (task_dir / "solution" / "solve.sh").is_file():
+        severity = "error" if require_solution else "warning"
+        problems.append(
+            Problem(
+                file="solution/solve.sh", message="missing (the oracle agent needs it)", severity=severity
+            )
+        )
+
+
+def _image_problems(config: TaskConfig, env: ResolvedEnvironment) -> list[Problem]:
+    """Warnings for environments the local sandbox can run only with `--skip-build`."""
+    image = config.environment.docker_image
+    if image:
+        env.base_image = image
+    if image and not is_trivial_base(image):
+        env.needs_image = True
+        env.image_reasons.append(
+            f"task.toml:environment.docker_image: image '{image}' needs a container runtime"
+        )
+    problems = []
+    for reason in env.image_reasons:
+        where, _, message = reason.partition(": ")
+        file, _, field = where.partition(":")
+        problems.append(
+            Problem(
+                file=file,
+                field=field or None,
+                message=f"{message} (runs only with --skip-build)",
+                severity="warning",
+            )
+        )
+    return problems
+
+
+def _task_name(task_dir: Path, config: TaskConfig | None, problems: list[Problem]) -> str:
+    name = (config.task.name if config else None) or task_dir.resolve().name
+    if config and config.task.name is not None and (not name.strip() or _BAD_NAME.search(name)):
+        problems.append(
+            Problem(
+                file="task.toml",
+                field="task.name",
+                message=f"'{name}' is not a usable name (no spaces, '..', '\\')",
+            )
+        )
+    return name
+
+
+def load_task(task_dir: Path | str, *, require_solution: bool = False) -> Task:
+    """Load one task directory; raise `TaskLoadError` listing every error (warnings are kept on the Task)."""
+    task_dir = Path(task_dir)
+    if not task_dir.is_dir():
+        raise TaskLoadError(
+            task_dir.name, task_dir, [Problem(file=str(task_dir), message="is not a directory")]
+        )
+    problems: list[Problem] = []
+    config = parse_task_toml(task_dir / "task.toml", problems)
+    instruction = _read_instruction(task_dir, problems)
+    _check_scripts(task_dir, problems, require_solution=require_solution)
+    env, env_problems = resolve_environment(task_dir)
+    problems += env_problems
+    name = _task_name(task_dir, config, problems)
+    if config is not None:
+        problems += _image_problems(config, env)
+    if any(p.severity == "error" for p in problems) or config is None:
+        raise TaskLoadError(name, task_dir, problems)
+    env.workdir = config.environment.workdir or env.workdir
+    env.env = {**env.env, **config.environment.env}
+    return Task(
+        name=name,
+        path=task_dir.resolve(),
+        instruction=instruction,
+        config=config,
+        environment=env,
+        tests_dir=(task_dir / "tests").resolve(),
+        solution_dir=(task_dir / "solution").resolve() if (task_dir / "solution").is_dir() else None,
+        warnings=[str(p) for p in problems if p.severity == "warning"],
+    )
+
+
+def task_dirs(path: Path | str) -> list[Path]:
+    """The task directories of a dataset path; raises `DatasetNotFoundError` if there is none."""
+    path = Path(path)
+    if not path.exists():
+        raise DatasetNotFoundError(f"dataset path '{path}' does not exist")
+    if not path.is_dir():
+        raise DatasetNotFoundError(f"dataset path '{path}' is not a directory")
+    if is_task_dir(path):
+        return [path]
+    found = sorted(p for p in path.iterdir() if _looks_like_task(p))
+    if not found:
+        raise DatasetNotFoundError(
+            f"no task directories in '{path}' (a task directory holds task.toml or instruction.md)"
+        )
+    return found
+
+
+def load_tasks(path: Path | str, *, require_solution: bool = False) -> TaskSet:
+    """Load a dataset: every valid task (sorted by name) plus one `TaskLoadError` per invalid directory."""
+    result = TaskSet(path=Path(path))
+    seen: dict[str, Path] = {}
+    for task_dir in task_dirs(path):
+        try:
+            task = load_task(task_dir, require_solution=require_solution)
+        except TaskLoadError as exc:
+            result.errors.append(exc)
+            continue
+        if task.name in seen:
+            problem = Problem(
+                file="task.toml",
+                field="task.name",
+                message=f"name '{task.name}' is also used by {seen[task.name]}",
+            )
+            result.errors.append(TaskLoadError(task.name, task_dir, [problem]))
+            continue
+        seen[task.name] = task_dir
+        result.tasks.append(task)
+    result.tasks.sort(key=lambda t: t.name)
+    return result

@@ -1,0 +1,79 @@
+"""`evsys tasks check` and `evsys tasks new`, run through the typer app."""
+
+from __future__ import annotations
+
+import os
+
+from typer.testing import CliRunner
+
+from evsys.cli.tasks import tasks_app
+from evsys.task import load_task
+
+runner = CliRunner()
+
+
+def test_check_lists_errors_as_file_field_message_and_exits_1(tmp_path, make_task):
+    dataset = tmp_path / "ds"
+    make_task("good", parent=dataset)
+    make_task("bad", parent=dataset, toml='[agent]\ntimeout_sec = "abc"\n', test_sh=None)
+    result = runner.invoke(tasks_app, ["check", str(dataset)])
+    assert result.exit_code == 1
+    lines = result.output.splitlines()
+    assert f"{dataset}/bad/task.toml:agent.timeout_sec: expected a number, got 'abc'" in lines
+    assert f"{dataset}/bad/tests/test.sh: missing (the verifier runs it to write the reward)" in lines
+    assert lines[-1] == "2 task(s) checked: 1 ok, 1 with errors; 2 error(s), 0 warning(s)"
+
+
+def test_check_shows_warnings_but_exits_0(tmp_path, make_task):
+    task = make_task("w", toml='[agent]\ntimeout_sec = 5\nflavour = "x"\n', solve_sh=None)
+    result = runner.invoke(tasks_app, ["check", str(task)])
+    assert result.exit_code == 0, result.output
+    assert (
+        f"{task}/task.toml:agent.flavour: warning: unknown key (kept, but evsys does not use it)"
+        in result.output
+    )
+    assert f"{task}/solution/solve.sh: warning: missing (the oracle agent needs it)" in result.output
+    assert "1 ok, 0 with errors; 0 error(s), 2 warning(s)" in result.output
+
+
+def test_check_with_oracle_makes_a_missing_solution_an_error(make_task):
+    task = make_task("nosol", solve_sh=None)
+    result = runner.invoke(tasks_app, ["check", str(task), "--oracle"])
+    assert result.exit_code == 1
+    assert f"{task}/solution/solve.sh: missing (the oracle agent needs it)" in result.output
+
+
+def test_check_on_a_missing_path_exits_2_with_a_message(tmp_path):
+    result = runner.invoke(tasks_app, ["check", str(tmp_path / "nope")])
+    assert result.exit_code == 2
+    assert "does not exist" in result.output
+
+
+def test_new_scaffolds_a_task_that_check_accepts(tmp_path):
+    result = runner.invoke(tasks_app, ["new", "my-task", "--dir", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    task_dir = tmp_path / "my-task"
+    for relative in (
+        "instruction.md",
+        "task.toml",
+        "environment/Dockerfile",
+        "tests/test.sh",
+        "solution/solve.sh",
+    ):
+        assert (task_dir / relative).is_file(), relative
+    assert os.access(task_dir / "tests" / "test.sh", os.X_OK)
+    check = runner.invoke(tasks_app, ["check", str(task_dir), "--oracle"])
+    assert check.exit_code == 0, check.output
+    assert "0 error(s), 0 warning(s)" in check.output
+    task = load_task(task_dir)
+    assert task.name == "my-task" and task.warnings == []
+    assert "# memory_mb = 2048" in (task_dir / "task.toml").read_text()
+
+
+def test_new_refuses_an_existing_directory_and_bad_names(tmp_path):
+    (tmp_path / "taken").mkdir()
+    result = runner.invoke(tasks_app, ["new", "taken", "--dir", str(tmp_path)])
+    assert result.exit_code == 2 and "already exists" in result.output
+    result = runner.invoke(tasks_app, ["new", "Bad Name", "--dir", str(tmp_path)])
+    assert result.exit_code == 2 and "task name 'Bad Name' must start with" in result.output
+    assert not (tmp_path / "Bad Name").exists()
