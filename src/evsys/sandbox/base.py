@@ -1,8 +1,9 @@
 """The `Sandbox` protocol every isolation backend implements, and the records that cross it.
 
-A sandbox is where an agent's (hostile) code runs. The engine asks for one with a `SandboxSpec`, starts it, runs
-commands with `exec`, moves files with `upload`/`download`, kills every agent process with `kill_processes` before
-verification, and tears it down with `stop` (idempotent). Agents get a stateful `ShellSession` from `shell()`.
+A sandbox is where an agent's (hostile) code runs. The engine asks for one with a `SandboxSpec`, starts it,
+runs commands with `exec`, moves files with `upload`/`download`, kills every agent process with
+`kill_processes` before verification, and tears it down with `stop` (idempotent). Agents get a stateful
+`ShellSession` from `shell()`.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ class SandboxUnsupported(SandboxError):
 
 
 class FileCopy(BaseModel):
-    """A host file or directory placed into the sandbox's filesystem before start (Dockerfile `COPY`/`ADD`)."""
+    """A host file or directory placed into the sandbox's filesystem before start (Dockerfile COPY/ADD)."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -46,7 +47,9 @@ class SandboxSpec(BaseModel):
     name: str = Field(description="Unique per trial; used for cgroup and scratch-directory names.")
     workdir: str = "/app"
     env: dict[str, str] = Field(default_factory=dict)
-    files: list[FileCopy] = Field(default_factory=list, description="Placed into the root filesystem at start.")
+    files: list[FileCopy] = Field(
+        default_factory=list, description="Placed into the root filesystem at start."
+    )
     network: NetworkMode = "no-network"
     allowed_hosts: list[str] = Field(default_factory=list)
     cpus: float | None = None
@@ -65,7 +68,8 @@ class ExecResult(BaseModel):
     timed_out: bool = False
     duration: float = 0.0
     limits_hit: list[Literal["memory", "pids", "storage"]] = Field(
-        default_factory=list, description="Resource limits the command ran into (OOM kill, pids cap, disk full)."
+        default_factory=list,
+        description="Resource limits the command ran into (OOM kill, pids cap, disk full).",
     )
 
     @property
@@ -88,7 +92,7 @@ class ExecResult(BaseModel):
 class ShellSession(Protocol):
     """A stateful shell inside a sandbox: cwd and exported variables persist between `run` calls."""
 
-    async def run(self, command: str, *, timeout: float | None = None) -> ExecResult:
+    async def run(self, command: str, *, timeout: float | None = None) -> ExecResult:  # noqa: ASYNC109
         """Run one command in the session; a timeout kills that command, not the session."""
         ...
 
@@ -113,7 +117,7 @@ class Sandbox(Protocol):
         *,
         cwd: str | None = None,
         env: dict[str, str] | None = None,
-        timeout: float | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109
         user: str | None = None,
         stdin: bytes | None = None,
     ) -> ExecResult:
@@ -133,7 +137,7 @@ class Sandbox(Protocol):
         ...
 
     async def kill_processes(self) -> int:
-        """Kill every process the sandbox's users started (not the sandbox's own machinery); return the count."""
+        """Kill every process the sandbox's users started (not its own machinery); return the count."""
         ...
 
     async def stop(self) -> None:

@@ -11,16 +11,22 @@ from typing import Any
 from pydantic import BaseModel
 
 
-def write_bytes_atomic(path: Path, data: bytes) -> None:
-    """Write `data` to `path` via a temp file in the same directory, fsync, then rename over the target."""
+def write_bytes_atomic(path: Path, data: bytes, *, fsync: bool = True) -> None:
+    """Write `data` to `path` via a temp file in the same directory, then rename over the target.
+
+    The rename alone makes the write all-or-nothing for a crashed or killed process; `fsync=True` (the
+    default) also flushes the data to disk first, so the file survives a power loss too (~1 ms per file here).
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o644)  # mkstemp makes 0600; job files are meant to be read by other tools and users
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -30,15 +36,15 @@ def write_bytes_atomic(path: Path, data: bytes) -> None:
         raise
 
 
-def write_text_atomic(path: Path, text: str) -> None:
+def write_text_atomic(path: Path, text: str, *, fsync: bool = True) -> None:
     """Write UTF-8 text atomically."""
-    write_bytes_atomic(path, text.encode("utf-8"))
+    write_bytes_atomic(path, text.encode("utf-8"), fsync=fsync)
 
 
-def write_json_atomic(path: Path, obj: Any) -> None:
+def write_json_atomic(path: Path, obj: Any, *, fsync: bool = True) -> None:
     """Write a pydantic model or a JSON-able object atomically, pretty-printed."""
     if isinstance(obj, BaseModel):
         text = obj.model_dump_json(indent=2)
     else:
         text = json.dumps(obj, indent=2, default=str)
-    write_text_atomic(path, text + "\n")
+    write_text_atomic(path, text + "\n", fsync=fsync)

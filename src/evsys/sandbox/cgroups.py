@@ -1,0 +1,219 @@
+"""cgroup limits for local sandboxes: memory, pids and cpu, on cgroup v2 where it has controllers, v1
+otherwise.
+
+Every sandbox gets one directory per controller named `evsys-<owner pid>-<sandbox name>`, created below the
+cgroup the orchestrator itself lives in (read from /proc/self/cgroup; on hybrid hosts the memory controller is
+often not at the root). The bwrap process joins them before it execs, so every descendant is limited and
+countable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from evsys.sandbox.base import SandboxError
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+PREFIX = "evsys-"
+V1_CONTROLLERS = ("memory", "pids", "cpu", "freezer")
+_NAME_OK = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+@dataclass
+class CgroupLayout:
+    """Where each controller lives for this process: version and controller -> parent directory."""
+
+    version: int
+    parents: dict[str, Path] = field(default_factory=dict)
+
+    @property
+    def controllers(self) -> list[str]:
+        """The controllers evsys can use here."""
+        return sorted(self.parents)
+
+
+def _own_paths() -> dict[str, str]:
+    """controller -> cgroup path of this process, from /proc/self/cgroup ('' key = the v2 unified path)."""
+    paths: dict[str, str] = {}
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, names, path = line.split(":", 2)
+        for name in names.split(",") if names else [""]:
+            paths[name] = path
+    return paths
+
+
+def detect_layout() -> CgroupLayout:
+    """Prefer v2 when mounted at /sys/fs/cgroup with memory and pids available; else use v1 hierarchies."""
+    own = _own_paths()
+    v2_root = CGROUP_ROOT if (CGROUP_ROOT / "cgroup.controllers").exists() else None
+    if v2_root is not None:
+        parent = v2_root / own.get("", "/").lstrip("/")
+        enabled = (parent / "cgroup.subtree_control").read_text().split() if parent.exists() else []
+        available = (v2_root / "cgroup.controllers").read_text().split()
+        if {"memory", "pids"} <= set(available):
+            names = [c for c in ("memory", "pids", "cpu") if c in available]
+            if not set(names) <= set(enabled):
+                with contextlib.suppress(OSError):
+                    (parent / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in names))
+            return CgroupLayout(2, {c: parent for c in names})
+    layout = CgroupLayout(1)
+    for ctrl in V1_CONTROLLERS:
+        base = CGROUP_ROOT / ctrl
+        if (base / "cgroup.procs").exists() and ctrl in own:
+            parent = base / own[ctrl].lstrip("/")
+            if parent.is_dir():
+                layout.parents[ctrl] = parent
+    return layout
+
+
+def cgroup_name(name: str, owner: int | None = None) -> str:
+    """The directory name for a sandbox: prefix, owning pid, sanitized sandbox name."""
+    return f"{PREFIX}{owner or os.getpid()}-{_NAME_OK.sub('_', name)[:80]}"
+
+
+class SandboxCgroup:
+    """The cgroup directories of one sandbox, with its limits and limit-hit counters."""
+
+    def __init__(self, layout: CgroupLayout, name: str, *, skip: tuple[str, ...] = ()) -> None:
+        self.layout = layout
+        self.dirs = {ctrl: parent / name for ctrl, parent in layout.parents.items() if ctrl not in skip}
+        self._counter_fds: dict[str, int] = {}
+        self.counters: dict[str, int] = {}
+
+    def create(self, *, memory_mb: int | None, pids_max: int, cpus: float | None) -> None:
+        """Make the directories and write the limits. Raises SandboxError naming the file that failed."""
+        for path in dict.fromkeys(self.dirs.values()):
+            try:
+                path.mkdir()
+            except FileExistsError:
+                raise SandboxError(
+                    f"cgroup {path} already exists; is another sandbox using this name?"
+                ) from None
+            except OSError as exc:
+                raise SandboxError(f"cannot create cgroup {path}: {exc.strerror}") from exc
+        if "pids" in self.dirs:
+            self._write("pids", "pids.max", str(pids_max))
+        if memory_mb is not None and "memory" in self.dirs:
+            limit = str(memory_mb * 1024 * 1024)
+            if self.layout.version == 2:
+                self._write("memory", "memory.max", limit)
+                self._write("memory", "memory.swap.max", "0", optional=True)
+            else:
+                self._write("memory", "memory.limit_in_bytes", limit)
+                self._write("memory", "memory.memsw.limit_in_bytes", limit, optional=True)
+        if cpus is not None and "cpu" in self.dirs:
+            period = 100_000
+            quota = max(1000, int(cpus * period))
+            if self.layout.version == 2:
+                self._write("cpu", "cpu.max", f"{quota} {period}")
+            else:
+                self._write("cpu", "cpu.cfs_period_us", str(period))
+                self._write("cpu", "cpu.cfs_quota_us", str(quota))
+        self._open_counters()
+
+    def _write(self, ctrl: str, filename: str, value: str, *, optional: bool = False) -> None:
+        path = self.dirs[ctrl] / filename
+        try:
+            path.write_text(value)
+        except OSError as exc:
+            if optional:
+                return
+            raise SandboxError(f"cannot set cgroup limit {path} = {value}: {exc.strerror}") from exc
+
+    def _open_counters(self) -> None:
+        """Keep the files that count OOM kills and pids-cap hits open, so reading them is one pread."""
+        v2 = self.layout.version == 2
+        files = {"memory": "memory.events" if v2 else "memory.oom_control", "pids": "pids.events"}
+        for kind, filename in files.items():
+            if kind in self.dirs and (self.dirs[kind] / filename).exists():
+                self._counter_fds[kind] = os.open(self.dirs[kind] / filename, os.O_RDONLY | os.O_CLOEXEC)
+        self.counters = self.read_counters()
+
+    def read_counters(self) -> dict[str, int]:
+        """Current totals: 'memory' = OOM kills, 'pids' = fork attempts refused by pids.max."""
+        out: dict[str, int] = {}
+        for kind, fd in self._counter_fds.items():
+            text = os.pread(fd, 4096, 0).decode()
+            key = "oom_kill" if kind == "memory" else "max"
+            match = re.search(rf"^{key} (\d+)$", text, re.M)
+            out[kind] = int(match.group(1)) if match else 0
+        return out
+
+    def procs_files(self) -> list[str]:
+        """The cgroup.procs files a process must join (one per hierarchy)."""
+        return [str(d / "cgroup.procs") for d in dict.fromkeys(self.dirs.values())]
+
+    def pids(self) -> list[int]:
+        """Every process currently in the sandbox's cgroup."""
+        anchor = self.dirs.get("pids") or self.dirs.get("memory")
+        if anchor is None:
+            return []
+        try:
+            return [int(x) for x in (anchor / "cgroup.procs").read_text().split()]
+        except OSError:
+            return []
+
+    def kill_all(self) -> None:
+        """SIGKILL every process in the cgroup (freezing first on v1 so nothing forks in between)."""
+        freezer = self.dirs.get("freezer")
+        if freezer is not None:
+            with contextlib.suppress(OSError):
+                (freezer / "freezer.state").write_text("FROZEN")
+        if self.layout.version == 2 and "pids" in self.dirs and (self.dirs["pids"] / "cgroup.kill").exists():
+            with contextlib.suppress(OSError):
+                (self.dirs["pids"] / "cgroup.kill").write_text("1")
+        for pid in self.pids():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        if freezer is not None:
+            with contextlib.suppress(OSError):
+                (freezer / "freezer.state").write_text("THAWED")
+
+    def try_remove(self) -> bool:
+        """Remove the directories; False while processes remain in them."""
+        for fd in self._counter_fds.values():
+            os.close(fd)
+        self._counter_fds.clear()
+        done = True
+        for path in dict.fromkeys(self.dirs.values()):
+            try:
+                path.rmdir()
+            except FileNotFoundError:
+                pass
+            except OSError:
+                done = False
+        return done
+
+
+def remove_cgroup_dirs(cg: SandboxCgroup, timeout: float = 5.0) -> bool:
+    """Kill what remains and remove the directories, retrying while the kernel finishes (blocking)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if cg.pids():
+            cg.kill_all()
+        if cg.try_remove():
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.002)
+
+
+def stale_cgroups() -> list[SandboxCgroup]:
+    """Sandbox cgroups whose owning process is gone (left behind by a SIGKILLed orchestrator)."""
+    layout = detect_layout()
+    names: set[str] = set()
+    for parent in layout.parents.values():
+        with contextlib.suppress(OSError):
+            names.update(p.name for p in parent.iterdir() if p.name.startswith(PREFIX) and p.is_dir())
+    stale = []
+    for name in sorted(names):
+        owner = name[len(PREFIX) :].split("-", 1)[0]
+        if owner.isdigit() and not Path(f"/proc/{owner}").exists():
+            stale.append(SandboxCgroup(layout, name))
+    return stale

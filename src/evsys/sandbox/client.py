@@ -1,0 +1,147 @@
+"""Host side of the exec-daemon protocol: frame encoding, and one reader task routing replies to futures."""
+
+from __future__ import annotations
+
+import asyncio
+import marshal
+import struct
+from dataclasses import dataclass, field
+
+from evsys.sandbox.base import SandboxError
+
+HEADER = struct.Struct("!II")
+
+
+def encode_frame(header: dict, payload: bytes = b"") -> bytes:
+    """One protocol frame: lengths, a marshal-encoded header dict (plain values only), raw payload."""
+    h = marshal.dumps(header)
+    return HEADER.pack(len(h), len(payload)) + h + payload
+
+
+@dataclass
+class Reply:
+    """A finished request: the final header plus everything streamed for it."""
+
+    header: dict
+    stdout: bytes = b""
+    stderr: bytes = b""
+
+
+@dataclass
+class _Pending:
+    future: asyncio.Future
+    out: bytearray = field(default_factory=bytearray)
+    err: bytearray = field(default_factory=bytearray)
+
+
+class DaemonClient:
+    """Talks to one sandbox's daemon over its stdin/stdout pipes; many requests may be in flight at once."""
+
+    def __init__(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        name: str,
+        stderr: asyncio.StreamReader | None = None,
+    ) -> None:
+        self.reader = reader
+        self.stderr = stderr
+        self.writer = writer
+        self.name = name
+        self.daemon_pid: int | None = None
+        self._next_id = 0
+        self._pending: dict[int, _Pending] = {}
+        self._task: asyncio.Task | None = None
+        self._closed_reason: str | None = None
+
+    async def wait_ready(self) -> None:
+        """Read the daemon's `ready` frame, then start the demultiplexing reader task."""
+        header, _ = await self._read_frame()
+        if header.get("op") != "ready":
+            raise SandboxError(f"sandbox {self.name}: unexpected first message from the daemon: {header}")
+        self.daemon_pid = header.get("pid")
+        self._task = asyncio.get_running_loop().create_task(
+            self._read_loop(), name=f"evsys-sandbox-{self.name}"
+        )
+
+    async def _read_frame(self) -> tuple[dict, bytes]:
+        head = await self.reader.readexactly(HEADER.size)
+        hlen, plen = HEADER.unpack(head)
+        body = await self.reader.readexactly(hlen + plen)
+        header = marshal.loads(body[:hlen])
+        if not isinstance(header, dict):
+            raise SandboxError(f"sandbox {self.name}: malformed message from the daemon")
+        return header, body[hlen:]
+
+    async def _read_loop(self) -> None:
+        try:
+            while True:
+                header, payload = await self._read_frame()
+                self._dispatch(header, payload)
+        except (asyncio.IncompleteReadError, ConnectionError) as exc:
+            detail = type(exc).__name__
+            if self.stderr is not None:
+                try:
+                    text = await asyncio.wait_for(self.stderr.read(4096), 0.5)
+                    detail = text.decode("utf-8", "replace").strip()[-1000:] or detail
+                except (TimeoutError, ConnectionError):
+                    pass
+            self._fail_all(f"the sandbox daemon exited ({detail})")
+        except asyncio.CancelledError:
+            self._fail_all("the sandbox was stopped")
+            raise
+
+    def _dispatch(self, header: dict, payload: bytes) -> None:
+        pending = self._pending.get(header.get("id"))
+        if pending is None:
+            return
+        op = header.get("op")
+        if op == "out":
+            (pending.out if header.get("fd") == 1 else pending.err).extend(payload)
+            return
+        del self._pending[header["id"]]
+        if pending.future.done():
+            return
+        if op == "error":
+            pending.future.set_exception(SandboxError(f"sandbox {self.name}: {header.get('message')}"))
+            return
+        n = header.get("out", 0)
+        pending.out += payload[:n]
+        pending.err += payload[n:]
+        pending.future.set_result(Reply(header, bytes(pending.out), bytes(pending.err)))
+
+    def _fail_all(self, reason: str) -> None:
+        self._closed_reason = reason
+        for pending in self._pending.values():
+            if not pending.future.done():
+                pending.future.set_exception(SandboxError(f"sandbox {self.name}: {reason}"))
+        self._pending.clear()
+
+    async def request(self, header: dict, payload: bytes = b"") -> Reply:
+        """Send one request and wait for its final reply."""
+        if self._closed_reason is not None:
+            raise SandboxError(f"sandbox {self.name}: {self._closed_reason}")
+        self._next_id += 1
+        rid = self._next_id
+        future = asyncio.get_running_loop().create_future()
+        self._pending[rid] = _Pending(future)
+        header["id"] = rid
+        try:
+            self.writer.write(encode_frame(header, payload))
+            if len(payload) > 1 << 16:
+                await self.writer.drain()
+        except (ConnectionError, RuntimeError) as exc:
+            self._pending.pop(rid, None)
+            raise SandboxError(f"sandbox {self.name}: cannot reach the daemon: {exc}") from exc
+        return await future
+
+    async def close(self) -> None:
+        """Stop the reader task and fail whatever is still waiting."""
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):
+                pass
+        self._fail_all("the sandbox was stopped")
+        self.writer.close()

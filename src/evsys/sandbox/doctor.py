@@ -1,0 +1,142 @@
+"""What the local sandbox can use on this machine: what works, what is degraded, and the fix."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from evsys.sandbox import cgroups
+from evsys.sandbox.base import SandboxSpec
+
+
+@dataclass
+class Check:
+    """One finding. `required`: the local sandbox cannot run when this check fails."""
+
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+    required: bool = True
+
+
+def check_root() -> Check:
+    """Overlay mounts and cgroup directories need root on the host."""
+    ok = os.geteuid() == 0
+    return Check(
+        "root", ok, "running as root" if ok else f"running as uid {os.geteuid()}", "run evsys as root"
+    )
+
+
+def check_bwrap() -> Check:
+    """bubblewrap must be installed (0.8 or newer)."""
+    path = shutil.which("bwrap") or ("/usr/bin/bwrap" if Path("/usr/bin/bwrap").exists() else None)
+    if path is None:
+        return Check("bubblewrap", False, "bwrap not found", "apt-get install bubblewrap")
+    out = subprocess.run([path, "--version"], capture_output=True, text=True, check=False).stdout.strip()
+    return Check("bubblewrap", True, f"{out or 'bwrap'} at {path}")
+
+
+def check_python() -> Check:
+    """The in-sandbox daemon runs on the system Python (stdlib only)."""
+    ok = Path("/usr/bin/python3").exists()
+    return Check(
+        "system python3", ok, "/usr/bin/python3" if ok else "missing", "apt-get install python3-minimal"
+    )
+
+
+def check_overlay() -> Check:
+    """overlayfs must be available to the kernel."""
+    filesystems = Path("/proc/filesystems").read_text()
+    ok = "\toverlay\n" in filesystems
+    return Check(
+        "overlayfs",
+        ok,
+        "kernel supports overlay" if ok else "no overlay in /proc/filesystems",
+        "modprobe overlay",
+    )
+
+
+def check_cgroups() -> list[Check]:
+    """cgroup version and the controllers evsys uses (memory and pids required, cpu and freezer optional)."""
+    try:
+        layout = cgroups.detect_layout()
+    except OSError as exc:
+        return [Check("cgroups", False, f"cannot read cgroups: {exc}", "mount cgroup v2 or v1 hierarchies")]
+    found = ", ".join(f"{c} at {p}" for c, p in sorted(layout.parents.items())) or "none"
+    checks = [Check(f"cgroups v{layout.version}", bool(layout.parents), f"controllers: {found}")]
+    for ctrl, required, effect in (
+        ("memory", True, "memory_mb limits and OOM detection"),
+        ("pids", True, "the fork-bomb defence (pids_max)"),
+        ("cpu", False, "cpus limits (not enforced without it)"),
+        ("freezer", False, "freezing before kill (kills still work without it)"),
+    ):
+        if layout.version == 2 and ctrl == "freezer":
+            continue
+        ok = ctrl in layout.parents
+        fix = f"enable the {ctrl} controller (v2: +{ctrl} in cgroup.subtree_control; v1: mount it)"
+        checks.append(
+            Check(f"cgroup {ctrl}", ok, effect if ok else f"missing: {effect}", "" if ok else fix, required)
+        )
+    return checks
+
+
+def check_seccomp() -> Check:
+    """The kernel supports seccomp filters and pyseccomp can compile evsys's filter."""
+    status = Path("/proc/self/status").read_text()
+    if "Seccomp:" not in status:
+        return Check("seccomp", False, "kernel without seccomp", "use a kernel with CONFIG_SECCOMP_FILTER")
+    try:
+        from evsys.sandbox.seccomp import DENIED_SYSCALLS, seccomp_bpf
+
+        size = len(seccomp_bpf())
+    except Exception as exc:
+        return Check(
+            "seccomp",
+            False,
+            f"cannot compile the filter: {exc}",
+            "pip install pyseccomp; apt-get install libseccomp2",
+        )
+    return Check("seccomp", True, f"{len(DENIED_SYSCALLS)} syscalls denied ({size} bytes of BPF)")
+
+
+def check_user_namespaces() -> Check:
+    """Informational: evsys does not need user namespaces (it runs as root) and denies them inside."""
+    path = Path("/proc/sys/user/max_user_namespaces")
+    value = path.read_text().strip() if path.exists() else "unknown"
+    detail = f"max_user_namespaces={value}; not needed (root inside = uid 0 with a small capability set)"
+    return Check("user namespaces", True, detail, required=False)
+
+
+def check_smoke() -> Check:
+    """Start a real sandbox, run a command, stop it."""
+    from evsys.sandbox.local import LocalSandbox
+
+    async def run() -> str:
+        t0 = time.perf_counter()
+        async with LocalSandbox(SandboxSpec(name=f"doctor-{os.getpid()}")) as sb:
+            result = await sb.exec("echo ok; id -un")
+        if result.stdout.split() != ["ok", "agent"]:
+            raise RuntimeError(f"unexpected output {result.stdout!r} {result.stderr!r}")
+        return f"start + exec + stop in {(time.perf_counter() - t0) * 1000:.0f} ms"
+
+    try:
+        return Check("sandbox smoke test", True, asyncio.run(run()))
+    except Exception as exc:
+        return Check(
+            "sandbox smoke test", False, str(exc)[:300], "fix the failures above, then re-run evsys doctor"
+        )
+
+
+def run_checks(*, smoke: bool = True) -> list[Check]:
+    """Every check, in display order; the smoke test only when the basics pass."""
+    checks = [check_root(), check_bwrap(), check_python(), check_overlay(), *check_cgroups(), check_seccomp()]
+    checks.append(check_user_namespaces())
+    if smoke and all(c.ok for c in checks if c.required):
+        checks.append(check_smoke())
+    return checks

@@ -1,0 +1,352 @@
+"""LocalSandbox: bubblewrap + per-trial overlayfs + cgroups + an in-sandbox exec daemon (docs/sandbox.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import os
+import shlex
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import time
+from pathlib import Path, PurePosixPath
+
+from evsys.sandbox import cgroups, rootfs
+from evsys.sandbox.base import ExecResult, SandboxError, SandboxSpec, SandboxUnsupported
+from evsys.sandbox.client import DaemonClient
+from evsys.sandbox.mounts import ChildSetup
+from evsys.sandbox.seccomp import seccomp_fd
+from evsys.sandbox.shell import LocalShellSession
+
+BWRAP = "/usr/bin/bwrap"
+PYTHON = rootfs.SANDBOX_PYTHON
+# Imported (not run as a script) so the precompiled bytecode is used.
+DAEMON_DIR = "/.evsys/daemon"
+DAEMON_START = f"import sys; sys.path.insert(0, {DAEMON_DIR!r}); import daemon; daemon.main()"
+DEFAULT_STORAGE_MB = 1024
+DEFAULT_TMP_MB = 512
+STORAGE_FULL_BYTES = 1 << 20
+START_TIMEOUT = 30.0
+USERS = ("agent", "root")
+# Capabilities kept by the daemon and by commands run as "root"; commands run as "agent" have none.
+ROOT_CAPS = (
+    "CAP_CHOWN",
+    "CAP_DAC_OVERRIDE",
+    "CAP_FOWNER",
+    "CAP_FSETID",
+    "CAP_KILL",
+    "CAP_SETGID",
+    "CAP_SETUID",
+)
+# CAP_SETPCAP lets the daemon shrink its bounding set to ROOT_CAPS; it then drops CAP_SETPCAP itself.
+DAEMON_EXTRA_CAPS = ("CAP_SETPCAP",)
+# Kernel knobs under /proc that a uid-0 process could write by file mode alone: covered read-only.
+PROC_RO = ("sys", "sysrq-trigger", "mtrr", "pressure", "acpi", "scsi", "fs", "irq", "bus")
+BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
+def default_scratch_root() -> Path:
+    """Host dir for cached layers and the mount point ($EVSYS_SANDBOX_DIR or /var/tmp/evsys-sandbox)."""
+    return Path(os.environ.get("EVSYS_SANDBOX_DIR", "/var/tmp/evsys-sandbox"))
+
+
+class LocalSandbox:
+    """A sandbox on this machine. Use `async with LocalSandbox(spec) as sb:` or call `start()`/`stop()`."""
+
+    def __init__(self, spec: SandboxSpec, *, scratch_root: Path | None = None) -> None:
+        self.spec = spec
+        self.scratch_root = Path(scratch_root) if scratch_root is not None else default_scratch_root()
+        self._proc: asyncio.subprocess.Process | None = None
+        self._client: DaemonClient | None = None
+        self._cgroup: cgroups.SandboxCgroup | None = None
+        self._state = "new"
+        self._shells = 0
+
+    async def __aenter__(self) -> LocalSandbox:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    # ---------------------------------------------------------------- lifecycle
+    async def start(self) -> None:
+        """Build (or reuse) the root layers, create cgroups, launch bwrap and wait for the daemon."""
+        if self._state != "new":
+            raise SandboxError(f"sandbox {self.spec.name} was already started")
+        self._state = "starting"
+        spec = self.spec
+        if spec.network == "allowlist":
+            self._state = "stopped"
+            raise SandboxUnsupported(
+                "allowlist networking is not supported by the local sandbox yet; use public or no-network"
+            )
+        if spec.user not in USERS:
+            self._state = "stopped"
+            raise SandboxError(f"sandbox {spec.name}: spec.user must be one of {USERS}, got {spec.user!r}")
+        try:
+            await self._launch()
+        except BaseException:
+            self._state = "stopped"
+            await self._teardown()
+            raise
+        self._state = "running"
+
+    async def _launch(self) -> None:
+        spec = self.spec
+        cache = self.scratch_root / "layers"
+        lowers, daemon_file = await asyncio.to_thread(self._prepare_layers, cache)
+        layout = cgroups.detect_layout()
+        if "pids" not in layout.parents or "memory" not in layout.parents:
+            raise SandboxError(
+                "the local sandbox needs the cgroup memory and pids controllers; run `evsys doctor`"
+            )
+        # joining a v1 cpu cgroup costs milliseconds; only do it when there is a cpu limit to enforce
+        skip = ("cpu",) if spec.cpus is None and layout.version == 1 else ()
+        self._cgroup = cgroups.SandboxCgroup(layout, cgroups.cgroup_name(spec.name), skip=skip)
+        self._cgroup.create(memory_mb=spec.memory_mb, pids_max=spec.pids_max, cpus=spec.cpus)
+        mount_point = self.scratch_root / "mnt"
+        mount_point.mkdir(parents=True, exist_ok=True)
+        setup = ChildSetup(
+            mount_point=str(mount_point),
+            lowers=lowers,
+            storage_bytes=(spec.storage_mb or DEFAULT_STORAGE_MB) * 1024 * 1024,
+            cgroup_procs=self._cgroup.procs_files(),
+        )
+        sfd = seccomp_fd()
+        setup.open_error_pipe()
+        try:
+            argv = self._bwrap_argv(setup.root, str(daemon_file), sfd)
+            self._proc = await asyncio.create_subprocess_exec(
+                *argv,
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                preexec_fn=setup,
+                pass_fds=(sfd,),
+                limit=1 << 22,
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            detail = setup.read_error() or str(exc)
+            raise SandboxError(f"sandbox {spec.name}: cannot set up the sandbox: {detail}") from None
+        finally:
+            os.close(sfd)
+        setup.read_error()
+        assert self._proc.stdout is not None and self._proc.stdin is not None
+        self._client = DaemonClient(self._proc.stdout, self._proc.stdin, spec.name, self._proc.stderr)
+        try:
+            await asyncio.wait_for(self._client.wait_ready(), START_TIMEOUT)
+        except (asyncio.IncompleteReadError, TimeoutError) as exc:
+            detail = await self._stderr_text()
+            raise SandboxError(
+                f"sandbox {spec.name} failed to start: {detail or type(exc).__name__}"
+            ) from None
+
+    def _prepare_layers(self, cache: Path) -> tuple[list[str], Path]:
+        spec = self.spec
+        base = rootfs.base_layer(cache, workdir=spec.workdir, public_network=spec.network == "public")
+        files = rootfs.files_layer(cache, spec.files, spec.workdir)
+        lowers = [str(files), str(base)] if files is not None else [str(base)]
+        return lowers, rootfs.write_daemon_copy(cache)
+
+    def _bwrap_argv(self, root: str, daemon_file: str, sfd: int) -> list[str]:
+        spec = self.spec
+        argv = [
+            BWRAP,
+            "--unshare-ipc",
+            "--unshare-pid",
+            "--as-pid-1",
+            "--unshare-uts",
+            "--unshare-cgroup-try",
+        ]
+        if spec.network != "public":
+            argv.append("--unshare-net")
+        argv += ["--die-with-parent", "--new-session", "--hostname", "evsys", "--bind", root, "/"]
+        for name, target in rootfs.host_system_entries():
+            if target is None:
+                argv += ["--ro-bind", f"/{name}", f"/{name}"]
+        for path in rootfs.etc_ro_binds():
+            argv += ["--ro-bind", path, path]
+        tmp_mb = min(spec.storage_mb or DEFAULT_STORAGE_MB, DEFAULT_TMP_MB)
+        argv += ["--ro-bind", daemon_file, DAEMON_DIR, "--proc", "/proc", "--dev", "/dev"]
+        for name in PROC_RO:
+            if os.path.lexists(f"/proc/{name}"):
+                argv += ["--ro-bind", f"/proc/{name}", f"/proc/{name}"]
+        argv += ["--size", str(tmp_mb * 1024 * 1024), "--tmpfs", "/tmp", "--chmod", "1777", "/tmp"]
+        argv += ["--cap-drop", "ALL"]
+        for cap in ROOT_CAPS + DAEMON_EXTRA_CAPS:
+            argv += ["--cap-add", cap]
+        argv += ["--seccomp", str(sfd), "--chdir", "/", PYTHON, "-I", "-S", "-c", DAEMON_START]
+        return argv
+
+    async def _stderr_text(self) -> str:
+        if self._proc is None or self._proc.stderr is None:
+            return ""
+        if self._proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                self._proc.kill()
+        with contextlib.suppress(TimeoutError):
+            data = await asyncio.wait_for(self._proc.stderr.read(1 << 16), 5)
+            return data.decode("utf-8", "replace").strip()
+        return ""
+
+    async def stop(self) -> None:
+        """Kill every process, drop the mount namespace and remove the cgroups. Idempotent."""
+        if self._state in ("stopped", "new"):
+            self._state = "stopped"
+            return
+        self._state = "stopped"
+        await self._teardown()
+
+    async def _teardown(self) -> None:
+        proc, client, cg = self._proc, self._client, self._cgroup
+        self._proc = self._client = self._cgroup = None
+        if proc is not None and proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+        if cg is not None:
+            cg.kill_all()
+        if client is not None:
+            await client.close()
+        if proc is not None:
+            await proc.wait()
+        if cg is not None and not cg.try_remove():
+            if not await asyncio.to_thread(cgroups.remove_cgroup_dirs, cg):
+                raise SandboxError(
+                    f"sandbox {self.spec.name}: processes survived stop(); cgroup {cg.dirs} kept"
+                )
+
+    # ---------------------------------------------------------------- commands
+    def _running_client(self) -> DaemonClient:
+        if self._state != "running" or self._client is None:
+            raise SandboxError(f"sandbox {self.spec.name} is not running (state: {self._state})")
+        return self._client
+
+    def _env(self, user: str, extra: dict[str, str] | None) -> dict[str, str]:
+        home = "/root" if user == "root" else rootfs.AGENT_HOME
+        env = {"PATH": BASE_PATH, "HOME": home, "USER": user, "LOGNAME": user, "SHELL": "/bin/bash"}
+        env |= {"LANG": "C.UTF-8", "TERM": "dumb", "HOSTNAME": "evsys"}
+        env |= self.spec.env
+        if extra:
+            env |= extra
+        return env
+
+    async def exec(
+        self,
+        command: str,
+        *,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - the Sandbox protocol's per-command limit
+        user: str | None = None,
+        stdin: bytes | None = None,
+    ) -> ExecResult:
+        """Run `bash -c command` inside the sandbox through the daemon; output before a timeout is kept."""
+        client = self._running_client()
+        user = user or self.spec.user
+        if user not in USERS:
+            raise SandboxError(f"exec user must be one of {USERS}, got {user!r}")
+        if timeout is not None and timeout <= 0:
+            raise SandboxError(f"exec timeout must be positive, got {timeout}")
+        cg = self._cgroup
+        before = dict(cg.counters) if cg is not None else {}
+        request = {
+            "op": "exec",
+            "cmd": command,
+            "cwd": cwd or self.spec.workdir,
+            "env": self._env(user, env),
+            "user": user,
+            "timeout": timeout,
+            "stdin": stdin is not None,
+        }
+        t0 = time.perf_counter()
+        reply = await client.request(request, stdin or b"")
+        duration = time.perf_counter() - t0
+        h = reply.header
+        return ExecResult(
+            stdout_bytes=reply.stdout,
+            stderr_bytes=reply.stderr,
+            exit_code=h["code"],
+            timed_out=h["timed_out"],
+            duration=duration,
+            limits_hit=self._limits_hit(before, h.get("free")),
+        )
+
+    def _limits_hit(self, before: dict[str, int], free: int | None) -> list:
+        hits: list = []
+        cg = self._cgroup
+        if cg is not None:
+            after = cg.read_counters()
+            cg.counters = after
+            hits += [kind for kind in ("memory", "pids") if after.get(kind, 0) > before.get(kind, 0)]
+        if free is not None and free < STORAGE_FULL_BYTES:
+            hits.append("storage")
+        return hits
+
+    async def shell(self, *, cwd: str | None = None, user: str | None = None) -> LocalShellSession:
+        """A stateful shell: cwd and exported variables persist between `run` calls."""
+        self._running_client()
+        user = user or self.spec.user
+        if user not in USERS:
+            raise SandboxError(f"shell user must be one of {USERS}, got {user!r}")
+        self._shells += 1
+        return LocalShellSession(self, session_id=self._shells, cwd=cwd or self.spec.workdir, user=user)
+
+    async def kill_processes(self) -> int:
+        """SIGKILL every process started through exec/shell (the daemon survives); return how many."""
+        reply = await self._running_client().request({"op": "kill"})
+        return int(reply.header["count"])
+
+    # ---------------------------------------------------------------- files
+    async def upload(self, src: Path, dst: str) -> None:
+        """Copy a host file or directory into the sandbox at `dst` (root-owned, permissions kept)."""
+        src = Path(src)
+        path = rootfs.sandbox_path(dst)
+        if not src.exists():
+            raise SandboxError(f"upload source {src} does not exist")
+        if src.is_dir():
+            target_dir, arcname = str(path), "."
+        else:
+            target_dir, arcname = str(path.parent), path.name
+        data = await asyncio.to_thread(_tar_bytes, src, arcname)
+        q = shlex.quote(target_dir)
+        cmd = f"mkdir -p -- {q} && tar -x --no-same-owner -p -C {q} -f -"
+        result = await self.exec(cmd, cwd="/", user="root", stdin=data)
+        if not result.ok:
+            raise SandboxError(f"upload {src} -> {dst} failed: {result.stderr.strip() or result.exit_code}")
+
+    async def download(self, src: str, dst: Path) -> None:
+        """Copy a sandbox file or directory to the host path `dst` (permissions kept, no links out)."""
+        path = rootfs.sandbox_path(src)
+        if str(path) == "/":
+            raise SandboxError("download of the whole sandbox root is not supported; name a directory")
+        cmd = f"tar -c -C {shlex.quote(str(path.parent))} -f - -- {shlex.quote(path.name)}"
+        result = await self.exec(cmd, cwd="/", user="root")
+        if not result.ok:
+            raise SandboxError(f"download {src} -> {dst} failed: {result.stderr.strip() or result.exit_code}")
+        await asyncio.to_thread(_untar_to, result.stdout_bytes, path.name, Path(dst))
+
+
+def _tar_bytes(src: Path, arcname: str) -> bytes:
+    """An uncompressed tar of `src` (symlinks kept as links)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        tar.add(src, arcname=arcname, recursive=True)
+    return buf.getvalue()
+
+
+def _untar_to(data: bytes, name: str, dst: Path) -> None:
+    """Extract a one-entry tar safely next to `dst` and move it into place."""
+    dst = dst.absolute()
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".evsys-download-", dir=dst.parent) as tmp:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+            tar.extractall(tmp, filter="tar")
+        got = Path(tmp) / PurePosixPath(name).name
+        if got.is_dir() and dst.is_dir():
+            shutil.copytree(got, dst, symlinks=True, dirs_exist_ok=True)
+        else:
+            os.replace(got, dst)

@@ -1,0 +1,214 @@
+"""The lower layers of a local sandbox's root filesystem, built once and cached on the host.
+
+* The base layer: the directory skeleton (mount points for the host's read-only system dirs, the workdir,
+  /logs/{agent,verifier,artifacts}, /home/agent, /root, /tmp) and a minimal generated /etc (passwd, group,
+  hosts, nsswitch.conf, ld.so.cache, resolv.conf only with public networking). One per (workdir, network)
+  pair.
+* The files layer: the spec's `FileCopy` entries with Dockerfile COPY semantics, cached by a fingerprint of
+  every source file's path, size, mtime and mode, so many trials of one task copy the files once. Both are
+  built in a temporary directory and renamed into place, so concurrent builders never see half a layer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path, PurePosixPath
+
+from evsys.sandbox.base import AGENT_LOGS_DIR, ARTIFACTS_DIR, VERIFIER_LOGS_DIR, FileCopy, SandboxError
+
+AGENT_UID = 1000
+SANDBOX_PYTHON = "/usr/bin/python3"
+AGENT_HOME = "/home/agent"
+SYSTEM_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
+ETC_RO_BINDS = (
+    "ssl/certs",
+    "ssl/openssl.cnf",
+    "ca-certificates",
+    "alternatives",
+    "ld.so.conf",
+    "ld.so.conf.d",
+)
+LAYER_VERSION = "3"
+
+PASSWD = (
+    "root:x:0:0:root:/root:/bin/bash\n"
+    "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+    f"agent:x:{AGENT_UID}:{AGENT_UID}:agent:{AGENT_HOME}:/bin/bash\n"
+)
+GROUP = f"root:x:0:\nnogroup:x:65534:\nagent:x:{AGENT_UID}:\n"
+HOSTS = "127.0.0.1\tlocalhost evsys\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+NSSWITCH = "passwd: files\ngroup: files\nshadow: files\nhosts: files dns\nnetworks: files\nprotocols: files\n"
+
+
+def sandbox_path(dst: str) -> PurePosixPath:
+    """Validate an absolute in-sandbox path: no '..', no NUL. Returns it normalised."""
+    if not dst.startswith("/") or "\0" in dst:
+        raise SandboxError(f"sandbox path {dst!r} must be absolute")
+    path = PurePosixPath(dst)
+    if ".." in path.parts:
+        raise SandboxError(f"sandbox path {dst!r} must not contain '..'")
+    return path
+
+
+def host_system_entries() -> list[tuple[str, str | None]]:
+    """Top-level system entries: (name, symlink target, or None for a directory bound read-only)."""
+    entries = []
+    for name in SYSTEM_DIRS:
+        host = Path("/") / name
+        if host.is_symlink():
+            entries.append((name, os.readlink(host)))
+        elif host.is_dir():
+            entries.append((name, None))
+    return entries
+
+
+def etc_ro_binds() -> list[str]:
+    """Host /etc entries bound read-only (CA certificates, alternatives symlinks, loader config)."""
+    return [f"/etc/{name}" for name in ETC_RO_BINDS if os.path.lexists(f"/etc/{name}")]
+
+
+def _build(final: Path, fill) -> Path:
+    """Build a layer in a temp dir next to `final` with `fill(tmpdir)` and rename it into place."""
+    if final.is_dir():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=final.parent))
+    try:
+        os.chmod(tmp, 0o755)
+        fill(tmp)
+        try:
+            os.rename(tmp, final)
+        except OSError:
+            if not final.is_dir():
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return final
+
+
+def _mkdir(root: Path, path: str, mode: int = 0o755, uid: int = 0) -> None:
+    target = root / path.lstrip("/")
+    target.mkdir(parents=True, exist_ok=True)
+    os.chmod(target, mode)
+    os.chown(target, uid, uid)
+
+
+def base_layer(cache: Path, *, workdir: str, public_network: bool) -> Path:
+    """The skeleton + /etc layer for this workdir and network mode (cached)."""
+    sandbox_path(workdir)
+    key = hashlib.sha256(f"{LAYER_VERSION}|{workdir}|{public_network}".encode()).hexdigest()[:16]
+
+    def fill(root: Path) -> None:
+        for name, target in host_system_entries():
+            if target is None:
+                _mkdir(root, name)
+            else:
+                os.symlink(target, root / name)
+        for d in ("proc", "dev", "tmp", "etc", ".evsys", "root", "logs", "home", "tests", "solution"):
+            _mkdir(root, d)
+        for d in ("tests", "solution"):
+            os.rmdir(root / d)
+        _mkdir(root, "/.evsys/daemon")
+        _mkdir(root, "/.evsys/jobs", 0o711)
+        os.chmod(root / "tmp", 0o1777)
+        os.chmod(root / "root", 0o700)
+        _mkdir(root, AGENT_HOME, 0o755, AGENT_UID)
+        _mkdir(root, AGENT_LOGS_DIR, 0o755, AGENT_UID)
+        _mkdir(root, ARTIFACTS_DIR, 0o755, AGENT_UID)
+        _mkdir(root, VERIFIER_LOGS_DIR, 0o755, 0)
+        _mkdir(root, workdir, 0o755, AGENT_UID)
+        etc = root / "etc"
+        for name in ETC_RO_BINDS:
+            if os.path.isdir(f"/etc/{name}"):
+                (etc / name).mkdir(parents=True, exist_ok=True)
+            elif os.path.lexists(f"/etc/{name}"):
+                (etc / name).parent.mkdir(parents=True, exist_ok=True)
+                (etc / name).touch()
+        (etc / "passwd").write_text(PASSWD)
+        (etc / "group").write_text(GROUP)
+        (etc / "hosts").write_text(HOSTS)
+        (etc / "hostname").write_text("evsys\n")
+        (etc / "nsswitch.conf").write_text(NSSWITCH)
+        (etc / "shadow").write_text("root:*:19000:0:99999:7:::\nagent:*:19000:0:99999:7:::\n")
+        os.chmod(etc / "shadow", 0o640)
+        if os.path.exists("/etc/ld.so.cache"):
+            shutil.copy2("/etc/ld.so.cache", etc / "ld.so.cache")
+        if public_network and os.path.exists("/etc/resolv.conf"):
+            shutil.copyfile("/etc/resolv.conf", etc / "resolv.conf")
+
+    return _build(cache / f"base-{key}", fill)
+
+
+def _fingerprint(files: list[FileCopy], workdir: str) -> str:
+    """A hash of every source file's path, size, mtime and mode, plus destinations."""
+    h = hashlib.sha256(f"{LAYER_VERSION}|{workdir}".encode())
+    for fc in files:
+        src = Path(fc.src)
+        if not src.exists():
+            raise SandboxError(f"sandbox file source {src} does not exist (destination {fc.dst})")
+        h.update(f"\0{src.resolve()}\0{fc.dst}".encode())
+        walk = [src] if not src.is_dir() else [src, *sorted(src.rglob("*"))]
+        for p in walk:
+            st = p.lstat()
+            h.update(f"{p}|{st.st_size}|{st.st_mtime_ns}|{st.st_mode}".encode())
+    return h.hexdigest()[:20]
+
+
+def _place(root: Path, fc: FileCopy, workdir: str) -> None:
+    """COPY semantics: a file goes to dst (or into dst/ when dst ends with '/'); a directory's contents merge
+    into dst. Files under the workdir belong to the agent user; everything else to root."""
+    dst = sandbox_path(fc.dst)
+    src = Path(fc.src)
+    target = root / str(dst).lstrip("/")
+    if src.is_dir():
+        shutil.copytree(src, target, symlinks=True, dirs_exist_ok=True)
+    else:
+        if fc.dst.endswith("/"):
+            target = target / src.name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, target, follow_symlinks=False)
+    for p in [target, *(target.rglob("*") if target.is_dir() else [])]:
+        os.lchown(p, 0, 0)
+
+
+def files_layer(cache: Path, files: list[FileCopy], workdir: str) -> Path | None:
+    """The layer holding the spec's files (cached by fingerprint); None when there are none."""
+    if not files:
+        return None
+
+    def fill(root: Path) -> None:
+        for fc in files:
+            _place(root, fc, workdir)
+        work = root / workdir.lstrip("/")
+        if work.is_dir():
+            for p in [work, *work.rglob("*")]:
+                os.lchown(p, AGENT_UID, AGENT_UID)
+
+    return _build(cache / f"files-{_fingerprint(files, workdir)}", fill)
+
+
+DAEMON_FILES = ("daemon.py", "daemon_os.py", "daemon_workers.py")
+
+
+def write_daemon_copy(cache: Path) -> Path:
+    """A private copy of the daemon's scripts, bound read-only into sandboxes (never the project checkout)."""
+    here = Path(__file__).parent
+    sources = {name: (here / name).read_bytes() for name in DAEMON_FILES}
+    key = hashlib.sha256(b"".join(sources[n] for n in DAEMON_FILES)).hexdigest()[:16]
+
+    def fill(root: Path) -> None:
+        for name, data in sources.items():
+            (root / name).write_bytes(data)
+            os.chmod(root / name, 0o644)
+        # bytecode compiled by the sandbox's own interpreter: the bound directory is read-only inside
+        compile_cmd = "import py_compile, sys; [py_compile.compile(f, doraise=True) for f in sys.argv[1:]]"
+        files = [str(root / n) for n in DAEMON_FILES]
+        subprocess.run([SANDBOX_PYTHON, "-I", "-c", compile_cmd, *files], check=True, capture_output=True)
+
+    return _build(cache / f"daemon-{key}", fill)

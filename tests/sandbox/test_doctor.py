@@ -1,0 +1,40 @@
+"""`evsys doctor`: the checks and the command's table and exit code."""
+
+from __future__ import annotations
+
+import typer
+from typer.testing import CliRunner
+
+from evsys.cli.doctor import doctor
+from evsys.sandbox import doctor as checks
+
+
+def _app() -> typer.Typer:
+    app = typer.Typer()
+    app.command()(doctor)
+    return app
+
+
+def test_checks_find_what_this_machine_has():
+    found = {c.name: c for c in checks.run_checks(smoke=False)}
+    assert found["bubblewrap"].ok and "bubblewrap" in found["bubblewrap"].detail
+    assert found["cgroup memory"].ok and found["cgroup pids"].ok
+    assert found["seccomp"].ok and "syscalls denied" in found["seccomp"].detail
+
+
+def test_doctor_prints_a_table_and_exits_0_when_everything_works():
+    result = CliRunner().invoke(_app(), [])
+    assert result.exit_code == 0, result.output
+    assert "sandbox smoke test" in result.output and "fully supported" in result.output
+
+
+def test_doctor_exits_1_with_the_fix_when_something_required_is_missing(monkeypatch):
+    monkeypatch.setattr(
+        checks,
+        "check_bwrap",
+        lambda: checks.Check("bubblewrap", False, "bwrap not found", "apt-get install bubblewrap"),
+    )
+    result = CliRunner().invoke(_app(), [], env={"COLUMNS": "200"})
+    assert result.exit_code == 1
+    assert "apt-get install bubblewrap" in result.output
+    assert "cannot run here" in result.output and "smoke" not in result.output

@@ -1,0 +1,112 @@
+"""start/stop: many sandboxes at once, repeated cycles leaving nothing behind, stale cleanup, bad specs."""
+
+# ruff: noqa: ASYNC230 - tiny host-side probes of what the sandbox may have touched
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+from sandbox_helpers import own_cgroup_dirs, sandbox_mounts, sandbox_processes, spec
+
+from evsys.sandbox import LocalSandbox, SandboxError, SandboxUnsupported, cleanup_stale, create_sandbox
+from evsys.sandbox.cgroups import detect_layout
+
+
+async def test_32_sandboxes_at_once():
+    boxes = [LocalSandbox(spec()) for _ in range(32)]
+    await asyncio.gather(*(b.start() for b in boxes))
+    try:
+        results = await asyncio.gather(
+            *(b.exec(f"echo {i} > /app/me; cat /app/me") for i, b in enumerate(boxes))
+        )
+        assert [r.stdout for r in results] == [f"{i}\n" for i in range(32)]
+    finally:
+        await asyncio.gather(*(b.stop() for b in boxes))
+    assert own_cgroup_dirs() == []
+
+
+@pytest.mark.slow
+async def test_100_start_stop_cycles_leave_nothing_behind():
+    mounts_before = open("/proc/self/mountinfo").read()
+    for _ in range(100):
+        sb = LocalSandbox(spec())
+        await sb.start()
+        await sb.exec("sleep 100 & setsid sleep 100 & echo x > /app/f")
+        await sb.stop()
+    assert open("/proc/self/mountinfo").read() == mounts_before
+    assert sandbox_mounts() == []
+    assert own_cgroup_dirs() == []
+    assert sandbox_processes() == []
+
+
+async def test_stop_is_idempotent_and_exec_after_stop_fails(sandbox):
+    await sandbox.stop()
+    await sandbox.stop()
+    with pytest.raises(SandboxError, match="not running"):
+        await sandbox.exec("true")
+
+
+async def test_cannot_start_twice(sandbox):
+    with pytest.raises(SandboxError, match="already started"):
+        await sandbox.start()
+
+
+async def test_allowlist_network_is_refused_clearly():
+    sb = create_sandbox(spec(network="allowlist", allowed_hosts=["example.com"]))
+    with pytest.raises(
+        SandboxUnsupported, match="allowlist networking is not supported by the local sandbox yet"
+    ):
+        await sb.start()
+
+
+async def test_unknown_backend_and_bad_default_user():
+    with pytest.raises(SandboxUnsupported, match="unknown sandbox backend 'docker'"):
+        create_sandbox(spec(), backend="docker")
+    with pytest.raises(SandboxError, match=r"spec\.user must be one of"):
+        await LocalSandbox(spec(user="admin")).start()
+
+
+def test_cleanup_stale_removes_cgroups_of_dead_owners():
+    dead = 2**22 - 7  # above the default pid_max range used here, so no such process
+    assert not os.path.exists(f"/proc/{dead}")
+    layout = detect_layout()
+    dirs = [parent / f"evsys-{dead}-leftover" for parent in layout.parents.values()]
+    live = [parent / f"evsys-{os.getpid()}-inuse" for parent in layout.parents.values()]
+    for d in dirs + live:
+        d.mkdir(exist_ok=True)
+    try:
+        assert cleanup_stale() >= 1
+        assert not any(d.exists() for d in dirs)
+        assert all(d.exists() for d in live)
+    finally:
+        for d in dirs + live:
+            if d.exists():
+                d.rmdir()
+
+
+async def test_limits_are_written_to_the_sandbox_cgroups():
+    async with LocalSandbox(spec(cpus=0.5, memory_mb=256, pids_max=77)) as sb:
+        dirs = sb._cgroup.dirs
+        if sb._cgroup.layout.version == 1:
+            assert (dirs["cpu"] / "cpu.cfs_quota_us").read_text().strip() == "50000"
+            assert (dirs["memory"] / "memory.limit_in_bytes").read_text().strip() == str(256 * 1024 * 1024)
+        assert (dirs["pids"] / "pids.max").read_text().strip() == "77"
+        r = await sb.exec("cat /proc/self/cgroup")
+        assert r.exit_code == 0
+        in_cgroup = set(sb._cgroup.pids())
+        assert len(in_cgroup) >= 2  # the daemon and at least one worker are inside the limits
+
+
+async def test_public_network_shares_the_host_network_and_no_network_has_only_lo():
+    async with LocalSandbox(spec(network="public")) as sb:
+        links = (
+            await sb.exec("ip -o link | cut -d: -f2; test -s /etc/resolv.conf && echo resolv")
+        ).stdout.split()
+        assert "lo" in links and len(links) > 2 and links[-1] == "resolv"
+    async with LocalSandbox(spec()) as sb:
+        links = (
+            await sb.exec("ip -o link | cut -d: -f2; test -e /etc/resolv.conf || echo no-resolv")
+        ).stdout.split()
+        assert links == ["lo", "no-resolv"]

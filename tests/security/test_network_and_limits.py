@@ -1,0 +1,86 @@
+"""Red team: networking and resource limits."""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+import pytest
+
+pytestmark = pytest.mark.security
+
+CONNECT_PY = """
+import socket, sys
+s = socket.socket()
+s.settimeout(2)
+try:
+    s.connect((sys.argv[1], int(sys.argv[2])))
+    print("CONNECTED")
+except OSError as e:
+    print("ERR", e.errno)
+"""
+CONNECT = f"python3 -c '{CONNECT_PY}' {{host}} {{port}}"
+
+
+async def test_cannot_reach_a_server_on_host_loopback(sandbox):
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    accepted: list = []
+    server.settimeout(3)
+    t = threading.Thread(target=lambda: _accept(server, accepted))
+    t.start()
+    try:
+        r = await sandbox.exec(CONNECT.format(host="127.0.0.1", port=port), user="root")
+        assert "CONNECTED" not in r.stdout
+    finally:
+        t.join()
+        server.close()
+    assert accepted == []
+
+
+def _accept(server: socket.socket, accepted: list) -> None:
+    try:
+        accepted.append(server.accept())
+    except OSError:
+        pass
+
+
+async def test_no_route_to_any_other_address(sandbox):
+    r = await sandbox.exec("ip route get 1.1.1.1 2>&1; ip -o link | cut -d: -f2", user="root")
+    assert "unreachable" in r.stdout.lower()
+    assert r.stdout.split()[-1] == "lo"
+    c = await sandbox.exec(CONNECT.format(host="10.255.255.1", port=80))
+    assert c.stdout.split() == ["ERR", "101"]  # ENETUNREACH before any packet leaves
+
+
+async def test_fork_bomb_is_contained_and_recorded(make_sandbox):
+    sb = await make_sandbox(pids_max=64)
+    r = await sb.exec("bomb() { bomb | bomb & }; bomb; sleep 2", timeout=10)
+    assert "pids" in r.limits_hit
+    await sb.kill_processes()
+    assert (await sb.exec("echo still-usable")).stdout == "still-usable\n"
+    await sb.stop()
+
+
+async def test_memory_bomb_is_oom_killed_and_recorded(make_sandbox):
+    sb = await make_sandbox(memory_mb=64)
+    r = await sb.exec("python3 -c 'x = bytearray(512 * 1024 * 1024); print(len(x))'", timeout=30)
+    assert r.exit_code == 137
+    assert "memory" in r.limits_hit
+    assert (await sb.exec("echo alive")).stdout == "alive\n"
+    await sb.stop()
+
+
+async def test_disk_fill_stops_at_storage_limit(make_sandbox):
+    sb = await make_sandbox(storage_mb=32)
+    r = await sb.exec("dd if=/dev/zero of=/app/fill bs=1M count=100 2>&1; du -m /app/fill", timeout=30)
+    assert "No space left on device" in r.stdout
+    assert "storage" in r.limits_hit
+    assert int(r.stdout.split()[-2]) <= 32
+    full = await sb.exec("head -c 1000000 /dev/zero > /app/more; echo still-runs")
+    assert full.stdout == "still-runs\n" and "storage" in full.limits_hit  # commands still run when full
+    await sb.exec("rm /app/fill /app/more")
+    assert "storage" not in (await sb.exec("echo ok > /app/small")).limits_hit
+    await sb.stop()
