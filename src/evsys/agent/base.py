@@ -1,0 +1,100 @@
+"""The `Agent` protocol: who acts in a trial, and what it gets and gives back.
+
+An agent has a `name`, an `async setup(sandbox, ctx)` (install a harness, warm a cache; bounded by the setup
+timeout) and an `async run(instruction, sandbox, ctx) -> AgentResult` (bounded by the agent timeout; the trial
+cancels it on timeout and then kills every process left in the sandbox). The `AgentContext` carries what the
+trial knows: the task, the host directory for agent logs, the model name and client (None for oracle/nop),
+and a `TrajectoryRecorder` the agent appends its steps to (token ids, logprobs, loss mask, usage, cost).
+
+Errors: any exception from `run` fails the trial with cause `agent_error`; an exception with a
+`failure_cause = "model_error"` attribute (e.g. `ModelCallError`, or a model client's own error class)
+fails it with `model_error`. Both are retried when the job allows retries.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from evsys.sandbox.base import Sandbox
+from evsys.trajectory.models import Step, TrajectoryRecorder, Usage
+
+if TYPE_CHECKING:
+    from evsys.task.models import Task
+
+
+class AgentError(Exception):
+    """The agent failed (cause `agent_error`)."""
+
+    failure_cause = "agent_error"
+
+
+class AgentTimeoutError(AgentError):
+    """The agent ran past its timeout (cause `agent_timeout`, never retried)."""
+
+    failure_cause = "agent_timeout"
+
+
+class ModelCallError(AgentError):
+    """A model call failed: unreachable server, rate limit, malformed response (cause `model_error`)."""
+
+    failure_cause = "model_error"
+
+
+class AgentResult(BaseModel):
+    """What an agent run returns. Its steps follow those recorded via the context."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    usage: Usage | None = Field(
+        None, description="Tokens and cost; when None, summed from the trajectory's steps."
+    )
+    steps: list[Step] = Field(default_factory=list)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+class AgentContext:
+    """What a trial hands its agent: task, host logs dir, model name/client and the trajectory recorder."""
+
+    def __init__(
+        self,
+        *,
+        task: Task,
+        trial_name: str,
+        logs_dir: Path,
+        trajectory: TrajectoryRecorder,
+        model_name: str | None = None,
+        model_client: Any = None,
+        timeout_sec: float | None = None,
+        kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        self.task = task
+        self.trial_name = trial_name
+        self.logs_dir = logs_dir
+        self.trajectory = trajectory
+        self.model_name = model_name
+        self.model_client = model_client
+        self.timeout_sec = timeout_sec
+        self.kwargs = dict(kwargs or {})
+
+    @property
+    def workdir(self) -> str:
+        """The task's working directory inside the sandbox."""
+        return self.task.environment.workdir
+
+
+@runtime_checkable
+class Agent(Protocol):
+    """An agent: `setup` once per trial, then `run` the instruction in the sandbox."""
+
+    name: str
+
+    async def setup(self, sandbox: Sandbox, ctx: AgentContext) -> None:
+        """Prepare the sandbox for this agent (bounded by the setup timeout)."""
+        ...
+
+    async def run(self, instruction: str, sandbox: Sandbox, ctx: AgentContext) -> AgentResult:
+        """Act on the instruction (bounded by the agent timeout) and report usage and steps."""
+        ...

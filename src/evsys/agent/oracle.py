@@ -1,0 +1,59 @@
+"""The `oracle` agent: runs the task's reference solution `solution/solve.sh` (as Harbor's oracle does)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from evsys.agent.base import AgentContext, AgentError, AgentResult, AgentTimeoutError
+from evsys.sandbox.base import AGENT_LOGS_DIR, SOLUTION_DIR, Sandbox
+from evsys.trajectory.models import StepMetrics, Usage
+from evsys.verify.script import pack_directory, unpack_command
+
+_UPLOAD_FAILED = "evsys: placing the solution failed"
+
+_SOLVE = (
+    f"{{ {unpack_command(SOLUTION_DIR)} && mkdir -p {AGENT_LOGS_DIR}; }} || "
+    f"{{ echo '{_UPLOAD_FAILED}' >&2; exit 1; }}; "
+    f"bash {SOLUTION_DIR}/solve.sh > {AGENT_LOGS_DIR}/oracle.txt 2>&1 < /dev/null; rc=$?; "
+    f"tail -c 65536 {AGENT_LOGS_DIR}/oracle.txt; exit $rc"
+)
+
+
+class OracleAgent:
+    """Places `solution/` at /solution and runs `bash /solution/solve.sh` as root in the task's workdir.
+
+    Its output goes to /logs/agent/oracle.txt. A non-zero exit does not fail the trial: the verifier decides.
+    """
+
+    name = "oracle"
+    version = "1.0"
+
+    async def setup(self, sandbox: Sandbox, ctx: AgentContext) -> None:
+        """Nothing to install."""
+
+    async def run(self, instruction: str, sandbox: Sandbox, ctx: AgentContext) -> AgentResult:
+        """Upload and run the reference solution; record the instruction and the solution's output."""
+        solution = ctx.task.solution_dir
+        if solution is None or not (solution / "solve.sh").is_file():
+            raise AgentError(f"task '{ctx.task.name}' has no solution/solve.sh for the oracle agent")
+        ctx.trajectory.add("user", instruction)
+        files = await asyncio.to_thread(pack_directory, solution)
+        result = await sandbox.exec(
+            _SOLVE,
+            user="root",
+            cwd=ctx.workdir,
+            env=ctx.task.config.solution.env,
+            timeout=ctx.timeout_sec,
+            stdin=files,
+        )
+        if result.timed_out:
+            raise AgentTimeoutError(f"solution/solve.sh ran past the agent timeout of {ctx.timeout_sec:g} s")
+        if _UPLOAD_FAILED in result.stderr:
+            raise AgentError(f"placing solution/ at {SOLUTION_DIR} failed: {result.stderr.strip()[-500:]}")
+        message = result.stdout
+        if result.exit_code != 0:
+            message += f"\n[solve.sh exited with {result.exit_code}]"
+        ctx.trajectory.add(
+            "agent", message, metrics=StepMetrics(prompt_tokens=0, completion_tokens=0, cost_usd=0.0)
+        )
+        return AgentResult(usage=Usage(), metadata={"exit_code": result.exit_code})

@@ -1,0 +1,116 @@
+"""Resolve an agent name to an agent instance: built-ins (`oracle`, `nop`, and whatever else registers itself,
+e.g. `loop` or harness names) or a custom class given as `module:Class` (or `module.path:Class`).
+
+Custom classes are imported and built with the job's agent kwargs (`--agent-kwarg key=value`). Every failure
+is an `AgentNotFoundError` whose message names the agent and what was wrong.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+from collections.abc import Callable
+from typing import Any
+
+from evsys.agent.base import Agent
+
+
+class AgentNotFoundError(ValueError):
+    """The agent name is unknown, its module cannot be imported, or its class cannot be built."""
+
+
+AgentFactory = Callable[..., Agent]
+
+_BUILTINS: dict[str, str] = {
+    "oracle": "evsys.agent.oracle:OracleAgent",
+    "nop": "evsys.agent.nop:NopAgent",
+    "loop": "evsys.agent.loop:LoopAgent",
+}
+_REGISTERED: dict[str, AgentFactory] = {}
+
+
+def register_agent(name: str, factory: AgentFactory | str) -> None:
+    """Make `name` resolvable: `factory` takes the agent kwargs, or is a lazy `module:Class` path."""
+    if isinstance(factory, str):
+        _BUILTINS[name] = factory
+    else:
+        _REGISTERED[name] = factory
+
+
+def agent_names() -> list[str]:
+    """Every name `resolve_agent` knows without a `module:Class` path (whose module is installed)."""
+    present = {name for name, path in _BUILTINS.items() if _module_exists(path.partition(":")[0])}
+    return sorted({*present, *_REGISTERED})
+
+
+def _module_exists(module_name: str) -> bool:
+    try:
+        return importlib.util.find_spec(module_name) is not None
+    except ImportError:
+        return False
+
+
+def parse_agent_kwarg(text: str) -> tuple[str, Any]:
+    """Parse one `key=value` agent kwarg; the value is read as JSON when it parses (numbers, true, lists)."""
+    key, sep, raw = text.partition("=")
+    if not sep or not key.strip():
+        raise ValueError(f"agent kwarg '{text}' is not of the form key=value")
+    try:
+        value: Any = json.loads(raw)
+    except ValueError:
+        value = raw
+    return key.strip(), value
+
+
+def _import_class(path: str, agent_name: str) -> Any:
+    module_name, _, attr = path.partition(":")
+    if not module_name or not attr:
+        raise AgentNotFoundError(f"agent '{agent_name}': expected 'module:Class', got '{path}'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise AgentNotFoundError(
+            f"agent '{agent_name}': cannot import module '{module_name}': {exc}"
+        ) from exc
+    target: Any = module
+    for part in attr.split("."):
+        try:
+            target = getattr(target, part)
+        except AttributeError:
+            raise AgentNotFoundError(
+                f"agent '{agent_name}': module '{module_name}' has no '{attr}'"
+            ) from None
+    return target
+
+
+def _factory_for(name: str) -> AgentFactory:
+    if name in _REGISTERED:
+        return _REGISTERED[name]
+    if name in _BUILTINS:
+        return _import_class(_BUILTINS[name], name)
+    if ":" in name:
+        return _import_class(name, name)
+    raise AgentNotFoundError(
+        f"unknown agent '{name}'; built-in agents: {', '.join(agent_names())}; "
+        "or give a custom agent class as 'module:Class'"
+    )
+
+
+def resolve_agent(name: str, kwargs: dict[str, Any] | None = None) -> Agent:
+    """Build the agent called `name` with `kwargs`; `AgentNotFoundError` with a clear message on failure."""
+    factory = _factory_for(name)
+    try:
+        agent = factory(**(kwargs or {}))
+    except TypeError as exc:
+        raise AgentNotFoundError(f"agent '{name}' cannot be built with kwargs {kwargs or {}}: {exc}") from exc
+    missing = [m for m in ("setup", "run") if not callable(getattr(agent, m, None))]
+    if missing:
+        methods = " or ".join(f"{m}()" for m in missing)
+        raise AgentNotFoundError(f"agent '{name}' is not an agent: it has no {methods} method")
+    if not getattr(agent, "name", None):
+        try:
+            agent.name = name.rsplit(":", 1)[-1]
+        except AttributeError:
+            pass
+    return agent

@@ -1,0 +1,246 @@
+"""`evsys run`: run agents on task directories (or resume a job) with a live progress bar and a summary table.
+
+Exit codes: 0 when the job ran (whatever the rewards), 2 on usage errors, 130 when cancelled by Ctrl-C/SIGTERM
+(the job directory stays resumable with `evsys run --resume jobs/<name>`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.console import Console
+
+if TYPE_CHECKING:
+    from evsys.engine.job import Job
+    from evsys.engine.results import JobResult
+
+EXIT_USAGE = 2
+EXIT_CANCELLED = 130
+
+console = Console(stderr=True)
+
+
+def _stdout_console() -> Console:
+    """stdout; wide enough for the summary table when it is not a terminal (logs, CI, pipes)."""
+    out = Console()
+    return out if out.is_terminal else Console(width=200)
+
+
+def _fail(message: str) -> typer.Exit:
+    console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
+    return typer.Exit(EXIT_USAGE)
+
+
+def _build_job(
+    paths: list[Path],
+    agents: list[str],
+    model: str | None,
+    agent_kwargs: list[str],
+    resume: Path | None,
+    retry_errors: bool,
+    settings: dict,
+) -> Job:
+    from pydantic import ValidationError
+
+    from evsys.agent.registry import parse_agent_kwarg
+    from evsys.engine import AgentSpec, Job, JobConfig, JobStoreError
+
+    if resume is not None:
+        if paths:
+            raise _fail("--resume takes no task paths: the job's saved config.json says what to run")
+        try:
+            return Job.resume(resume, retry_errors=retry_errors)
+        except JobStoreError as exc:
+            raise _fail(str(exc)) from None
+    if not paths:
+        raise _fail("give at least one task directory or dataset path (or --resume jobs/<name>)")
+    try:
+        kwargs = dict(parse_agent_kwarg(text) for text in agent_kwargs)
+        specs = [AgentSpec(name=name, model=model, kwargs=kwargs) for name in (agents or ["oracle"])]
+        config = JobConfig(
+            datasets=paths, agents=specs, **{k: v for k, v in settings.items() if v is not None}
+        )
+    except (ValueError, ValidationError) as exc:
+        raise _fail(_validation_message(exc)) from None
+    return Job(config, retry_errors=retry_errors)
+
+
+def _validation_message(exc: Exception) -> str:
+    from pydantic import ValidationError
+
+    if isinstance(exc, ValidationError):
+        return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+    return str(exc)
+
+
+def run(
+    paths: Annotated[
+        list[Path] | None, typer.Argument(help="Task directories or datasets.", show_default=False)
+    ] = None,
+    agent: Annotated[
+        list[str] | None, typer.Option("-a", "--agent", help="oracle | nop | module:Class")
+    ] = None,
+    model: Annotated[str | None, typer.Option("-m", "--model", help="Model for model-driven agents.")] = None,
+    n_attempts: Annotated[int, typer.Option("-k", "--n-attempts", help="Attempts per task and agent.")] = 1,
+    n_concurrent: Annotated[int, typer.Option("-n", "--n-concurrent", help="Trials running at once.")] = 4,
+    jobs_dir: Annotated[Path, typer.Option("--jobs-dir", help="Where job directories go.")] = Path("jobs"),
+    job_name: Annotated[str | None, typer.Option("--job-name", help="Default: the start time.")] = None,
+    max_retries: Annotated[int, typer.Option("--max-retries", help="Retries of retryable failures.")] = 0,
+    agent_timeout_multiplier: Annotated[float, typer.Option("--agent-timeout-multiplier")] = 1.0,
+    verifier_timeout_multiplier: Annotated[float, typer.Option("--verifier-timeout-multiplier")] = 1.0,
+    setup_timeout_multiplier: Annotated[float, typer.Option("--setup-timeout-multiplier")] = 1.0,
+    agent_kwarg: Annotated[
+        list[str] | None, typer.Option("--agent-kwarg", help="key=value for the agent.")
+    ] = None,
+    skip_build: Annotated[
+        bool, typer.Option("--skip-build", help="Run image-needing tasks on the host image.")
+    ] = False,
+    sandbox: Annotated[str, typer.Option("--sandbox", help="Sandbox backend.")] = "local",
+    task: Annotated[
+        list[str] | None, typer.Option("--task", help="Only tasks whose name matches (glob).")
+    ] = None,
+    resume: Annotated[Path | None, typer.Option("--resume", help="Resume the job in this directory.")] = None,
+    retry_errors: Annotated[
+        bool, typer.Option("--retry-errors", help="On resume, rerun errored trials too.")
+    ] = False,
+) -> None:
+    """Run agents on tasks in sandboxes and score them; or resume a job with --resume jobs/<name>."""
+    settings = {
+        "job_name": job_name,
+        "jobs_dir": jobs_dir,
+        "n_attempts": n_attempts,
+        "n_concurrent": n_concurrent,
+        "max_retries": max_retries,
+        "agent_timeout_multiplier": agent_timeout_multiplier,
+        "verifier_timeout_multiplier": verifier_timeout_multiplier,
+        "setup_timeout_multiplier": setup_timeout_multiplier,
+        "skip_build": skip_build,
+        "sandbox": sandbox,
+        "task_names": task or [],
+    }
+    job = _build_job(paths or [], agent or [], model, agent_kwarg or [], resume, retry_errors, settings)
+    result = _run_job(job)
+    print_summary(_stdout_console(), result, job)
+    if job.cancelled:
+        console.print(
+            f"[yellow]cancelled[/]: resume with `evsys run --resume {job.job_dir}`",
+            highlight=False,
+            soft_wrap=True,
+        )
+        raise typer.Exit(EXIT_CANCELLED)
+
+
+def _run_job(job: Job) -> JobResult:
+    from evsys.engine import JobStoreError, PlanError
+    from evsys.task.loader import DatasetNotFoundError
+
+    try:
+        return asyncio.run(_run_with_signals(job))
+    except (JobStoreError, PlanError, DatasetNotFoundError) as exc:
+        raise _fail(str(exc)) from None
+    except ValueError as exc:  # unknown agent, bad agent kwargs
+        raise _fail(str(exc)) from None
+
+
+async def _run_with_signals(job: Job) -> JobResult:
+    loop = asyncio.get_running_loop()
+
+    def on_signal() -> None:
+        if job.cancelled:
+            os._exit(EXIT_CANCELLED)
+        console.print("\n[yellow]cancelling: stopping running trials (press Ctrl-C again to exit at once)[/]")
+        job.cancel()
+
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, on_signal)
+    try:
+        async with live_progress(job, console):
+            return await job.run()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(sig)
+
+
+@contextlib.asynccontextmanager
+async def live_progress(job: Job, out: Console) -> AsyncIterator[None]:
+    """Show a live progress bar (done / running / errored, mean reward so far) while the job runs."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    progress = Progress(
+        TextColumn("[bold]{task.fields[job]}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("{task.fields[detail]}"),
+        TimeElapsedColumn(),
+        console=out,
+        transient=False,
+    )
+    bar = progress.add_task("trials", total=None, job=job.config.job_name, detail="planning")
+
+    def update() -> None:
+        status = job.status()
+        mean = status["mean_reward"]
+        detail = (
+            f"running {status['running']} | errored {status['errored']} | "
+            f"mean reward {'-' if mean is None else f'{mean:.3f}'}"
+        )
+        progress.update(bar, total=status["planned"] or None, completed=status["done"], detail=detail)
+
+    async def refresh() -> None:
+        while True:
+            update()
+            await asyncio.sleep(0.2)
+
+    with progress:
+        updater = asyncio.create_task(refresh())
+        try:
+            yield
+        finally:
+            updater.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await updater
+            update()
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def print_summary(out: Console, result: JobResult, job: Job) -> None:
+    """The summary table per (agent, model, dataset), then the job directory."""
+    from rich.table import Table
+
+    table = Table(title=f"job {result.job_name}", title_justify="left")
+    for column in ("agent", "model", "dataset", "trials", "errors", "mean reward", "per key", "pass@k"):
+        table.add_column(column, overflow="fold")
+    for column in ("tokens in/out", "cost $", "wall s"):
+        table.add_column(column, justify="right")
+    for group in result.metrics:
+        errors = ", ".join(f"{cause} {n}" for cause, n in group.errors_by_cause.items()) or "0"
+        keys = ", ".join(f"{k} {_fmt(v)}" for k, v in group.reward_means.items() if k != "reward") or "-"
+        passk = ", ".join(f"@{k} {_fmt(v)}" for k, v in (group.pass_at_k or {}).items()) or "-"
+        table.add_row(
+            group.agent,
+            group.model or "-",
+            group.dataset,
+            str(group.n_trials),
+            errors,
+            _fmt(group.mean_reward),
+            keys,
+            passk,
+            f"{group.usage.prompt_tokens}/{group.usage.completion_tokens}",
+            _fmt(group.usage.cost_usd, 4),
+            _fmt(group.wall_time_sec, 1),
+        )
+    out.print(table)
+    missing = result.n_planned - result.n_done
+    if missing:
+        out.print(f"{missing} of {result.n_planned} planned trials did not run", highlight=False)
+    out.print(f"job directory: {job.job_dir}", highlight=False, soft_wrap=True)

@@ -1,0 +1,95 @@
+"""`JobConfig` and `AgentSpec`: everything needed to run (and later resume) a job, saved as `config.json`."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def slugify(text: str, *, max_len: int = 80) -> str:
+    """A file-name-safe version of `text` (letters, digits, `.`, `_`, `-`; never empty, never `.`/`..`)."""
+    slug = _UNSAFE.sub("-", text).strip("-.") or "x"
+    return slug[:max_len].rstrip("-.") or "x"
+
+
+def default_job_name() -> str:
+    """A job name from the local time, e.g. `2026-11-22__05-30-12`."""
+    return datetime.now().strftime("%Y-%m-%d__%H-%M-%S")
+
+
+class AgentSpec(BaseModel):
+    """One agent of a job: a name (`oracle`, `nop`, `loop`, a harness, `module:Class`), model, kwargs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1)
+    model: str | None = None
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def slug(self) -> str:
+        """The agent's part of trial names: its class or name, plus the model's last path segment."""
+        base = self.name.rsplit(":", 1)[-1].rsplit(".", 1)[-1]
+        if self.model:
+            base = f"{base}-{self.model.rstrip('/').rsplit('/', 1)[-1]}"
+        return slugify(base, max_len=40)
+
+
+class JobConfig(BaseModel):
+    """A job: datasets x agents x attempts, concurrency, retries, timeouts, where results go."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    datasets: list[Path] = Field(
+        min_length=1, description="Task directories or directories of task directories."
+    )
+    agents: list[AgentSpec] = Field(default_factory=lambda: [AgentSpec(name="oracle")], min_length=1)
+    job_name: str = Field(default_factory=default_job_name)
+    jobs_dir: Path = Path("jobs")
+    n_attempts: int = Field(1, ge=1)
+    n_concurrent: int = Field(4, ge=1)
+    max_retries: int = Field(0, ge=0)
+    retry_min_wait_sec: float = Field(1.0, ge=0)
+    retry_max_wait_sec: float = Field(30.0, ge=0)
+    agent_timeout_multiplier: float = Field(1.0, gt=0)
+    verifier_timeout_multiplier: float = Field(1.0, gt=0)
+    setup_timeout_multiplier: float = Field(1.0, gt=0)
+    skip_build: bool = False
+    sandbox: str = "local"
+    task_names: list[str] = Field(default_factory=list, description="Glob patterns; empty = every task.")
+
+    @field_validator("job_name")
+    @classmethod
+    def _safe_job_name(cls, value: str) -> str:
+        if not value or slugify(value) != value:
+            raise ValueError(f"'{value}' is not a usable job name (letters, digits, '.', '_', '-' only)")
+        return value
+
+    @property
+    def job_dir(self) -> Path:
+        """Where this job's files live: `<jobs_dir>/<job_name>`."""
+        return self.jobs_dir / self.job_name
+
+
+class TrialConfig(BaseModel):
+    """One planned trial, written to `<job>/<trial>/config.json`."""
+
+    trial_name: str
+    task_name: str
+    task_path: Path
+    dataset: str
+    agent: AgentSpec
+    attempt: int = Field(ge=1)
+    agent_timeout_sec: float | None = None
+    verifier_timeout_sec: float | None = None
+    setup_timeout_sec: float | None = None
+    sandbox_start_timeout_sec: float | None = None
+    not_runnable: str | None = Field(
+        None, description="Why the trial cannot run (task_invalid, environment_unsupported)."
+    )

@@ -1,0 +1,314 @@
+"""`Job`: plan attempts x tasks x agents, run them with bounded concurrency, retry, resume, cancel, summarise.
+
+```python
+job = evsys.Job(JobConfig(datasets=["examples/tasks"], agents=[AgentSpec(name="oracle")]), on_trial_done=cb)
+result = await job.run()
+```
+`-n` (`n_concurrent`) bounds whole trials. Retries (off by default) use exponential backoff with jitter and
+only for sandbox_failed, model_error and agent_error. `Job.resume(job_dir)` reruns every trial without a valid
+result.json (or whose result is `cancelled`). `job.cancel()` (the CLI calls it on Ctrl-C) stops running
+trials, records them as `cancelled`, tears their sandboxes down and writes the job's result.json; the job
+stays resumable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import random
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from evsys.agent.registry import resolve_agent
+from evsys.engine.config import AgentSpec, JobConfig
+from evsys.engine.metrics import compute_metrics, total_usage
+from evsys.engine.plan import plan_trials
+from evsys.engine.results import RETRYABLE_CAUSES, FailureCause, JobResult, TrialFailure, TrialResult
+from evsys.engine.store import JobStore, JobStoreError
+from evsys.engine.trial import PlannedTrial, Trial
+from evsys.trajectory.models import utc_now
+
+TrialCallback = Callable[[TrialResult], Awaitable[None] | None]
+ModelClientFactory = Callable[[AgentSpec], Any]
+JOB_RESULT_INTERVAL_SEC = 0.5
+MODEL_FREE_AGENTS = frozenset({"oracle", "nop"})
+
+
+def default_model_client(agent: AgentSpec) -> Any:
+    """The model client for `agent.model` (a `provider:model` string), via evsys.model."""
+    from evsys.model.spec import create_model_client
+
+    return create_model_client(agent.model)
+
+
+def retry_delay(retry_index: int, min_wait: float, max_wait: float) -> float:
+    """Seconds to wait before retry number `retry_index` (0-based): exponential, capped, 50-100 % jitter."""
+    base = min(max_wait, min_wait * (2**retry_index))
+    return base * (0.5 + random.random() / 2)
+
+
+def is_retryable(cause: FailureCause | None) -> bool:
+    """True for the causes a job retries: sandbox_failed, model_error, agent_error."""
+    return cause in RETRYABLE_CAUSES
+
+
+class Job:
+    """A planned set of trials and the machinery to run them. See the module docstring."""
+
+    def __init__(
+        self,
+        config: JobConfig,
+        on_trial_done: TrialCallback | None = None,
+        *,
+        resume: bool = False,
+        retry_errors: bool = False,
+        model_client_factory: ModelClientFactory | None = None,
+    ) -> None:
+        datasets = [Path(p).absolute() for p in config.datasets]  # a resume may start from another directory
+        self.config = config.model_copy(update={"datasets": datasets})
+        self.on_trial_done = on_trial_done
+        self.resume_mode = resume
+        self.retry_errors = retry_errors
+        self.model_client_factory = model_client_factory
+        self.store = JobStore(config.job_dir)
+        self.planned: list[PlannedTrial] = []
+        self.results: dict[str, TrialResult] = {}
+        self.running: set[str] = set()
+        self._clients: dict[int, Any] = {}
+        self._workers: list[asyncio.Task] = []
+        self._cancelled = False
+        self._started_at = utc_now()
+        self._started = time.perf_counter()
+        self._dirty = False
+        self._writer: asyncio.Task | None = None
+        self._closing = asyncio.Event()
+
+    @classmethod
+    def resume(cls, job_dir: Path | str, on_trial_done: TrialCallback | None = None, **kwargs: Any) -> Job:
+        """A Job rebuilt from `<job_dir>/config.json`, in resume mode."""
+        config = JobStore(Path(job_dir)).read_config()
+        config = config.model_copy(update={"jobs_dir": Path(job_dir).parent, "job_name": Path(job_dir).name})
+        return cls(config, on_trial_done, resume=True, **kwargs)
+
+    @property
+    def job_dir(self) -> Path:
+        """The job directory."""
+        return self.config.job_dir
+
+    def status(self) -> dict[str, Any]:
+        """Live counts for progress displays: planned, done, running, errored, mean reward so far."""
+        done = list(self.results.values())
+        rewards = [r.reward or 0.0 for r in done if r.cause != FailureCause.CANCELLED]
+        return {
+            "planned": len(self.planned),
+            "done": len(done),
+            "running": len(self.running),
+            "errored": sum(1 for r in done if r.failure is not None),
+            "mean_reward": sum(rewards) / len(rewards) if rewards else None,
+        }
+
+    @property
+    def cancelled(self) -> bool:
+        """True once `cancel()` was called."""
+        return self._cancelled
+
+    def cancel(self) -> None:
+        """Cancel the job: running trials are recorded as `cancelled`, queued ones are left for a resume."""
+        self._cancelled = True
+        for worker in self._workers:
+            worker.cancel()
+
+    async def run(self) -> JobResult:
+        """Run every trial not already finished; return the JobResult (also written to result.json)."""
+        try:
+            await self._prepare()
+            return await self._run_planned_trials()
+        finally:
+            await self._close_clients()
+
+    async def _run_planned_trials(self) -> JobResult:
+        self._schedule_job_result()
+        queue: asyncio.Queue[PlannedTrial] = asyncio.Queue()
+        for planned in self.planned:
+            if planned.config.trial_name not in self.results:
+                queue.put_nowait(planned)
+        n_workers = min(self.config.n_concurrent, queue.qsize())
+        self._workers = [asyncio.create_task(self._worker(queue)) for _ in range(n_workers)]
+        try:
+            if self._workers:
+                await asyncio.wait(self._workers)
+        except asyncio.CancelledError:  # the caller cancelled job.run() itself
+            self.cancel()
+            await asyncio.gather(*self._workers, return_exceptions=True)
+            await self._write_job_result()
+            raise
+        result = await self._write_job_result()
+        for worker in self._workers:
+            if not worker.cancelled() and worker.exception() is not None:
+                raise worker.exception()
+        return result
+
+    async def _prepare(self) -> None:
+        for agent in self.config.agents:
+            resolve_agent(agent.name, agent.kwargs)  # fail fast on unknown agents / bad kwargs
+        await _cleanup_stale_sandboxes()
+        self.planned = await asyncio.to_thread(plan_trials, self.config)
+        if self.store.exists():
+            if not self.resume_mode:
+                raise JobStoreError(
+                    f"{self.job_dir} already exists: resume it with `evsys run --resume {self.job_dir}` "
+                    "or choose another --job-name"
+                )
+            saved = self.store.read_config()
+            where = {"jobs_dir", "job_name"}  # the job directory may have been moved or renamed
+            if saved.model_dump(mode="json", exclude=where) != self.config.model_dump(
+                mode="json", exclude=where
+            ):
+                raise JobStoreError(f"{self.store.config_path} differs from this job's config: cannot resume")
+            names = [p.config.trial_name for p in self.planned]
+            self.results = await asyncio.to_thread(
+                self.store.finished_results, names, retry_errors=self.retry_errors
+            )
+        else:
+            await self.store.write_config(self.config)
+        for agent in self.config.agents:
+            self._clients[id(agent)] = await self._model_client(agent)
+
+    async def _model_client(self, agent: AgentSpec) -> Any:
+        """One client per agent spec with a model (none for oracle/nop), built off the event loop."""
+        if agent.model is None or agent.name in MODEL_FREE_AGENTS:
+            return None
+        factory = self.model_client_factory or default_model_client
+        try:
+            return await asyncio.to_thread(factory, agent)
+        except ValueError as exc:
+            raise ValueError(f"agent '{agent.name}': model '{agent.model}': {exc}") from exc
+
+    async def _close_clients(self) -> None:
+        clients, self._clients = [c for c in self._clients.values() if c is not None], {}
+        for client in clients:
+            close = getattr(client, "aclose", None)
+            if close is not None:
+                with contextlib.suppress(Exception):
+                    await close()
+
+    async def _worker(self, queue: asyncio.Queue[PlannedTrial]) -> None:
+        while not self._cancelled:
+            try:
+                planned = queue.get_nowait()
+            except asyncio.QueueEmpty:
+                return
+            await self._run_planned(planned)
+
+    async def _run_planned(self, planned: PlannedTrial) -> None:
+        name = planned.config.trial_name
+        failures: list[TrialFailure] = []
+        self.running.add(name)
+        try:
+            while True:
+                trial = Trial(
+                    planned,
+                    self.config,
+                    self.store,
+                    model_client=self._clients.get(id(planned.config.agent)),
+                    retries=failures,
+                )
+                try:
+                    result = await trial.run()
+                except asyncio.CancelledError:
+                    await self._record(trial.result)
+                    raise
+                if not self._should_retry(result, len(failures)):
+                    break
+                failures.append(result.failure)
+                delay = retry_delay(
+                    len(failures) - 1, self.config.retry_min_wait_sec, self.config.retry_max_wait_sec
+                )
+                try:
+                    await asyncio.sleep(delay)
+                except asyncio.CancelledError:
+                    await self._record(result)
+                    raise
+        finally:
+            self.running.discard(name)
+        await self._record(result)
+
+    def _should_retry(self, result: TrialResult, n_retries: int) -> bool:
+        return (
+            not self._cancelled
+            and n_retries < self.config.max_retries
+            and result.failure is not None
+            and is_retryable(result.cause)
+        )
+
+    async def _record(self, result: TrialResult) -> None:
+        self.results[result.trial_name] = result
+        if self.on_trial_done is not None:
+            try:
+                outcome = self.on_trial_done(result)
+                if inspect.isawaitable(outcome):
+                    await outcome
+            except Exception as exc:  # a broken callback must not kill the job
+                result.warnings.append(f"on_trial_done failed: {exc!r}")
+        self._schedule_job_result()
+
+    def job_result(self) -> JobResult:
+        """The JobResult for the trials finished so far."""
+        trials = [
+            self.results[p.config.trial_name] for p in self.planned if p.config.trial_name in self.results
+        ]
+        scored = [t for t in trials if t.cause != FailureCause.CANCELLED]
+        rewards = [t.reward or 0.0 for t in scored]
+        return JobResult(
+            job_name=self.config.job_name,
+            job_dir=str(self.job_dir),
+            started_at=self._started_at,
+            complete=len(scored) == len(self.planned),
+            n_planned=len(self.planned),
+            n_done=len(trials),
+            n_errors=sum(1 for t in trials if t.failure is not None),
+            n_cancelled=len(trials) - len(scored),
+            mean_reward=sum(rewards) / len(rewards) if rewards else 0.0,
+            usage=total_usage(trials),
+            wall_time_sec=time.perf_counter() - self._started,
+            metrics=compute_metrics(trials, self.config.n_attempts),
+            trials=trials,
+        )
+
+    def _schedule_job_result(self) -> None:
+        """Have result.json rewritten soon (at most one write per JOB_RESULT_INTERVAL_SEC)."""
+        self._dirty = True
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.create_task(self._job_result_writer())
+
+    async def _job_result_writer(self) -> None:
+        while self._dirty and not self._closing.is_set():
+            self._dirty = False
+            await asyncio.shield(self.store.write_job_result(self.job_result()))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._closing.wait(), JOB_RESULT_INTERVAL_SEC)
+
+    async def _write_job_result(self) -> JobResult:
+        """Write the final result.json (after any pending periodic write has finished)."""
+        self._closing.set()
+        if self._writer is not None:
+            await asyncio.gather(self._writer, return_exceptions=True)
+        result = self.job_result()
+        result.finished_at = utc_now()
+        await asyncio.shield(self.store.write_job_result(result))
+        return result
+
+
+async def _cleanup_stale_sandboxes() -> None:
+    """Remove what SIGKILLed earlier runs left behind (cgroups, scratch dirs), via the sandbox package."""
+    from evsys import sandbox
+
+    cleanup = getattr(sandbox, "cleanup_stale", None)
+    if cleanup is None:
+        return
+    outcome = await asyncio.to_thread(cleanup)
+    if inspect.isawaitable(outcome):
+        await outcome

@@ -1,0 +1,127 @@
+"""Job metrics per (agent, model, dataset): mean reward, per-key means, pass@k, errors, timing, usage.
+
+Definitions (also in docs/jobs.md):
+- mean reward: mean of each trial's primary reward; a trial with no reward counts 0. Cancelled trials (which a
+  resume reruns) are left out of the reward figures but counted in `errors_by_cause`.
+- per-key means: for each reward key, the mean over the trials, leaving out the tasks known not to report
+  that key (they produced rewards, never with this key); a trial with no reward counts 0. So a key only one
+  task reports is not diluted by the other tasks, and failures still pull the mean down.
+- pass@k: only when every reward is exactly 0 or 1; per task, with n trials and c successes,
+  pass@k = 1 - C(n-c, k) / C(n, k) (the unbiased estimator), averaged over the tasks that have n >= k;
+  for k = 1..n_attempts.
+- timing: mean, median and max seconds of each phase over the trials that ran it.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from datetime import datetime
+from math import comb
+
+from evsys.engine.results import PHASES, FailureCause, GroupMetrics, TimingStats, TrialResult
+from evsys.trajectory.models import Usage
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k for one task: n samples, c of them correct: 1 - C(n-c, k) / C(n, k)."""
+    if not 0 <= c <= n:
+        raise ValueError(f"need 0 <= c <= n, got n={n}, c={c}")
+    if not 1 <= k <= n:
+        raise ValueError(f"need 1 <= k <= n, got n={n}, k={k}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - comb(n - c, k) / comb(n, k)
+
+
+def _reward(trial: TrialResult) -> float:
+    return trial.reward if trial.reward is not None else 0.0
+
+
+def mean_pass_at_k(trials: list[TrialResult], max_k: int) -> dict[int, float] | None:
+    """pass@k for k = 1..max_k averaged over tasks, or None when some reward is not exactly 0 or 1."""
+    if not trials or any(_reward(t) not in (0.0, 1.0) for t in trials):
+        return None
+    per_task: dict[str, list[float]] = defaultdict(list)
+    for trial in trials:
+        per_task[trial.task_name].append(_reward(trial))
+    result: dict[int, float] = {}
+    for k in range(1, max_k + 1):
+        values = [pass_at_k(len(r), int(sum(r)), k) for r in per_task.values() if len(r) >= k]
+        if values:
+            result[k] = sum(values) / len(values)
+    return result or None
+
+
+def _key_mean(trials: list[TrialResult], key: str) -> float:
+    rewarded = {t.task_name for t in trials if t.rewards}
+    with_key = {t.task_name for t in trials if key in (t.rewards or {})}
+    values = [
+        (t.rewards or {}).get(key, 0.0)
+        for t in trials
+        if t.task_name in with_key or t.task_name not in rewarded
+    ]
+    return sum(values) / len(values) if values else 0.0
+
+
+def _timing(trials: list[TrialResult]) -> dict[str, TimingStats]:
+    out: dict[str, TimingStats] = {}
+    for phase in (*PHASES, "total"):
+        values = [v for t in trials if (v := getattr(t.timing, phase)) is not None]
+        if values:
+            out[phase] = TimingStats(
+                mean=statistics.fmean(values), p50=statistics.median(values), max=max(values), n=len(values)
+            )
+    return out
+
+
+def wall_time(trials: list[TrialResult]) -> float:
+    """Seconds from the earliest trial start to the latest trial finish."""
+    starts = [datetime.fromisoformat(t.started_at) for t in trials]
+    ends = [datetime.fromisoformat(t.finished_at) for t in trials if t.finished_at]
+    if not starts or not ends:
+        return 0.0
+    return max(0.0, (max(ends) - min(starts)).total_seconds())
+
+
+def total_usage(trials: list[TrialResult]) -> Usage:
+    """The summed tokens and cost of `trials`."""
+    return Usage(
+        prompt_tokens=sum(t.usage.prompt_tokens for t in trials),
+        completion_tokens=sum(t.usage.completion_tokens for t in trials),
+        cached_tokens=sum(t.usage.cached_tokens for t in trials),
+        cost_usd=sum(t.usage.cost_usd for t in trials),
+    )
+
+
+def group_metrics(agent: str, model: str | None, dataset: str, trials: list[TrialResult], n_attempts: int):
+    """The metrics of one (agent, model, dataset) group."""
+    scored = [t for t in trials if t.cause != FailureCause.CANCELLED]
+    errors: dict[str, int] = defaultdict(int)
+    for trial in trials:
+        if trial.cause is not None:
+            errors[trial.cause.value] += 1
+    keys = sorted({key for t in scored for key in (t.rewards or {})})
+    n = len(scored)
+    return GroupMetrics(
+        agent=agent,
+        model=model,
+        dataset=dataset,
+        n_trials=len(trials),
+        n_errors=sum(errors.values()),
+        errors_by_cause=dict(sorted(errors.items())),
+        mean_reward=sum(_reward(t) for t in scored) / n if n else 0.0,
+        reward_means={key: _key_mean(scored, key) for key in keys},
+        pass_at_k=mean_pass_at_k(scored, n_attempts),
+        timing=_timing(trials),
+        usage=total_usage(trials),
+        wall_time_sec=wall_time(trials),
+    )
+
+
+def compute_metrics(trials: list[TrialResult], n_attempts: int) -> list[GroupMetrics]:
+    """Metrics for every (agent, model, dataset) group among `trials`, in order of first appearance."""
+    groups: dict[tuple[str, str | None, str], list[TrialResult]] = {}
+    for trial in trials:
+        groups.setdefault((trial.agent, trial.model, trial.dataset), []).append(trial)
+    return [group_metrics(a, m, d, group, n_attempts) for (a, m, d), group in groups.items()]

@@ -1,0 +1,124 @@
+"""Planning a job: load the datasets and expand attempts x tasks x agents into named trials.
+
+Trial names are deterministic — `<task>__<agent-slug>__<attempt>`, sanitised for file names and made unique —
+so a resumed job matches the trials of the first run. Tasks that fail to load become trials that fail with
+`task_invalid`; tasks whose Dockerfile needs an image build fail with `environment_unsupported` unless the job
+skips the build. Either way the other trials are unaffected.
+"""
+
+from __future__ import annotations
+
+from fnmatch import fnmatchcase
+from pathlib import Path
+
+from evsys.engine.config import AgentSpec, JobConfig, TrialConfig, slugify
+from evsys.engine.results import FailureCause, TrialFailure
+from evsys.engine.trial import PlannedTrial
+from evsys.task.loader import TaskLoadError, load_tasks
+from evsys.task.models import Task
+
+
+class PlanError(ValueError):
+    """The job cannot be planned (no dataset, no task matches the filter)."""
+
+
+def _load_error_message(error: TaskLoadError) -> str:
+    lines = []
+    for problem in error.errors:
+        where = f"{error.path}/{problem.file}" + (f":{problem.field}" if problem.field else "")
+        lines.append(f"{where}: {problem.message}")
+    return "; ".join(lines) or f"{error.path}: invalid task"
+
+
+def _unsupported_message(task: Task) -> str:
+    reasons = "; ".join(f"{task.path}/{reason}" for reason in task.environment.image_reasons)
+    return f"{reasons} — this needs a container image build; rerun with --skip-build to run on the host image"
+
+
+def _selected(name: str, patterns: list[str]) -> bool:
+    return not patterns or any(fnmatchcase(name, pattern) for pattern in patterns)
+
+
+Entry = tuple[str, Path, Task | None, TrialFailure | None]
+
+
+def _dataset_entries(path: Path, config: JobConfig) -> list[Entry]:
+    taskset = load_tasks(path)
+    entries: list[Entry] = []
+    for task in taskset.tasks:
+        if not _selected(task.name, config.task_names):
+            continue
+        failure = None
+        if task.environment.needs_image and not config.skip_build:
+            failure = TrialFailure(
+                cause=FailureCause.ENVIRONMENT_UNSUPPORTED, message=_unsupported_message(task)
+            )
+        entries.append((task.name, task.path, task, failure))
+    for error in taskset.errors:
+        if _selected(error.task_name, config.task_names):
+            failure = TrialFailure(cause=FailureCause.TASK_INVALID, message=_load_error_message(error))
+            entries.append((error.task_name, error.path.resolve(), None, failure))
+    return sorted(entries, key=lambda e: e[0])
+
+
+def _agent_slugs(agents: list[AgentSpec]) -> list[str]:
+    slugs: list[str] = []
+    for agent in agents:
+        slug, n = agent.slug, 2
+        while slug in slugs:
+            slug, n = f"{agent.slug}-{n}", n + 1
+        slugs.append(slug)
+    return slugs
+
+
+def _timeouts(task: Task | None, config: JobConfig) -> dict[str, float | None]:
+    if task is None:
+        return {}
+    cfg = task.config
+    return {
+        "agent_timeout_sec": cfg.agent.timeout_sec * config.agent_timeout_multiplier,
+        "verifier_timeout_sec": cfg.verifier.timeout_sec * config.verifier_timeout_multiplier,
+        "setup_timeout_sec": cfg.agent.setup_timeout_sec * config.setup_timeout_multiplier,
+        "sandbox_start_timeout_sec": cfg.environment.build_timeout_sec * config.setup_timeout_multiplier,
+    }
+
+
+def plan_trials(config: JobConfig) -> list[PlannedTrial]:
+    """Every trial of the job, attempt by attempt, in a deterministic order with unique names."""
+    datasets = [(slugify(Path(p).resolve().name), _dataset_entries(Path(p), config)) for p in config.datasets]
+    if not any(entries for _, entries in datasets):
+        wanted = f" matching {', '.join(config.task_names)}" if config.task_names else ""
+        raise PlanError(f"no tasks{wanted} in {', '.join(str(p) for p in config.datasets)}")
+    counts: dict[str, int] = {}
+    for _, entries in datasets:
+        for name, *_ in entries:
+            counts[name] = counts.get(name, 0) + 1
+    slugs = _agent_slugs(config.agents)
+    used: set[str] = set()
+    planned: list[PlannedTrial] = []
+    for attempt in range(1, config.n_attempts + 1):
+        for label, entries in datasets:
+            for name, path, task, failure in entries:
+                task_slug = slugify(name if counts[name] == 1 else f"{label}.{name}")
+                for agent, agent_slug in zip(config.agents, slugs, strict=True):
+                    trial_name = _unique(f"{task_slug}__{agent_slug}__{attempt}", used)
+                    trial_config = TrialConfig(
+                        trial_name=trial_name,
+                        task_name=name,
+                        task_path=path,
+                        dataset=label,
+                        agent=agent,
+                        attempt=attempt,
+                        not_runnable=failure.message if failure else None,
+                        **_timeouts(task, config),
+                    )
+                    planned.append(PlannedTrial(config=trial_config, task=task, failure=failure))
+    return planned
+
+
+def _unique(name: str, used: set[str]) -> str:
+    candidate, n = name, 2
+    while candidate in used:
+        candidate, n = f"{name}-{n}", n + 1
+    used.add(candidate)
+    return candidate

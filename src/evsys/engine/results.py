@@ -1,0 +1,146 @@
+"""What a job produces: `TrialResult` per trial (its `result.json`) and `JobResult` (the job's `result.json`).
+
+Every failed trial has exactly one primary `FailureCause` plus a message. A trial whose agent timed out but
+whose verifier still produced a reward keeps the reward and records `agent_timeout`.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import BaseModel, Field
+
+from evsys.trajectory.models import Usage, utc_now
+
+
+class FailureCause(StrEnum):
+    """Why a trial failed. Exactly one per failed trial."""
+
+    SANDBOX_FAILED = "sandbox_failed"
+    AGENT_TIMEOUT = "agent_timeout"
+    AGENT_ERROR = "agent_error"
+    VERIFIER_TIMEOUT = "verifier_timeout"
+    VERIFIER_ERROR = "verifier_error"
+    REWARD_MISSING = "reward_missing"
+    REWARD_INVALID = "reward_invalid"
+    MODEL_ERROR = "model_error"
+    TASK_INVALID = "task_invalid"
+    ENVIRONMENT_UNSUPPORTED = "environment_unsupported"
+    CANCELLED = "cancelled"
+
+
+RETRYABLE_CAUSES = frozenset(
+    {FailureCause.SANDBOX_FAILED, FailureCause.MODEL_ERROR, FailureCause.AGENT_ERROR}
+)
+
+PHASES = ("sandbox_start", "agent_setup", "agent_run", "verifier", "logs_download", "sandbox_stop")
+
+
+class TrialFailure(BaseModel):
+    """A failure: its cause, a message a user can act on, and when it happened."""
+
+    cause: FailureCause
+    message: str
+    at: str = Field(default_factory=utc_now)
+
+
+class PhaseTimings(BaseModel):
+    """Seconds spent in each phase of the trial (None when the phase did not run) and in total."""
+
+    sandbox_start: float | None = None
+    agent_setup: float | None = None
+    agent_run: float | None = None
+    verifier: float | None = None
+    logs_download: float | None = None
+    sandbox_stop: float | None = None
+    total: float | None = None
+
+
+class TrialResult(BaseModel):
+    """The outcome of one trial, written to `<job>/<trial>/result.json`."""
+
+    trial_name: str
+    task_name: str
+    task_path: str
+    dataset: str
+    agent: str
+    model: str | None = None
+    attempt: int
+    rewards: dict[str, float] | None = Field(None, description="All reward keys the verifier produced.")
+    reward: float | None = Field(
+        None, description="Primary reward: the 'reward' key, else the mean of the keys."
+    )
+    failure: TrialFailure | None = None
+    retries: list[TrialFailure] = Field(default_factory=list, description="Failures of earlier tries.")
+    usage: Usage = Field(default_factory=Usage)
+    timing: PhaseTimings = Field(default_factory=PhaseTimings)
+    started_at: str = Field(default_factory=utc_now)
+    finished_at: str | None = None
+    ran_on_host_image: bool = False
+    sandbox_name: str | None = None
+    agent_metadata: dict = Field(
+        default_factory=dict, description="What the agent reported (AgentResult.metadata)."
+    )
+    warnings: list[str] = Field(
+        default_factory=list, description="Non-fatal problems (e.g. a log copy failed)."
+    )
+
+    @property
+    def cause(self) -> FailureCause | None:
+        """The failure cause, or None for a trial that succeeded."""
+        return self.failure.cause if self.failure else None
+
+    @property
+    def ok(self) -> bool:
+        """True when the trial ran to a reward with no failure."""
+        return self.failure is None
+
+
+class TimingStats(BaseModel):
+    """Mean, median and max of one phase's duration over a group of trials (seconds)."""
+
+    mean: float
+    p50: float
+    max: float
+    n: int
+
+
+class GroupMetrics(BaseModel):
+    """Metrics of the trials sharing one (agent, model, dataset)."""
+
+    agent: str
+    model: str | None = None
+    dataset: str
+    n_trials: int
+    n_errors: int
+    errors_by_cause: dict[str, int] = Field(default_factory=dict)
+    mean_reward: float
+    reward_means: dict[str, float] = Field(default_factory=dict)
+    pass_at_k: dict[int, float] | None = Field(
+        None, description="Unbiased pass@k; None unless rewards are 0/1."
+    )
+    timing: dict[str, TimingStats] = Field(default_factory=dict)
+    usage: Usage = Field(default_factory=Usage)
+    wall_time_sec: float = 0.0
+
+
+class JobResult(BaseModel):
+    """The job's `result.json`: counts, metrics per (agent, model, dataset), timing.
+
+    `trials` is kept in memory only (each trial has its own result.json).
+    """
+
+    job_name: str
+    job_dir: str
+    started_at: str = Field(default_factory=utc_now)
+    finished_at: str | None = None
+    complete: bool = Field(False, description="Every planned trial has a result that is not 'cancelled'.")
+    n_planned: int = 0
+    n_done: int = 0
+    n_errors: int = 0
+    n_cancelled: int = 0
+    mean_reward: float = 0.0
+    usage: Usage = Field(default_factory=Usage)
+    wall_time_sec: float = 0.0
+    metrics: list[GroupMetrics] = Field(default_factory=list)
+    trials: list[TrialResult] = Field(default_factory=list, exclude=True)

@@ -1,0 +1,134 @@
+"""`JobStore`: the job directory on disk, written atomically and read back for resume.
+
+```
+<jobs_dir>/<job>/config.json           JobConfig
+<jobs_dir>/<job>/result.json           JobResult (rewritten as trials finish)
+<jobs_dir>/<job>/<trial>/config.json   TrialConfig
+<jobs_dir>/<job>/<trial>/result.json   TrialResult
+<jobs_dir>/<job>/<trial>/trajectory.json
+<jobs_dir>/<job>/<trial>/agent/  verifier/  artifacts/
+```
+Every JSON file goes through `evsys.util.atomic` (temp file + fsync + rename): a crash never leaves a
+truncated file. Blocking file work runs in a thread so the event loop never stalls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+
+from pydantic import BaseModel, ValidationError
+
+from evsys.engine.config import JobConfig, TrialConfig
+from evsys.engine.results import FailureCause, JobResult, TrialResult
+from evsys.trajectory.models import Trajectory
+from evsys.util.atomic import write_json_atomic
+
+CONFIG = "config.json"
+RESULT = "result.json"
+TRAJECTORY = "trajectory.json"
+TRIAL_SUBDIRS = ("agent", "verifier", "artifacts")
+
+
+class JobStoreError(ValueError):
+    """The job directory cannot be used (missing or unreadable config, name clash)."""
+
+
+class JobStore:
+    """Reads and writes one job directory."""
+
+    def __init__(self, job_dir: Path) -> None:
+        self.job_dir = Path(job_dir)
+
+    @property
+    def config_path(self) -> Path:
+        """The job's config.json."""
+        return self.job_dir / CONFIG
+
+    def exists(self) -> bool:
+        """True when the job directory already holds a config.json."""
+        return self.config_path.is_file()
+
+    def trial_dir(self, trial_name: str) -> Path:
+        """The directory of one trial."""
+        return self.job_dir / trial_name
+
+    def read_config(self) -> JobConfig:
+        """The saved JobConfig; `JobStoreError` naming the file when missing or invalid."""
+        return read_job_config(self.job_dir)
+
+    async def write_config(self, config: JobConfig) -> None:
+        """Save the JobConfig as config.json."""
+        await _write(self.config_path, config)
+
+    async def write_job_result(self, result: JobResult) -> None:
+        """Save the job's result.json."""
+        await _write(self.job_dir / RESULT, result)
+
+    async def reset_trial_dir(self, trial_name: str) -> Path:
+        """Wipe what an earlier (unfinished or retried) run left in the trial dir; return the fresh dir."""
+        path = self.trial_dir(trial_name)
+        await asyncio.to_thread(_recreate, path)
+        return path
+
+    async def write_trial_config(self, config: TrialConfig) -> None:
+        """Save a trial's config.json."""
+        await _write(self.trial_dir(config.trial_name) / CONFIG, config, fsync=False)
+
+    async def write_trial_result(self, result: TrialResult) -> None:
+        """Save a trial's result.json."""
+        await _write(self.trial_dir(result.trial_name) / RESULT, result)
+
+    async def write_trajectory(self, trial_name: str, trajectory: Trajectory) -> None:
+        """Save a trial's trajectory.json."""
+        await _write(self.trial_dir(trial_name) / TRAJECTORY, trajectory, fsync=False)
+
+    def read_trial_result(self, trial_name: str) -> TrialResult | None:
+        """A trial's result when its result.json exists and parses, else None."""
+        path = self.trial_dir(trial_name) / RESULT
+        try:
+            return TrialResult.model_validate_json(path.read_bytes())
+        except (OSError, ValidationError, ValueError):
+            return None
+
+    def finished_results(
+        self, trial_names: list[str], *, retry_errors: bool = False
+    ) -> dict[str, TrialResult]:
+        """Trials a resume may skip: valid result.json, not cancelled (nor failed, with retry_errors)."""
+        done: dict[str, TrialResult] = {}
+        for name in trial_names:
+            result = self.read_trial_result(name)
+            if result is None or result.cause == FailureCause.CANCELLED:
+                continue
+            if retry_errors and result.failure is not None:
+                continue
+            done[name] = result
+        return done
+
+
+def read_job_config(job_dir: Path) -> JobConfig:
+    """Read `<job_dir>/config.json`; `JobStoreError` naming file and field when missing or invalid."""
+    path = Path(job_dir) / CONFIG
+    if not path.is_file():
+        raise JobStoreError(f"{path} does not exist: is '{job_dir}' a job directory?")
+    try:
+        return JobConfig.model_validate_json(path.read_bytes())
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "(top level)"
+        raise JobStoreError(f"{path}:{where}: {first['msg']}") from None
+
+
+def _recreate(path: Path) -> None:
+    if path.exists():
+        shutil.rmtree(path)
+    path.mkdir(parents=True)
+    for name in TRIAL_SUBDIRS:
+        (path / name).mkdir()
+
+
+async def _write(path: Path, obj: BaseModel, *, fsync: bool = True) -> None:
+    """Atomic write off the event loop. Only the files resume trusts (results, job config) are fsynced;
+    the rest are still all-or-nothing through the rename, which is what a killed process needs."""
+    await asyncio.to_thread(write_json_atomic, path, obj, fsync=fsync)

@@ -1,0 +1,338 @@
+"""One trial's lifecycle: sandbox → agent setup → agent run → kill leftovers → verifier → stop → result.json.
+
+Order and guarantees:
+1. sandbox start (setup timeout = `[environment] build_timeout_sec` x setup multiplier);
+2. agent.setup (`[agent] setup_timeout_sec`, default 360 s, x setup multiplier);
+3. agent.run (`[agent] timeout_sec` x agent multiplier);
+4. `sandbox.kill_processes()` — always, so nothing the agent started survives into verification;
+5. run the verifier's tests (even after an agent timeout or error, while the sandbox is alive);
+6. copy /logs out in one go (agent/, verifier/, artifacts/) and read the reward from the host copy;
+7. `sandbox.stop()` — always, in `finally`; then trajectory.json and result.json are written atomically.
+The first failure is the trial's primary cause; later ones are appended to its message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import shutil
+import time
+import traceback
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from evsys.agent.base import AgentContext, AgentResult
+from evsys.agent.registry import AgentNotFoundError, resolve_agent
+from evsys.engine.config import JobConfig, TrialConfig, slugify
+from evsys.engine.results import FailureCause, TrialFailure, TrialResult
+from evsys.engine.store import JobStore
+from evsys.sandbox.base import LOGS_DIR, Sandbox, SandboxError, SandboxSpec
+from evsys.task.models import Task
+from evsys.trajectory.models import AgentInfo, TrajectoryRecorder, utc_now
+from evsys.verify.base import VerifierError
+from evsys.verify.script import ScriptVerifier
+
+T = TypeVar("T")
+VERIFIER_GRACE_SEC = 30.0
+LOG_SUBDIRS = ("agent", "verifier", "artifacts")
+
+
+@dataclass
+class PlannedTrial:
+    """A trial of the plan: its config, the loaded task (None if loading failed), a pre-decided failure."""
+
+    config: TrialConfig
+    task: Task | None
+    failure: TrialFailure | None = None
+
+
+def sandbox_spec(task: Task, job_name: str, trial_name: str) -> SandboxSpec:
+    """The sandbox a trial of `task` asks for; its name is unique per trial (job, trial, random suffix)."""
+    env = task.config.environment
+    name = f"{slugify(job_name, max_len=40)}-{slugify(trial_name, max_len=60)}-{secrets.token_hex(3)}"
+    return SandboxSpec(
+        name=name,
+        workdir=task.environment.workdir,
+        env=dict(task.environment.env),
+        files=list(task.environment.files),
+        network=env.network_mode,
+        allowed_hosts=list(env.allowed_hosts),
+        cpus=env.cpus,
+        memory_mb=env.memory_mb,
+        storage_mb=env.storage_mb,
+    )
+
+
+def classify_agent_exception(exc: BaseException) -> FailureCause:
+    """The failure cause of an exception raised by an agent (see evsys.agent.base)."""
+    if isinstance(exc, SandboxError):
+        return FailureCause.SANDBOX_FAILED
+    declared = getattr(exc, "failure_cause", None)
+    try:
+        return FailureCause(declared) if declared else FailureCause.AGENT_ERROR
+    except ValueError:
+        return FailureCause.AGENT_ERROR
+
+
+def _place_logs(staging: Path, trial_dir: Path) -> None:
+    """Move agent/, verifier/ and artifacts/ from a copy of /logs into the trial dir (merging into agent/)."""
+    for name in LOG_SUBDIRS:
+        src, dst = staging / name, trial_dir / name
+        dst.mkdir(exist_ok=True)
+        if not src.is_dir() or src.is_symlink():
+            continue
+        for entry in src.iterdir():
+            target = dst / entry.name
+            if target.is_dir() and not target.is_symlink():
+                shutil.rmtree(target)
+            elif target.exists() or target.is_symlink():
+                target.unlink()
+            entry.rename(target)
+    shutil.rmtree(staging, ignore_errors=True)
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class Trial:
+    """Runs one planned trial once (the job handles retries) and writes its files."""
+
+    def __init__(
+        self,
+        planned: PlannedTrial,
+        job: JobConfig,
+        store: JobStore,
+        *,
+        model_client: Any = None,
+        retries: list[TrialFailure] | None = None,
+    ) -> None:
+        self.planned = planned
+        self.config = planned.config
+        self.job = job
+        self.store = store
+        self.model_client = model_client
+        self.sandbox: Sandbox | None = None
+        self.sandbox_alive = False
+        self._usage_from_agent = False
+        self.result = self._new_result()
+        self.result.retries = list(retries or [])
+
+    def _new_result(self) -> TrialResult:
+        cfg, task = self.config, self.planned.task
+        host_image = bool(task and task.environment.needs_image and self.job.skip_build)
+        return TrialResult(
+            trial_name=cfg.trial_name,
+            task_name=cfg.task_name,
+            task_path=str(cfg.task_path),
+            dataset=cfg.dataset,
+            agent=cfg.agent.name,
+            model=cfg.agent.model,
+            attempt=cfg.attempt,
+            ran_on_host_image=host_image,
+            warnings=list(task.warnings) if task else [],
+        )
+
+    def fail(self, cause: FailureCause, message: str) -> None:
+        """Record a failure: the first one is primary, later ones are appended to its message."""
+        if self.result.failure is None:
+            self.result.failure = TrialFailure(cause=cause, message=message)
+        else:
+            self.result.failure.message += f"; then {cause.value}: {message}"
+
+    async def _timed(self, phase: str, awaitable: Awaitable[T], limit: float | None = None) -> T:
+        started = time.perf_counter()
+        try:
+            if limit is None:
+                return await awaitable
+            return await asyncio.wait_for(awaitable, limit)
+        finally:
+            setattr(self.result.timing, phase, time.perf_counter() - started)
+
+    async def run(self) -> TrialResult:
+        """Run the trial and write its files. On cancellation: records `cancelled`, re-raises."""
+        started = time.perf_counter()
+        trial_dir = await self.store.reset_trial_dir(self.config.trial_name)
+        await self.store.write_trial_config(self.config)
+        recorder = TrajectoryRecorder(self.config.trial_name, AgentInfo(name=self.config.agent.name))
+        try:
+            if self.planned.failure is not None:
+                self.result.failure = self.planned.failure
+            else:
+                await self._lifecycle(trial_dir, recorder)
+        except asyncio.CancelledError:
+            self.fail(FailureCause.CANCELLED, "the job was cancelled while this trial ran; resume reruns it")
+            raise
+        except AgentNotFoundError as exc:
+            self.fail(FailureCause.AGENT_ERROR, str(exc))
+        except Exception as exc:  # an unexpected error still ends in a result.json, never a crashed job
+            self.fail(FailureCause.SANDBOX_FAILED, f"unexpected error: {_describe(exc)}")
+            self.result.warnings.append(traceback.format_exc())
+        finally:
+            await self._stop_sandbox()
+            self.result.timing.total = time.perf_counter() - started
+            self.result.finished_at = utc_now()
+            await self._save(recorder)
+        return self.result
+
+    async def _save(self, recorder: TrajectoryRecorder) -> None:
+        if not self._usage_from_agent:
+            self.result.usage = recorder.usage()
+        await self.store.write_trajectory(self.config.trial_name, recorder.build())
+        await self.store.write_trial_result(self.result)
+
+    async def _lifecycle(self, trial_dir: Path, recorder: TrajectoryRecorder) -> None:
+        task = self.planned.task
+        assert task is not None
+        agent = resolve_agent(self.config.agent.name, self.config.agent.kwargs)
+        if not await self._start_sandbox(task):
+            return
+        assert self.sandbox is not None
+        recorder.agent = AgentInfo(
+            name=agent.name,
+            version=str(getattr(agent, "version", "unknown")),
+            model_name=self.config.agent.model,
+        )
+        ctx = AgentContext(
+            task=task,
+            trial_name=self.config.trial_name,
+            logs_dir=trial_dir / "agent",
+            trajectory=recorder,
+            model_name=self.config.agent.model,
+            model_client=self.model_client,
+            timeout_sec=self.config.agent_timeout_sec,
+            kwargs=self.config.agent.kwargs,
+        )
+        await self._run_agent(agent, task, ctx)
+        await self._after_agent(task, trial_dir)
+
+    async def _start_sandbox(self, task: Task) -> bool:
+        from evsys.sandbox import create_sandbox
+
+        spec = sandbox_spec(task, self.job.job_name, self.config.trial_name)
+        self.result.sandbox_name = spec.name
+        timeout = self.config.sandbox_start_timeout_sec
+        try:
+            self.sandbox = create_sandbox(spec, backend=self.job.sandbox)
+            await self._timed("sandbox_start", self.sandbox.start(), timeout)
+        except TimeoutError:
+            self.fail(FailureCause.SANDBOX_FAILED, f"the sandbox did not start within {timeout:g} s")
+            return False
+        except (SandboxError, OSError, ValueError) as exc:
+            self.fail(FailureCause.SANDBOX_FAILED, f"the sandbox could not start: {_describe(exc)}")
+            return False
+        self.sandbox_alive = True
+        return True
+
+    async def _run_agent(self, agent: Any, task: Task, ctx: AgentContext) -> None:
+        sandbox = self.sandbox
+        setup_timeout = self.config.setup_timeout_sec
+        try:
+            await self._timed("agent_setup", agent.setup(sandbox, ctx), setup_timeout)
+        except TimeoutError:
+            self.fail(FailureCause.AGENT_ERROR, f"agent setup did not finish within {setup_timeout:g} s")
+            return
+        except Exception as exc:
+            self._agent_failed(exc, "agent setup failed")
+            return
+        timeout = self.config.agent_timeout_sec
+        try:
+            result = await self._timed("agent_run", agent.run(task.instruction, sandbox, ctx), timeout)
+        except TimeoutError:
+            self.fail(
+                FailureCause.AGENT_TIMEOUT, f"the agent ran past its timeout of {timeout:g} s and was killed"
+            )
+            return
+        except Exception as exc:
+            self._agent_failed(exc, "the agent failed")
+            return
+        if isinstance(result, AgentResult):
+            self.result.agent_metadata = result.metadata
+            ctx.trajectory.extend(result.steps)
+            if result.usage is not None:
+                self.result.usage = result.usage
+                self._usage_from_agent = True
+
+    def _agent_failed(self, exc: Exception, what: str) -> None:
+        cause = classify_agent_exception(exc)
+        if cause == FailureCause.SANDBOX_FAILED:
+            self.sandbox_alive = False
+        self.fail(cause, f"{what}: {_describe(exc)}")
+
+    async def _after_agent(self, task: Task, trial_dir: Path) -> None:
+        sandbox = self.sandbox
+        assert sandbox is not None
+        if self.sandbox_alive:
+            try:
+                await sandbox.kill_processes()
+            except SandboxError as exc:
+                self.sandbox_alive = False
+                self.fail(
+                    FailureCause.SANDBOX_FAILED, f"could not kill the agent's processes: {_describe(exc)}"
+                )
+        verifier = ScriptVerifier(
+            task.tests_dir or task.path / "tests",
+            timeout_sec=self.config.verifier_timeout_sec,
+            env=task.config.verifier.env,
+            user=task.config.verifier.user,
+            workdir=task.environment.workdir,
+        )
+        tests_ran = self.sandbox_alive and await self._run_tests(verifier)
+        collected = await self._collect_logs(trial_dir)
+        if tests_ran and collected:
+            await self._read_rewards(verifier, trial_dir / "verifier")
+        elif tests_ran:
+            self.fail(FailureCause.VERIFIER_ERROR, "could not copy /logs/verifier out of the sandbox")
+
+    async def _run_tests(self, verifier: ScriptVerifier) -> bool:
+        """Run the verifier's tests; False (with the failure recorded) when there is no reward to read."""
+        timeout = self.config.verifier_timeout_sec
+        hard_limit = None if timeout is None else timeout + VERIFIER_GRACE_SEC
+        try:
+            await self._timed("verifier", verifier.run_tests(self.sandbox), hard_limit)
+        except TimeoutError:
+            self.fail(FailureCause.VERIFIER_TIMEOUT, f"the verifier did not finish within {timeout:g} s")
+            return False
+        except VerifierError as exc:
+            self.fail(FailureCause(exc.cause), str(exc))
+            return False
+        except Exception as exc:
+            self.fail(FailureCause.VERIFIER_ERROR, f"the verifier failed: {_describe(exc)}")
+            return False
+        return True
+
+    async def _read_rewards(self, verifier: ScriptVerifier, verifier_dir: Path) -> None:
+        try:
+            outcome = await verifier.read_rewards(verifier_dir)
+        except VerifierError as exc:
+            self.fail(FailureCause(exc.cause), str(exc))
+            return
+        self.result.rewards = outcome.rewards
+        self.result.reward = outcome.reward
+
+    async def _collect_logs(self, trial_dir: Path) -> bool:
+        """Copy the sandbox's /logs out in one go into the trial's agent/, verifier/ and artifacts/ dirs."""
+        if not self.sandbox_alive or self.sandbox is None:
+            return False
+        staging = trial_dir / ".logs"
+        try:
+            await self._timed("logs_download", self.sandbox.download(LOGS_DIR, staging))
+        except (SandboxError, OSError) as exc:
+            self.result.warnings.append(f"copying /logs out failed: {exc}")
+            return False
+        await asyncio.to_thread(_place_logs, staging, trial_dir)
+        return True
+
+    async def _stop_sandbox(self) -> None:
+        if self.sandbox is None:
+            return
+        sandbox, self.sandbox, self.sandbox_alive = self.sandbox, None, False
+        try:
+            await self._timed("sandbox_stop", asyncio.shield(sandbox.stop()))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.result.warnings.append(f"stopping the sandbox failed: {exc}")

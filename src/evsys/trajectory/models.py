@@ -1,0 +1,179 @@
+"""The trajectory record every trial writes as `trajectory.json`: ATIF-compatible, plus token-level RL fields.
+
+The layout follows the Agent Trajectory Interchange Format (v1.8): `schema_version`, `session_id`, `agent`,
+`steps[]`, `final_metrics`. Each step's `metrics` may additionally carry `prompt_token_ids`,
+`completion_token_ids`, `logprobs` and a `loss_mask` (1 = a token the policy produced and should learn from,
+0 = context), so a trainer can read token-exact data straight from the file. Unknown fields are kept.
+
+`TrajectoryRecorder` is what agents append to while they run; the trial turns it into a `Trajectory`.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+ATIF_SCHEMA_VERSION = "ATIF-v1.8"
+
+StepSource = Literal["system", "user", "agent"]
+
+
+def utc_now() -> str:
+    """The current time as an ISO-8601 UTC string (what every record in evsys uses)."""
+    return datetime.now(UTC).isoformat()
+
+
+class _Open(BaseModel):
+    """A record that keeps fields it does not know (newer ATIF versions, harness-specific extras)."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+class Usage(_Open):
+    """Tokens and money spent by a model call, a step, an agent run or a whole job (add them with `+`)."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    cost_usd: float = 0.0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+            cached_tokens=self.cached_tokens + other.cached_tokens,
+            cost_usd=self.cost_usd + other.cost_usd,
+        )
+
+
+class ToolCall(_Open):
+    """One tool call the agent made in a step."""
+
+    tool_call_id: str
+    function_name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class ObservationResult(_Open):
+    """What one tool call returned."""
+
+    source_call_id: str | None = None
+    content: Any = None
+
+
+class Observation(_Open):
+    """The results of a step's tool calls."""
+
+    results: list[ObservationResult] = Field(default_factory=list)
+
+
+class StepMetrics(_Open):
+    """Token counts, cost and (for RL) the exact token ids, sampling logprobs and loss mask of one step."""
+
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cached_tokens: int | None = None
+    cost_usd: float | None = None
+    prompt_token_ids: list[int] | None = None
+    completion_token_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+    loss_mask: list[int] | None = None
+
+
+class Step(_Open):
+    """One step: a system/user message, or an agent turn with its tool calls and observations."""
+
+    step_id: int
+    timestamp: str = Field(default_factory=utc_now)
+    source: StepSource
+    message: str = ""
+    reasoning_content: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    observation: Observation | None = None
+    metrics: StepMetrics | None = None
+
+
+class AgentInfo(_Open):
+    """Who produced the trajectory."""
+
+    name: str
+    version: str = "unknown"
+    model_name: str | None = None
+    tool_definitions: list[dict[str, Any]] | None = None
+
+
+class FinalMetrics(_Open):
+    """Totals over the whole trajectory."""
+
+    total_prompt_tokens: int = 0
+    total_completion_tokens: int = 0
+    total_cached_tokens: int = 0
+    total_cost_usd: float = 0.0
+    total_steps: int = 0
+
+
+class Trajectory(_Open):
+    """An ATIF-compatible trajectory (`trajectory.json`)."""
+
+    schema_version: str = ATIF_SCHEMA_VERSION
+    session_id: str
+    agent: AgentInfo
+    steps: list[Step] = Field(default_factory=list)
+    final_metrics: FinalMetrics = Field(default_factory=FinalMetrics)
+
+
+def _metrics_usage(metrics: StepMetrics | None) -> Usage:
+    if metrics is None:
+        return Usage()
+    return Usage(
+        prompt_tokens=metrics.prompt_tokens or 0,
+        completion_tokens=metrics.completion_tokens or 0,
+        cached_tokens=metrics.cached_tokens or 0,
+        cost_usd=metrics.cost_usd or 0.0,
+    )
+
+
+class TrajectoryRecorder:
+    """Collects a trial's steps while the agent runs; `build()` returns the finished `Trajectory`.
+
+    Agents call `add(source, message, ...)` once per message or model turn; step ids are assigned in order.
+    """
+
+    def __init__(self, session_id: str, agent: AgentInfo) -> None:
+        self.session_id = session_id
+        self.agent = agent
+        self.steps: list[Step] = []
+
+    def add(self, source: StepSource, message: str = "", **fields: Any) -> Step:
+        """Append a step (`tool_calls`, `observation`, `metrics`, `reasoning_content`... as keywords)."""
+        step = Step(step_id=len(self.steps) + 1, source=source, message=message, **fields)
+        self.steps.append(step)
+        return step
+
+    def extend(self, steps: list[Step]) -> None:
+        """Append steps built elsewhere (e.g. returned by an agent), renumbering them to follow on."""
+        for step in steps:
+            self.steps.append(step.model_copy(update={"step_id": len(self.steps) + 1}))
+
+    def usage(self) -> Usage:
+        """The sum of the recorded steps' token counts and cost."""
+        total = Usage()
+        for step in self.steps:
+            total = total + _metrics_usage(step.metrics)
+        return total
+
+    def build(self) -> Trajectory:
+        """The trajectory with `final_metrics` summed over the steps."""
+        usage = self.usage()
+        final = FinalMetrics(
+            total_prompt_tokens=usage.prompt_tokens,
+            total_completion_tokens=usage.completion_tokens,
+            total_cached_tokens=usage.cached_tokens,
+            total_cost_usd=usage.cost_usd,
+            total_steps=len(self.steps),
+        )
+        return Trajectory(
+            session_id=self.session_id, agent=self.agent, steps=list(self.steps), final_metrics=final
+        )

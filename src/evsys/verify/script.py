@@ -1,0 +1,140 @@
+"""`ScriptVerifier`: Harbor's reward semantics — run `/tests/test.sh`, read the reward file it writes.
+
+Order, as root inside the sandbox: remove any `/tests` the agent may have planted and every stale
+`/logs/verifier/*`, place the task's `tests/` at `/tests` (only now, after the agent is done), run
+`bash /tests/test.sh > /logs/verifier/test-stdout.txt 2>&1` with the verifier env and timeout (its exit code
+is ignored). Then `/logs/verifier` is copied to the host and the reward is parsed there.
+
+Speed: the three steps are one sandbox command (the tests travel as a tar on its stdin), and the engine copies
+all of `/logs` out in one go (`run_tests` + `read_rewards`); `verify` does both halves for standalone use.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import shlex
+import shutil
+import tarfile
+from functools import lru_cache
+from pathlib import Path
+
+from evsys.sandbox.base import TESTS_DIR, VERIFIER_LOGS_DIR, ExecResult, Sandbox, SandboxError
+from evsys.verify.base import VerifierError, VerifierResult, VerifierTimeoutError, read_reward_files
+
+_PREPARE = (
+    f"rm -rf {TESTS_DIR} && mkdir -p {TESTS_DIR} {VERIFIER_LOGS_DIR} && "
+    f"find {VERIFIER_LOGS_DIR} -mindepth 1 -maxdepth 1 -exec rm -rf {{}} + && "
+    f"tar -x --no-same-owner -p -C {TESTS_DIR} -f -"
+)
+_RUN = f"bash {TESTS_DIR}/test.sh > {VERIFIER_LOGS_DIR}/test-stdout.txt 2>&1 < /dev/null"
+_PREPARE_FAILED = 97
+
+
+def _fingerprint(path: Path) -> tuple:
+    entries = []
+    for root, dirs, files in os.walk(path):
+        dirs.sort()
+        for name in sorted(files) + dirs:
+            st = os.lstat(os.path.join(root, name))
+            entries.append(
+                (os.path.relpath(os.path.join(root, name), path), st.st_mtime_ns, st.st_size, st.st_mode)
+            )
+    return tuple(entries)
+
+
+@lru_cache(maxsize=256)
+def _pack(path: str, fingerprint: tuple) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        tar.add(path, arcname=".", recursive=True)
+    return buf.getvalue()
+
+
+def pack_directory(path: Path) -> bytes:
+    """An uncompressed tar of a host directory's contents, cached until a file in it changes."""
+    path = Path(path).resolve()
+    return _pack(str(path), _fingerprint(path))
+
+
+def unpack_command(target: str) -> str:
+    """A shell command that (re)creates `target` and extracts a tar from stdin into it (as root)."""
+    q = shlex.quote(target)
+    return f"rm -rf {q} && mkdir -p {q} && tar -x --no-same-owner -p -C {q} -f -"
+
+
+class ScriptVerifier:
+    """Runs a task's `tests/test.sh` in the sandbox and reads `reward.json` / `reward.txt`."""
+
+    def __init__(
+        self,
+        tests_dir: Path,
+        *,
+        timeout_sec: float | None,
+        env: dict[str, str] | None = None,
+        user: str | None = None,
+        workdir: str | None = None,
+    ) -> None:
+        self.tests_dir = Path(tests_dir)
+        self.timeout_sec = timeout_sec
+        self.env = dict(env or {})
+        self.user = user or "root"
+        self.workdir = workdir
+
+    async def run_tests(self, sandbox: Sandbox) -> ExecResult:
+        """Place tests, run test.sh: `VerifierTimeoutError` past the timeout, `VerifierError` on failure."""
+        if not (self.tests_dir / "test.sh").is_file():
+            raise VerifierError(f"{self.tests_dir / 'test.sh'} does not exist")
+        tests = await asyncio.to_thread(pack_directory, self.tests_dir)
+        try:
+            if self.user == "root":
+                command = f"{{ {_PREPARE}; }} || exit {_PREPARE_FAILED}; {_RUN}; exit 0"
+                result = await self._exec(sandbox, command, self.user, self.timeout_sec, tests)
+            else:
+                await self._exec(sandbox, f"{_PREPARE} || exit {_PREPARE_FAILED}", "root", 60, tests)
+                result = await self._exec(sandbox, f"{_RUN}; exit 0", self.user, self.timeout_sec, None)
+        except SandboxError as exc:
+            raise VerifierError(f"the sandbox failed while verifying: {exc}") from exc
+        if result.timed_out:
+            raise VerifierTimeoutError(
+                f"tests/test.sh ran past the verifier timeout of {self.timeout_sec:g} s"
+            )
+        return result
+
+    async def _exec(
+        self, sandbox: Sandbox, command: str, user: str, limit: float | None, stdin: bytes | None
+    ) -> ExecResult:
+        result = await sandbox.exec(
+            command, user=user, cwd=self.workdir, env=self.env, timeout=limit, stdin=stdin
+        )
+        if result.exit_code == _PREPARE_FAILED:
+            raise VerifierError(f"placing the tests at {TESTS_DIR} failed: {result.stderr.strip()[-500:]}")
+        return result
+
+    @staticmethod
+    async def read_rewards(verifier_dir: Path) -> VerifierResult:
+        """Parse the rewards from a host copy of /logs/verifier."""
+        return await asyncio.to_thread(read_reward_files, verifier_dir)
+
+    async def verify(self, sandbox: Sandbox, logs_dir: Path) -> VerifierResult:
+        """Run the tests, copy /logs/verifier to `logs_dir`, return the rewards (or a `VerifierError`)."""
+        timeout: VerifierTimeoutError | None = None
+        try:
+            await self.run_tests(sandbox)
+        except VerifierTimeoutError as exc:
+            timeout = exc
+        await _download_logs(sandbox, logs_dir)
+        if timeout is not None:
+            raise timeout
+        return await self.read_rewards(logs_dir)
+
+
+async def _download_logs(sandbox: Sandbox, logs_dir: Path) -> None:
+    """Replace `logs_dir` with a copy of the sandbox's /logs/verifier."""
+    await asyncio.to_thread(shutil.rmtree, logs_dir, True)
+    try:
+        await sandbox.download(VERIFIER_LOGS_DIR, logs_dir)
+    except SandboxError as exc:
+        raise VerifierError(f"could not copy {VERIFIER_LOGS_DIR} out of the sandbox: {exc}") from exc
+    await asyncio.to_thread(logs_dir.mkdir, parents=True, exist_ok=True)

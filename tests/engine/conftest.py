@@ -1,0 +1,21 @@
+"""Fixtures for engine tests: small task directories in tmp_path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from engine_tasks import make_task
+
+
+@pytest.fixture
+def task_factory(tmp_path: Path):
+    """`task_factory(name, **parts)` writes a task under tmp_path/dataset and returns its path."""
+    dataset = tmp_path / "dataset"
+    dataset.mkdir()
+
+    def factory(name: str, **parts) -> Path:
+        return make_task(dataset, name, **parts)
+
+    factory.dataset = dataset
+    return factory

@@ -1,0 +1,76 @@
+"""Custom agents for the engine tests, loaded by name (`engine_agents:Class`) like a user's own agent."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+from evsys.agent import AgentError, AgentResult, ModelCallError
+
+COUNTER_ENV = "EVSYS_TEST_COUNTER"
+
+
+def _bump() -> int:
+    path = Path(os.environ[COUNTER_ENV])
+    count = int(path.read_text()) + 1 if path.exists() else 1
+    path.write_text(str(count))
+    return count
+
+
+class FlakyAgent:
+    """Fails its first `failures` runs (counted in a host file), then solves the task."""
+
+    name = "flaky"
+
+    def __init__(self, failures: int = 2) -> None:
+        self.failures = failures
+
+    async def setup(self, sandbox, ctx) -> None:
+        return None
+
+    async def run(self, instruction, sandbox, ctx) -> AgentResult:
+        count = _bump()
+        if count <= self.failures:
+            raise AgentError(f"flaky failure {count}")
+        await sandbox.exec("echo ok > /app/out.txt")
+        return AgentResult()
+
+
+class SleepyAgent:
+    """Sleeps far past any test timeout."""
+
+    name = "sleepy"
+
+    async def setup(self, sandbox, ctx) -> None:
+        return None
+
+    async def run(self, instruction, sandbox, ctx) -> AgentResult:
+        _bump()
+        await asyncio.sleep(600)
+        return AgentResult()
+
+
+class BrokenModelAgent:
+    """Every run fails the way an unreachable model server does."""
+
+    name = "broken-model"
+
+    async def setup(self, sandbox, ctx) -> None:
+        return None
+
+    async def run(self, instruction, sandbox, ctx) -> AgentResult:
+        raise ModelCallError("server unreachable: connection refused")
+
+
+class ModelEchoAgent:
+    """Reports which model client and model name the trial handed it."""
+
+    name = "model-echo"
+
+    async def setup(self, sandbox, ctx) -> None:
+        return None
+
+    async def run(self, instruction, sandbox, ctx) -> AgentResult:
+        await sandbox.exec("echo ok > /app/out.txt")
+        return AgentResult(metadata={"client": ctx.model_client.label, "model": ctx.model_name})

@@ -1,0 +1,81 @@
+"""The public Python surface: lazy top-level exports, refusing to resume a different job."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from engine_tasks import make_task
+
+from evsys.engine import AgentSpec, Job, JobConfig, JobStoreError
+
+
+def test_import_evsys_is_lazy_and_exports_the_engine():
+    code = (
+        "import sys, evsys\n"
+        "assert 'evsys.engine' not in sys.modules, 'import evsys pulled in the engine'\n"
+        "from evsys import Job, JobConfig, AgentSpec, TrialResult, JobResult\n"
+        "assert Job.__module__ == 'evsys.engine.job'\n"
+        "try:\n    evsys.NoSuchThing\nexcept AttributeError as exc:\n    print(exc)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "module 'evsys' has no attribute 'NoSuchThing'" in done.stdout
+
+
+async def test_resume_with_a_different_config_is_refused(tmp_path):
+    dataset = tmp_path / "ds"
+    dataset.mkdir()
+    make_task(dataset, "a")
+    config = JobConfig(datasets=[dataset], jobs_dir=tmp_path / "jobs", job_name="j")
+    await Job(config).run()
+    changed = config.model_copy(update={"n_attempts": 3})
+    with pytest.raises(JobStoreError, match="differs from this job's config: cannot resume"):
+        await Job(changed, resume=True).run()
+    resumed = await Job.resume(config.job_dir).run()
+    assert resumed.complete and resumed.n_done == 1
+
+
+class FakeClientForFactory:
+    """What a model_client_factory returns here: a plain object with a label and an aclose()."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.closed = False
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+async def test_model_client_factory_feeds_agents_and_clients_are_closed(tmp_path):
+    dataset = tmp_path / "ds"
+    dataset.mkdir()
+    make_task(dataset, "a")
+    built: list[FakeClientForFactory] = []
+
+    def factory(agent: AgentSpec) -> FakeClientForFactory:
+        built.append(FakeClientForFactory(f"client-for-{agent.model}"))
+        return built[-1]
+
+    agents = [AgentSpec(name="engine_agents:ModelEchoAgent", model="vllm:qwen"), AgentSpec(name="oracle")]
+    config = JobConfig(
+        datasets=[dataset], agents=agents, jobs_dir=tmp_path / "jobs", job_name="m", n_attempts=2
+    )
+    result = await Job(config, model_client_factory=factory).run()
+    echo = [t for t in result.trials if t.agent.endswith("ModelEchoAgent")]
+    assert [t.agent_metadata for t in echo] == [{"client": "client-for-vllm:qwen", "model": "vllm:qwen"}] * 2
+    assert len(built) == 1 and built[0].closed  # one client per agent spec, closed at the end
+    assert {t.trial_name for t in echo} == {
+        "a__ModelEchoAgent-vllm-qwen__1",
+        "a__ModelEchoAgent-vllm-qwen__2",
+    }
+
+
+async def test_bad_model_string_is_refused_before_any_trial(tmp_path):
+    dataset = tmp_path / "ds"
+    dataset.mkdir()
+    make_task(dataset, "a")
+    agents = [AgentSpec(name="engine_agents:ModelEchoAgent", model="nosuchprovider:x")]
+    config = JobConfig(datasets=[dataset], agents=agents, jobs_dir=tmp_path / "jobs", job_name="bad")
+    with pytest.raises(ValueError, match="model 'nosuchprovider:x': unknown model provider"):
+        await Job(config).run()

@@ -1,0 +1,188 @@
+"""`evsys run` as a user runs it: a real subprocess, SIGKILL + resume, Ctrl-C + resume, usage errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from engine_tasks import make_task
+
+RUN = [sys.executable, "-m", "evsys.cli.main", "run"]
+SAFETY_TIMEOUT = 120  # seconds; only guards against a hung test, never asserts speed
+
+
+def slow_dataset(root: Path, n: int, seconds: float) -> Path:
+    dataset = root / "slow"
+    dataset.mkdir()
+    for i in range(n):
+        make_task(dataset, f"slow-{i}", solve=f"#!/bin/bash\nsleep {seconds}\necho ok > /app/out.txt\n")
+    return dataset
+
+
+def cli_env(tmp_path: Path) -> dict[str, str]:
+    return {**os.environ, "EVSYS_SANDBOX_DIR": str(tmp_path / "scratch")}
+
+
+def wait_for(predicate, what: str) -> None:
+    deadline = time.monotonic() + SAFETY_TIMEOUT
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting for {what}")
+        time.sleep(0.05)
+
+
+def results(job_dir: Path) -> dict[str, dict]:
+    return {p.parent.name: json.loads(p.read_text()) for p in job_dir.glob("*/result.json")}
+
+
+def assert_every_json_parses(job_dir: Path) -> None:
+    for path in job_dir.rglob("*.json"):
+        if path.parent.name in ("agent", "verifier", "artifacts"):
+            continue
+        json.loads(path.read_text())  # raises on a truncated file
+    assert not list(job_dir.rglob(".*.tmp")), "a temp file was left behind"
+
+
+def assert_no_leftover_sandbox(job_name: str, scratch: Path) -> None:
+    for pid_dir in Path("/proc").glob("[0-9]*"):
+        try:
+            cgroup = (pid_dir / "cgroup").read_text()
+        except OSError:
+            continue
+        assert job_name not in cgroup, f"process {pid_dir.name} of job {job_name} survived"
+    for root, dirs, _ in os.walk("/sys/fs/cgroup"):
+        leaked = [d for d in dirs if job_name in d]
+        assert not leaked, f"cgroup dirs left behind in {root}: {leaked}"
+    mounts = Path("/proc/self/mountinfo").read_text()
+    assert str(scratch) not in mounts and job_name not in mounts, "a sandbox mount was left behind"
+
+
+def test_sigkill_mid_run_then_resume_runs_every_trial_exactly_once(tmp_path):
+    dataset = slow_dataset(tmp_path, n=6, seconds=0.5)
+    job_name = f"kill-{secrets.token_hex(4)}"
+    job_dir = tmp_path / "jobs" / job_name
+    env = cli_env(tmp_path)
+    args = [
+        *RUN,
+        str(dataset),
+        "-a",
+        "oracle",
+        "-n",
+        "2",
+        "--jobs-dir",
+        str(tmp_path / "jobs"),
+        "--job-name",
+        job_name,
+    ]
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: len(results(job_dir)) >= 1 or proc.poll() is not None, "a first finished trial")
+        assert proc.poll() is None, f"the job ended before it could be killed: {proc.stderr.read().decode()}"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(SAFETY_TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    killed_with = len(results(job_dir))
+    assert 1 <= killed_with < 6
+    assert_every_json_parses(job_dir)
+    resumed = subprocess.run(
+        [*RUN, "--resume", str(job_dir)], env=env, capture_output=True, text=True, timeout=SAFETY_TIMEOUT
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"job directory: {job_dir}" in resumed.stdout
+    final = results(job_dir)
+    assert sorted(final) == sorted(f"slow-{i}__oracle__1" for i in range(6))
+    assert all(r["failure"] is None and r["reward"] == 1.0 for r in final.values())
+    assert sorted(p.name for p in job_dir.iterdir() if p.is_dir()) == sorted(final)
+    job_result = json.loads((job_dir / "result.json").read_text())
+    assert job_result["complete"] and job_result["n_done"] == 6
+    assert_every_json_parses(job_dir)
+    assert_no_leftover_sandbox(job_name, tmp_path / "scratch")
+
+
+def test_ctrl_c_cancels_running_trials_then_resume_completes(tmp_path):
+    dataset = slow_dataset(tmp_path, n=4, seconds=60)
+    job_name = f"int-{secrets.token_hex(4)}"
+    job_dir = tmp_path / "jobs" / job_name
+    env = cli_env(tmp_path)
+    args = [*RUN, str(dataset), "-n", "2", "--jobs-dir", str(tmp_path / "jobs"), "--job-name", job_name]
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(
+            lambda: len(list(job_dir.glob("*/agent"))) >= 2 or proc.poll() is not None, "two running trials"
+        )
+        time.sleep(0.5)  # let the agents get going (not a speed assertion)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=SAFETY_TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stderr
+    assert f"evsys run --resume {job_dir}" in stderr
+    cancelled = results(job_dir)
+    assert len(cancelled) == 2
+    assert all(r["failure"]["cause"] == "cancelled" for r in cancelled.values())
+    job_result = json.loads((job_dir / "result.json").read_text())
+    assert job_result["n_cancelled"] == 2 and not job_result["complete"]
+    assert_every_json_parses(job_dir)
+    assert_no_leftover_sandbox(job_name, tmp_path / "scratch")
+    for solve in dataset.glob("*/solution/solve.sh"):  # make the rerun quick
+        solve.write_text("#!/bin/bash\necho ok > /app/out.txt\n")
+    resumed = subprocess.run(
+        [*RUN, "--resume", str(job_dir)], env=env, capture_output=True, text=True, timeout=SAFETY_TIMEOUT
+    )
+    assert resumed.returncode == 0, resumed.stderr
+    final = results(job_dir)
+    assert len(final) == 4 and all(r["failure"] is None and r["reward"] == 1.0 for r in final.values())
+
+
+@pytest.mark.parametrize(
+    ("extra", "expected"),
+    [
+        (["-a", "no-such-agent"], "unknown agent 'no-such-agent'"),
+        (["-a", "nomod_xyz:Agent"], "cannot import module 'nomod_xyz'"),
+        (["-k", "0"], "n_attempts"),
+        (["--agent-kwarg", "oops"], "agent kwarg 'oops' is not of the form key=value"),
+    ],
+)
+def test_usage_errors_exit_2_with_a_clear_message(tmp_path, extra, expected):
+    dataset = slow_dataset(tmp_path, n=1, seconds=0)
+    done = subprocess.run(
+        [*RUN, str(dataset), "--jobs-dir", str(tmp_path / "jobs"), *extra],
+        capture_output=True,
+        text=True,
+        timeout=SAFETY_TIMEOUT,
+        env=cli_env(tmp_path),
+    )
+    assert done.returncode == 2
+    assert expected in done.stderr
+
+
+def test_missing_dataset_and_bad_resume_dir_are_usage_errors(tmp_path):
+    missing = subprocess.run([*RUN, str(tmp_path / "nope")], capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 2 and "does not exist" in missing.stderr
+    resume = subprocess.run([*RUN, "--resume", str(tmp_path)], capture_output=True, text=True, timeout=60)
+    assert resume.returncode == 2 and "config.json does not exist" in resume.stderr
+
+
+def test_run_prints_a_summary_and_exits_0_even_when_rewards_are_0(tmp_path):
+    dataset = slow_dataset(tmp_path, n=2, seconds=0)
+    done = subprocess.run(
+        [*RUN, str(dataset), "-a", "nop", "-a", "oracle", "-k", "2", "--jobs-dir", str(tmp_path / "jobs")],
+        capture_output=True,
+        text=True,
+        timeout=SAFETY_TIMEOUT,
+        env=cli_env(tmp_path),
+    )
+    assert done.returncode == 0, done.stderr
+    assert "nop" in done.stdout and "oracle" in done.stdout
+    assert "@1 0.000" in done.stdout and "@2 1.000" in done.stdout
+    assert "job directory:" in done.stdout

@@ -1,0 +1,73 @@
+"""Planning: attempts x tasks x agents, unique deterministic names, invalid and image tasks as failures."""
+
+from __future__ import annotations
+
+import pytest
+
+from evsys.engine import AgentSpec, FailureCause, JobConfig, PlanError, plan_trials
+
+
+def config(dataset, **kw) -> JobConfig:
+    return JobConfig(datasets=[dataset], jobs_dir=dataset.parent / "jobs", job_name="j", **kw)
+
+
+def test_plan_is_attempts_times_tasks_times_agents(task_factory):
+    for name in ("a", "b", "c"):
+        task_factory(name)
+    cfg = config(task_factory.dataset, n_attempts=2, agents=[AgentSpec(name="oracle"), AgentSpec(name="nop")])
+    plan = plan_trials(cfg)
+    names = [p.config.trial_name for p in plan]
+    assert len(plan) == 2 * 3 * 2
+    assert len(set(names)) == len(names)
+    assert "a__oracle__1" in names and "c__nop__2" in names
+    assert names == [p.config.trial_name for p in plan_trials(cfg)]  # deterministic
+    assert all(p.failure is None for p in plan)
+
+
+def test_timeouts_apply_multipliers(task_factory):
+    task_factory("a", agent_timeout=10.0)
+    [planned] = plan_trials(
+        config(task_factory.dataset, agent_timeout_multiplier=2.5, verifier_timeout_multiplier=0.5)
+    )
+    assert planned.config.agent_timeout_sec == 25.0
+    assert planned.config.verifier_timeout_sec == 30.0
+    assert planned.config.setup_timeout_sec == 360.0
+
+
+def test_same_agent_twice_gets_distinct_names(task_factory):
+    task_factory("a")
+    cfg = config(task_factory.dataset, agents=[AgentSpec(name="nop"), AgentSpec(name="nop", kwargs={"x": 1})])
+    assert [p.config.trial_name for p in plan_trials(cfg)] == ["a__nop__1", "a__nop-2__1"]
+
+
+def test_invalid_task_becomes_task_invalid_trial_naming_file_and_field(task_factory):
+    task_factory("good")
+    task_factory("bad-type", toml='[task]\nname = "bad-type"\n[agent]\ntimeout_sec = "soon"\n')
+    task_factory("no-instruction", instruction=None)
+    plan = {p.config.task_name: p for p in plan_trials(config(task_factory.dataset))}
+    assert plan["good"].failure is None
+    bad = plan["bad-type"].failure
+    assert bad.cause == FailureCause.TASK_INVALID
+    assert "bad-type/task.toml:agent.timeout_sec" in bad.message
+    missing = plan["no-instruction"].failure
+    assert missing.cause == FailureCause.TASK_INVALID and "no-instruction/instruction.md" in missing.message
+
+
+def test_dockerfile_needing_an_image_is_unsupported_unless_skip_build(task_factory):
+    task_factory("img", dockerfile="FROM python:3.11\nRUN pip install numpy\nWORKDIR /app\n")
+    [planned] = plan_trials(config(task_factory.dataset))
+    assert planned.failure.cause == FailureCause.ENVIRONMENT_UNSUPPORTED
+    assert "environment/Dockerfile:2" in planned.failure.message
+    assert "--skip-build" in planned.failure.message
+    [skipped] = plan_trials(config(task_factory.dataset, skip_build=True))
+    assert skipped.failure is None
+
+
+def test_task_filter_and_no_match(task_factory):
+    task_factory("alpha")
+    task_factory("beta")
+    assert [p.config.task_name for p in plan_trials(config(task_factory.dataset, task_names=["b*"]))] == [
+        "beta"
+    ]
+    with pytest.raises(PlanError, match="no tasks matching zzz"):
+        plan_trials(config(task_factory.dataset, task_names=["zzz"]))

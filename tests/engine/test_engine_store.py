@@ -1,0 +1,67 @@
+"""JobStore: atomic JSON files, reading back for resume, clear errors for a bad job directory."""
+
+from __future__ import annotations
+
+import pytest
+
+from evsys.engine import (
+    FailureCause,
+    JobConfig,
+    JobStore,
+    JobStoreError,
+    TrialFailure,
+    TrialResult,
+    read_job_config,
+)
+
+
+def result(name: str, cause: FailureCause | None = None) -> TrialResult:
+    failure = TrialFailure(cause=cause, message="m") if cause else None
+    return TrialResult(
+        trial_name=name,
+        task_name="t",
+        task_path="/t",
+        dataset="d",
+        agent="oracle",
+        attempt=1,
+        failure=failure,
+    )
+
+
+async def test_resume_skips_only_valid_non_cancelled_results(tmp_path):
+    store = JobStore(tmp_path / "job")
+    for name, cause in [("ok", None), ("err", FailureCause.AGENT_ERROR), ("cancel", FailureCause.CANCELLED)]:
+        await store.reset_trial_dir(name)
+        await store.write_trial_result(result(name, cause))
+    await store.reset_trial_dir("truncated")
+    (store.trial_dir("truncated") / "result.json").write_text('{"trial_name": "trunc')
+    names = ["ok", "err", "cancel", "truncated", "never-started"]
+    assert sorted(store.finished_results(names)) == ["err", "ok"]
+    assert sorted(store.finished_results(names, retry_errors=True)) == ["ok"]
+
+
+async def test_reset_trial_dir_wipes_leftovers(tmp_path):
+    store = JobStore(tmp_path / "job")
+    path = await store.reset_trial_dir("t")
+    (path / "agent" / "half.log").write_text("partial")
+    path = await store.reset_trial_dir("t")
+    assert sorted(p.name for p in path.iterdir()) == ["agent", "artifacts", "verifier"]
+    assert list((path / "agent").iterdir()) == []
+
+
+async def test_config_round_trip_and_errors(tmp_path):
+    config = JobConfig(datasets=[tmp_path], jobs_dir=tmp_path / "jobs", job_name="j1", n_attempts=3)
+    store = JobStore(config.job_dir)
+    await store.write_config(config)
+    assert read_job_config(config.job_dir) == config
+    assert not list(config.job_dir.glob(".*.tmp"))  # temp files renamed away
+    with pytest.raises(JobStoreError, match=r"config\.json does not exist: is .* a job directory"):
+        read_job_config(tmp_path / "nope")
+    (config.job_dir / "config.json").write_text('{"datasets": [], "n_attempts": "x"}')
+    with pytest.raises(JobStoreError, match=r"config\.json:datasets: "):
+        read_job_config(config.job_dir)
+
+
+def test_job_name_must_be_file_safe(tmp_path):
+    with pytest.raises(ValueError, match="is not a usable job name"):
+        JobConfig(datasets=[tmp_path], job_name="../escape")
