@@ -1,0 +1,55 @@
+"""External agent harnesses (RFC 005): configuration, events, the adapter lifecycle and multi-turn episodes.
+
+A harness (Claude Code, Codex, mini-swe-agent, a custom CLI) owns its agent loop; evsys starts it, injects the
+environment's tools (MCP) before it starts, sends it one message per turn, streams its events, and records its
+model calls through the recording proxy (`evsys.model.proxy`)."""
+
+from evsys.agent.harness.adapter import (
+    COLLISION_PREFIX,
+    RESERVED_TOOL_NAMES,
+    HarnessAdapter,
+    HarnessError,
+    HarnessStartError,
+    HarnessStateError,
+    McpEndpoint,
+    plan_injection,
+)
+from evsys.agent.harness.config import (
+    EnvTool,
+    HarnessConfig,
+    HarnessTransport,
+    InjectedTool,
+    ModelEndpoint,
+)
+from evsys.agent.harness.environment import HarnessEnvironment, HarnessObservation
+from evsys.agent.harness.events import HarnessEvent, HarnessEventType, HarnessTurn
+from evsys.agent.harness.install import HarnessInstall, HarnessInstaller, HarnessInstallError
+from evsys.agent.harness.process import HostProcessLauncher, ProcessLauncher
+from evsys.agent.harness.stdio import StdioHarnessAdapter
+
+__all__ = [
+    "COLLISION_PREFIX",
+    "RESERVED_TOOL_NAMES",
+    "EnvTool",
+    "HarnessAdapter",
+    "HarnessConfig",
+    "HarnessEnvironment",
+    "HarnessError",
+    "HarnessEvent",
+    "HarnessEventType",
+    "HarnessInstall",
+    "HarnessInstallError",
+    "HarnessInstaller",
+    "HarnessObservation",
+    "HarnessStartError",
+    "HarnessStateError",
+    "HarnessTransport",
+    "HarnessTurn",
+    "HostProcessLauncher",
+    "InjectedTool",
+    "McpEndpoint",
+    "ModelEndpoint",
+    "ProcessLauncher",
+    "StdioHarnessAdapter",
+    "plan_injection",
+]

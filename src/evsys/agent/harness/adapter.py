@@ -1,0 +1,164 @@
+"""`HarnessAdapter`: the lifecycle every external-harness integration implements (RFC 005).
+
+`inject_tools` (before `start` only) decides how environment tools appear to the harness: reward and
+lifecycle tools and the reserved names `reset`, `step`, `state`, `close` are withheld; a name that
+collides with one of the harness's built-in tools gets the `env_` prefix. `start` writes the harness's MCP
+configuration (when tools were injected and an MCP endpoint is known) and starts the harness;
+`send_message_streaming` runs one conversational turn and yields `HarnessEvent`s ending with
+`TURN_COMPLETE`; `send_message` collects them into a `HarnessTurn`."""
+
+from __future__ import annotations
+
+import json
+import time
+from abc import ABC, abstractmethod
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from evsys.agent.harness.config import EnvTool, HarnessConfig, InjectedTool, ModelEndpoint
+from evsys.agent.harness.events import HarnessEvent, HarnessEventType, HarnessTurn
+
+RESERVED_TOOL_NAMES = frozenset({"reset", "step", "state", "close"})
+COLLISION_PREFIX = "env_"
+
+
+class HarnessError(RuntimeError):
+    """A harness failed (the trial records cause `agent_error`)."""
+
+    failure_cause = "agent_error"
+
+
+class HarnessStartError(HarnessError):
+    """The harness could not start: it exited, printed garbage or stayed silent past its startup timeout."""
+
+
+class HarnessStateError(HarnessError):
+    """The adapter was used out of order (inject after start, a turn on a stopped harness, two turns)."""
+
+
+@dataclass
+class McpEndpoint:
+    """Where the harness reaches the environment's MCP server, and the headers it must send."""
+
+    url: str
+    headers: dict[str, str] = field(default_factory=dict)
+    server_name: str = "evsys-env"
+
+
+def plan_injection(
+    tools: list[EnvTool], builtin_tools: frozenset[str]
+) -> tuple[list[InjectedTool], list[str]]:
+    """Which tools the harness sees and under what names, and which were withheld (by name)."""
+    builtins = {name.lower() for name in builtin_tools}
+    injected: list[InjectedTool] = []
+    withheld: list[str] = []
+    taken: set[str] = set()
+    for tool in tools:
+        if tool.kind != "domain" or tool.name.lower() in RESERVED_TOOL_NAMES:
+            withheld.append(tool.name)
+            continue
+        exposed = COLLISION_PREFIX + tool.name if tool.name.lower() in builtins else tool.name
+        if exposed.lower() in taken or exposed.lower() in builtins:
+            raise ValueError(f"tool {tool.name!r} would be exposed as {exposed!r}, which is already taken")
+        taken.add(exposed.lower())
+        injected.append(InjectedTool(exposed_name=exposed, tool=tool))
+    return injected, withheld
+
+
+def mcp_servers_json(endpoint: McpEndpoint) -> bytes:
+    """The common `{"mcpServers": {...}}` configuration (Claude Code, Cursor, Gemini CLI), one server."""
+    server = {"type": "http", "url": endpoint.url, "headers": dict(endpoint.headers)}
+    return (json.dumps({"mcpServers": {endpoint.server_name: server}}, indent=2) + "\n").encode()
+
+
+class HarnessAdapter(ABC):
+    """Base class of harness integrations. Subclasses set `builtin_tools` and implement the lifecycle."""
+
+    builtin_tools: ClassVar[frozenset[str]] = frozenset()
+
+    def __init__(
+        self,
+        config: HarnessConfig,
+        *,
+        endpoint: ModelEndpoint | None = None,
+        mcp: McpEndpoint | None = None,
+    ) -> None:
+        self.config = config
+        self.endpoint = endpoint
+        self.mcp = mcp
+        self.injected_tools: list[InjectedTool] = []
+        self.withheld_tools: list[str] = []
+        self.started = False
+
+    def inject_tools(self, tools: list[EnvTool]) -> list[InjectedTool]:
+        """Offer environment tools to the harness (before `start`); returns them under their exposed names."""
+        if self.started:
+            raise HarnessStateError(
+                f"inject_tools must be called before start(): harness {self.config.name!r} is already running"
+            )
+        injected, withheld = plan_injection(
+            [*[t.tool for t in self.injected_tools], *tools], self.builtin_tools
+        )
+        self.injected_tools, self.withheld_tools = injected, [*self.withheld_tools, *withheld]
+        return injected
+
+    def tool_mapping(self) -> dict[str, str]:
+        """Exposed name -> the environment's own tool name (what the MCP server must route)."""
+        return {t.exposed_name: t.tool.name for t in self.injected_tools}
+
+    def render_mcp_config(self) -> bytes | None:
+        """The MCP configuration file to write at `config.mcp_config_path` (None: nothing to write)."""
+        if not self.injected_tools or self.mcp is None or not self.config.mcp_config_path:
+            return None
+        return mcp_servers_json(self.mcp)
+
+    def model_env(self) -> dict[str, str]:
+        """Environment variables that point the harness at its model endpoint (OpenAI-style by default)."""
+        if self.endpoint is None:
+            return {}
+        key_var = self.config.api_key_env_var or "OPENAI_API_KEY"
+        return {
+            key_var: self.endpoint.api_key,
+            "OPENAI_BASE_URL": self.endpoint.base_url.rstrip("/") + "/v1",
+            "EVSYS_MODEL": self.config.model or self.endpoint.model,
+        }
+
+    @abstractmethod
+    async def start(self) -> None:
+        """Start the harness; raise `HarnessStartError` with a clear message when it cannot start."""
+
+    @abstractmethod
+    async def stop(self) -> None:
+        """Stop the harness and everything it started (idempotent)."""
+
+    @abstractmethod
+    def send_message_streaming(self, message: str) -> AsyncIterator[HarnessEvent]:
+        """Run one turn, yielding events as they happen; the last event is TURN_COMPLETE."""
+
+    @abstractmethod
+    async def is_alive(self) -> bool:
+        """Whether the harness process is running."""
+
+    async def send_message(self, message: str) -> HarnessTurn:
+        """Run one turn and return all its events."""
+        started = time.monotonic()
+        events = [event async for event in self.send_message_streaming(message)]
+        last = events[-1] if events else None
+        ok = (
+            last is not None
+            and last.type == HarnessEventType.TURN_COMPLETE
+            and last.data.get("status") == "ok"
+        )
+        error = None if ok else str(last.data.get("error") if last else "the turn produced no events")
+        turn = last.turn if last else 0
+        return HarnessTurn(
+            turn=turn, events=events, ok=ok, error=error, duration_s=time.monotonic() - started
+        )
+
+    async def __aenter__(self) -> HarnessAdapter:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()

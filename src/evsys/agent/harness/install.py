@@ -1,0 +1,193 @@
+"""Installing harnesses from PyPI or npm once, in a throwaway sandbox, and reusing the result in every trial.
+
+`HarnessInstall` names what to install (`pip` packages into a venv, or `npm` packages into a prefix) and the
+fixed path inside sandboxes where the tree lives (`prefix`; venvs and npm bins embed absolute paths, so the
+path is the same in the install sandbox and in every trial sandbox). `HarnessInstaller.ensure()` builds the
+tree once per install key: it starts a sandbox with `network="public"` (the only time a harness install sees
+the network), runs the install as root, downloads the tree to the host cache
+(`$EVSYS_CACHE_DIR/harness-installs/<key>/tree`, renamed into place, marked by `install.json`) and stops the
+sandbox. Concurrent `ensure()` calls for one key wait for one build (an in-process lock plus a file lock
+across processes). `provide()` puts the cached tree into a trial's sandbox; until sandboxes take read-only
+binds it is an upload (see docs/harnesses.md for the proposed `SandboxSpec.binds`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import hashlib
+import json
+import platform
+import shlex
+import shutil
+import sys
+import tempfile
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from evsys.sandbox.base import Sandbox, SandboxSpec
+from evsys.util.atomic import write_text_atomic
+
+MARKER = "install.json"
+STAGING = "/tmp/evsys-install"
+SandboxFactory = Callable[[SandboxSpec], Sandbox]
+
+
+class HarnessInstallError(RuntimeError):
+    """The harness could not be installed (the trial records cause `agent_setup_failed`)."""
+
+    failure_cause = "agent_setup_failed"
+
+
+class HarnessInstall(BaseModel):
+    """What to install for a harness, and where it lives inside sandboxes."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    manager: Literal["pip", "npm"]
+    packages: list[str] = Field(
+        default_factory=list, description="Registry specs, e.g. 'mini-swe-agent==1.2'."
+    )
+    local_packages: list[Path] = Field(
+        default_factory=list, description="Host wheel/tarball files uploaded and installed too (no network)."
+    )
+    prefix: str = Field("/opt/evsys-harness", description="Absolute path of the tree inside sandboxes.")
+    timeout_s: float = Field(900.0, gt=0)
+
+    @field_validator("prefix")
+    @classmethod
+    def _absolute(cls, value: str) -> str:
+        if not value.startswith("/") or ".." in value.split("/"):
+            raise ValueError(f"prefix must be an absolute path without '..', got {value!r}")
+        return value.rstrip("/")
+
+    def model_post_init(self, _: Any) -> None:
+        if not self.packages and not self.local_packages:
+            raise ValueError("HarnessInstall needs at least one entry in packages or local_packages")
+        for path in self.local_packages:
+            if not path.is_file():
+                raise ValueError(f"local_packages: {path} is not a file")
+
+    def key(self) -> str:
+        """A hash of everything that determines the installed tree (inputs, local files, platform)."""
+        digest = hashlib.sha256()
+        digest.update(self.model_dump_json(exclude={"local_packages", "timeout_s"}).encode())
+        digest.update(f"{platform.machine()}|{sys.version_info[:2]}".encode())
+        for path in self.local_packages:
+            digest.update(path.name.encode() + hashlib.sha256(path.read_bytes()).digest())
+        return digest.hexdigest()[:20]
+
+    @property
+    def bin_dir(self) -> str:
+        """Where the installed executables are inside the sandbox (put it first on PATH)."""
+        return f"{self.prefix}/bin" if self.manager == "pip" else f"{self.prefix}/node_modules/.bin"
+
+    def command(self) -> str:
+        """The shell command that installs everything into `prefix` (run as root in the install sandbox)."""
+        specs = [*self.packages, *(f"{STAGING}/{p.name}" for p in self.local_packages)]
+        quoted = " ".join(shlex.quote(s) for s in specs)
+        prefix = shlex.quote(self.prefix)
+        if self.manager == "pip":
+            pip = f"{prefix}/bin/python -m pip install --no-input --disable-pip-version-check --no-cache-dir"
+            return f"set -e; /usr/bin/python3 -m venv {prefix}; {pip} {quoted}"
+        npm = "HOME=/tmp npm_config_cache=/tmp/npm-cache npm install --no-audit --no-fund --omit=dev"
+        return f"set -e; mkdir -p {prefix}; {npm} --no-update-notifier --prefix {prefix} {quoted}"
+
+
+def _default_sandbox_factory(spec: SandboxSpec) -> Sandbox:
+    from evsys.sandbox.local import LocalSandbox
+
+    return LocalSandbox(spec)
+
+
+def default_cache_root() -> Path:
+    """$EVSYS_CACHE_DIR/harness-installs (default ~/.cache/evsys/harness-installs)."""
+    from evsys.model.local.loader import cache_dir
+
+    return cache_dir() / "harness-installs"
+
+
+class HarnessInstaller:
+    """Builds harness trees once per key in a throwaway networked sandbox; hands them to trial sandboxes."""
+
+    def __init__(self, cache_root: Path | None = None, sandbox_factory: SandboxFactory | None = None) -> None:
+        self.cache_root = Path(cache_root) if cache_root is not None else default_cache_root()
+        self.sandbox_factory = sandbox_factory or _default_sandbox_factory
+        self.builds = 0  # how many installs this installer ran (cache hits do not count)
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    def tree(self, install: HarnessInstall) -> Path:
+        """The host directory holding the installed tree for `install` (may not exist yet)."""
+        return self.cache_root / install.key() / "tree"
+
+    def is_cached(self, install: HarnessInstall) -> bool:
+        """Whether the tree for `install` is complete in the cache."""
+        return (self.cache_root / install.key() / MARKER).is_file()
+
+    async def ensure(self, install: HarnessInstall) -> Path:
+        """The cached tree, installing it first if needed (once per key, even across processes)."""
+        if self.is_cached(install):
+            return self.tree(install)
+        lock = self._locks.setdefault(install.key(), asyncio.Lock())
+        async with lock:
+            if self.is_cached(install):
+                return self.tree(install)
+            lock_file = await asyncio.to_thread(_lock_file, self.cache_root / f"{install.key()}.lock")
+            try:
+                if not self.is_cached(install):
+                    await self._build(install)
+            finally:
+                lock_file.close()
+        return self.tree(install)
+
+    async def _build(self, install: HarnessInstall) -> None:
+        key = install.key()
+        spec = SandboxSpec(
+            name=f"harness-install-{key[:12]}-{uuid.uuid4().hex[:6]}", network="public", user="root"
+        )
+        sandbox = self.sandbox_factory(spec)
+        await asyncio.to_thread(self.cache_root.mkdir, parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=self.cache_root))
+        try:
+            await sandbox.start()
+            for path in install.local_packages:
+                await sandbox.upload(path, f"{STAGING}/{path.name}")
+            result = await sandbox.exec(install.command(), cwd="/", user="root", timeout=install.timeout_s)
+            if not result.ok:
+                reason = "timed out" if result.timed_out else f"failed with exit code {result.exit_code}"
+                tail = (result.stdout + result.stderr).strip()[-2000:]
+                raise HarnessInstallError(f"{install.manager} install of {install.packages} {reason}: {tail}")
+            await sandbox.download(install.prefix, staging / "tree")
+            self.builds += 1
+            record = {"install": json.loads(install.model_dump_json()), "key": key}
+            await asyncio.to_thread(write_text_atomic, staging / MARKER, json.dumps(record, indent=2) + "\n")
+            await asyncio.to_thread(_publish, staging, self.cache_root / key)
+        finally:
+            await sandbox.stop()
+            await asyncio.to_thread(shutil.rmtree, staging, True)
+
+    async def provide(self, install: HarnessInstall, sandbox: Sandbox) -> str:
+        """Place the cached tree at `install.prefix` in a running trial sandbox; returns its bin directory."""
+        tree = await self.ensure(install)
+        await sandbox.upload(tree, install.prefix)
+        return install.bin_dir
+
+
+def _lock_file(path: Path) -> Any:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(path, "a+")  # held (locked) until the build is done
+    fcntl.flock(handle, fcntl.LOCK_EX)
+    return handle
+
+
+def _publish(staging: Path, target: Path) -> None:
+    """Move the finished build into place (a rename; an earlier complete build wins)."""
+    if (target / MARKER).is_file():
+        return
+    if target.exists():
+        shutil.rmtree(target)
+    staging.rename(target)

@@ -1,0 +1,112 @@
+"""Starting harness processes: the `ProcessLauncher` protocol and the host implementation.
+
+An adapter does not care where its harness runs; it asks a launcher for a process with piped stdin, stdout and
+stderr. `HostProcessLauncher` runs it on the host in its own session and process group with a minimal
+environment (nothing of the host's environment leaks in, API keys included). A sandbox launcher (the harness
+inside the trial's sandbox) needs a streaming `spawn` from the sandbox; see docs/harnesses.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from evsys.util.atomic import write_bytes_atomic
+
+BASE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONUNBUFFERED": "1"}
+STREAM_LIMIT = 16 * 1024 * 1024  # longest stdout line the adapter accepts (JSON events can be large)
+
+
+@runtime_checkable
+class HarnessProcess(Protocol):
+    """A running harness process with piped standard streams."""
+
+    stdin: asyncio.StreamWriter
+    stdout: asyncio.StreamReader
+    stderr: asyncio.StreamReader
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit code, or None while running."""
+        ...
+
+    async def wait(self) -> int:
+        """Wait for the process to exit and return its exit code."""
+        ...
+
+    async def kill(self) -> None:
+        """Kill the process and everything it started (idempotent)."""
+        ...
+
+
+@runtime_checkable
+class ProcessLauncher(Protocol):
+    """Starts harness processes somewhere (the host, a sandbox)."""
+
+    async def launch(self, argv: list[str], *, env: dict[str, str], cwd: str) -> HarnessProcess:
+        """Start `argv` in `cwd` with exactly `env` (plus the launcher's base variables)."""
+        ...
+
+    async def write_file(self, path: str, data: bytes) -> None:
+        """Place a file where the harness will read it (its MCP configuration)."""
+        ...
+
+
+class HostProcess:
+    """A harness process on the host, leader of its own process group."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self._process = process
+        self.stdin = process.stdin
+        self.stdout = process.stdout
+        self.stderr = process.stderr
+
+    @property
+    def pid(self) -> int:
+        """The process id (also its process group id)."""
+        return self._process.pid
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit code, or None while running."""
+        return self._process.returncode
+
+    async def wait(self) -> int:
+        """Wait for exit."""
+        return await self._process.wait()
+
+    async def kill(self) -> None:
+        """SIGKILL the whole process group, then reap the leader."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self._process.pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            self._process.kill()
+        await self._process.wait()
+
+
+class HostProcessLauncher:
+    """Runs harnesses as host subprocesses (tests, trusted harnesses); hostile code belongs in a sandbox."""
+
+    async def launch(self, argv: list[str], *, env: dict[str, str], cwd: str) -> HostProcess:
+        """Start `argv` in a new session with BASE_ENV + `env` as its whole environment."""
+        if not await asyncio.to_thread(os.path.isdir, cwd):
+            raise FileNotFoundError(f"harness working directory {cwd!r} does not exist on the host")
+        process = await asyncio.create_subprocess_exec(
+            *argv,
+            cwd=cwd,
+            env={**BASE_ENV, **env},
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            start_new_session=True,
+            limit=STREAM_LIMIT,
+        )
+        return HostProcess(process)
+
+    async def write_file(self, path: str, data: bytes) -> None:
+        """Write `data` to the host path `path` atomically."""
+        await asyncio.to_thread(write_bytes_atomic, Path(path), data)

@@ -1,0 +1,354 @@
+"""`ModelProxy`: an OpenAI- and Anthropic-compatible HTTP endpoint in front of any `ModelClient`, recording
+calls.
+
+Every trial gets a session (`open_session`) whose key the harness uses as its API key (OpenAI:
+`Authorization: Bearer <key>`; Anthropic: `x-api-key: <key>`, Bearer accepted too). A request with an
+unknown or closed key is refused with 401 in the dialect's error shape. A session may also get its own
+unix socket (`open_session(uds=...)`): requests arriving there are accepted only with that session's key,
+so a harness in a sandbox that can see only its own socket cannot use another session even if it learns
+that session's key.
+
+Endpoints: `POST /v1/chat/completions`, `POST /v1/messages`, `GET /v1/models`, `GET /health` (no key
+needed). Streaming responses are produced from the finished completion (the `ModelClient` contract is
+request/response), so time-to-first-token equals the full latency."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from evsys.model.base import ModelClient
+from evsys.model.errors import (
+    ContextOverflowError,
+    ModelError,
+    RetryableModelError,
+    UnknownModelError,
+)
+from evsys.model.proxy import anthropic_dialect, openai_dialect
+from evsys.model.proxy.session import Dialect, ProxySession, new_session_key
+
+log = logging.getLogger(__name__)
+
+PINNED_SCOPE_KEY = "evsys.proxy.session_key"
+ClientSource = ModelClient | Callable[[], ModelClient] | None
+
+
+def _missing_extra() -> RuntimeError:
+    return RuntimeError("the model proxy needs `starlette` and `uvicorn`: pip install 'evsys[harness]'")
+
+
+def _bind_uds(path: Path) -> socket.socket:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        if path.is_socket():
+            path.unlink()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(str(path))
+    os.chmod(path, 0o666)  # the sandbox's unprivileged user must be able to connect; the key still applies
+    return sock
+
+
+def _bind_tcp(host: str, port: int) -> socket.socket:
+    # proto=IPPROTO_TCP so asyncio sets TCP_NODELAY on accepted connections (else Nagle adds ~40 ms per call)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    sock.bind((host, port))
+    return sock
+
+
+class _Listener:
+    """A uvicorn server on pre-bound sockets, on the current event loop, leaving signal handlers alone."""
+
+    def __init__(self, app: Any, sockets: list[socket.socket]) -> None:
+        try:
+            import uvicorn
+        except ImportError as exc:
+            raise _missing_extra() from exc
+        config = uvicorn.Config(
+            app,
+            lifespan="off",
+            log_config=None,
+            log_level="warning",
+            access_log=False,
+            timeout_graceful_shutdown=2,
+        )
+        config.load()
+        self.server = uvicorn.Server(config)
+        self.server.lifespan = config.lifespan_class(config)
+        self.sockets = sockets
+        self.socket_paths = [s.getsockname() for s in sockets if s.family == socket.AF_UNIX]
+
+    async def start(self) -> None:
+        """Start accepting connections."""
+        await self.server.startup(sockets=self.sockets)
+
+    async def stop(self) -> None:
+        """Stop accepting, let in-flight requests finish (2 s grace), close the sockets."""
+        await self.server.shutdown(sockets=self.sockets)
+        for path in self.socket_paths:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+
+
+def _pinned(app: Any, key: str) -> Any:
+    """Wrap an ASGI app so requests it serves are marked as coming from `key`'s own socket."""
+
+    async def pinned_app(scope: dict, receive: Any, send: Any) -> None:
+        await app({**scope, PINNED_SCOPE_KEY: key}, receive, send)
+
+    return pinned_app
+
+
+class ModelProxy:
+    """A recording, multi-session model proxy: `async with ModelProxy(client) as proxy:` or start/stop."""
+
+    def __init__(self, client: ClientSource = None, *, max_tokens_cap: int | None = None) -> None:
+        self._client_source = client
+        self.max_tokens_cap = max_tokens_cap
+        self._sessions: dict[str, ProxySession] = {}
+        self._session_listeners: dict[str, _Listener] = {}
+        self._pending: set[asyncio.Task] = set()
+        self._listener: _Listener | None = None
+        self.url: str | None = None
+        self.uds_path: Path | None = None
+        self.app = self._build_app()
+
+    async def __aenter__(self) -> ModelProxy:
+        if self._listener is None:
+            await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def start(
+        self, host: str = "127.0.0.1", port: int | None = 0, *, uds: str | Path | None = None
+    ) -> str:
+        """Listen on `host:port` (port 0: any free port; None: no TCP) and/or the unix socket `uds`.
+
+        Returns the TCP base URL (`http://host:port`), or `http+unix://<path>` when there is no TCP port.
+        """
+        if self._listener is not None:
+            raise RuntimeError("the proxy is already started")
+        if port is None and uds is None:
+            raise ValueError("ModelProxy.start needs a TCP port or a unix socket path (uds=)")
+        sockets = []
+        if port is not None:
+            sockets.append(_bind_tcp(host, port))
+            bound = sockets[-1].getsockname()
+            self.url = f"http://{host if ':' not in host else f'[{host}]'}:{bound[1]}"
+        if uds is not None:
+            self.uds_path = Path(uds)
+            sockets.append(_bind_uds(self.uds_path))
+            self.url = self.url or f"http+unix://{self.uds_path}"
+        self._listener = _Listener(self.app, sockets)
+        await self._listener.start()
+        return self.url
+
+    async def stop(self) -> None:
+        """Close every session and stop listening (idempotent)."""
+        for key in list(self._sessions):
+            self.close_session(key)
+        if self._pending:
+            await asyncio.gather(*self._pending, return_exceptions=True)
+        if self._listener is not None:
+            listener, self._listener = self._listener, None
+            await listener.stop()
+
+    def _make_client(self, model_client: ModelClient | None) -> ModelClient:
+        if model_client is not None:
+            return model_client
+        source = self._client_source
+        if source is None:
+            raise ValueError(
+                "open_session needs a model_client: the proxy was created without a default client"
+            )
+        if hasattr(source, "complete"):
+            return source  # type: ignore[return-value]
+        return source()  # type: ignore[operator]
+
+    def open_session(
+        self, model_client: ModelClient | None = None, *, key: str | None = None
+    ) -> ProxySession:
+        """A new session (fresh key unless given) using `model_client`, else the proxy's client or factory."""
+        key = key or new_session_key()
+        if key in self._sessions:
+            raise ValueError("a session with this key is already open")
+        session = ProxySession(key, self._make_client(model_client))
+        self._sessions[key] = session
+        return session
+
+    async def open_session_socket(self, session: ProxySession, path: str | Path) -> Path:
+        """Serve `session` alone on the unix socket `path` (bind it into the session's sandbox)."""
+        if session.key not in self._sessions:
+            raise ValueError("the session is not open on this proxy")
+        path = Path(path)
+        listener = _Listener(_pinned(self.app, session.key), [_bind_uds(path)])
+        await listener.start()
+        self._session_listeners[session.key] = listener
+        return path
+
+    @property
+    def sessions(self) -> list[ProxySession]:
+        """The open sessions."""
+        return list(self._sessions.values())
+
+    def get_session(self, key: str) -> ProxySession | None:
+        """The open session with this key, if any."""
+        return self._sessions.get(key)
+
+    def close_session(self, key: str) -> ProxySession | None:
+        """Refuse the key from now on, release the session's own socket; return the session (calls kept)."""
+        session = self._sessions.pop(key, None)
+        if session is not None:
+            session.closed = True
+        listener = self._session_listeners.pop(key, None)
+        if listener is not None:
+            task = asyncio.get_running_loop().create_task(listener.stop())
+            self._pending.add(task)
+            task.add_done_callback(self._pending.discard)
+        return session
+
+    # -- HTTP ---------------------------------------------------------------------------------------------
+
+    def _build_app(self) -> Any:
+        try:
+            from starlette.applications import Starlette
+            from starlette.routing import Route
+        except ImportError as exc:
+            raise _missing_extra() from exc
+        return Starlette(
+            routes=[
+                Route("/health", self._health, methods=["GET"]),
+                Route("/v1/models", self._models, methods=["GET"]),
+                Route("/v1/chat/completions", self._openai, methods=["POST"]),
+                Route("/v1/messages", self._anthropic, methods=["POST"]),
+            ]
+        )
+
+    def _authorise(self, request: Any) -> ProxySession | None:
+        key = request.headers.get("x-api-key", "")
+        auth = request.headers.get("authorization", "")
+        if not key and auth.lower().startswith("bearer "):
+            key = auth[7:].strip()
+        session = self._sessions.get(key) if key else None
+        pinned = request.scope.get(PINNED_SCOPE_KEY)
+        if session is None or session.closed or (pinned is not None and pinned != key):
+            return None
+        return session
+
+    async def _health(self, request: Any) -> Any:
+        from starlette.responses import JSONResponse
+
+        return JSONResponse({"status": "ok"})
+
+    async def _models(self, request: Any) -> Any:
+        from starlette.responses import JSONResponse
+
+        anthropic = "anthropic-version" in request.headers
+        session = self._authorise(request)
+        if session is None:
+            return _error("anthropic" if anthropic else "openai", 401, _UNKNOWN_KEY)
+        name = session.model_client.model
+        if anthropic:
+            entry = {"type": "model", "id": name, "display_name": name, "created_at": "1970-01-01T00:00:00Z"}
+            return JSONResponse({"data": [entry], "has_more": False, "first_id": name, "last_id": name})
+        return JSONResponse(
+            {"object": "list", "data": [{"id": name, "object": "model", "owned_by": "evsys"}]}
+        )
+
+    async def _openai(self, request: Any) -> Any:
+        return await self._serve(request, "openai")
+
+    async def _anthropic(self, request: Any) -> Any:
+        return await self._serve(request, "anthropic")
+
+    async def _serve(self, request: Any, dialect: Dialect) -> Any:
+        from starlette.responses import JSONResponse, StreamingResponse
+
+        session = self._authorise(request)
+        if session is None:
+            return _error(dialect, 401, _UNKNOWN_KEY)
+        parsed, problem = await _parse(request, dialect)
+        if problem is not None:
+            return _error(dialect, 400, problem)
+        try:
+            messages, tools = parsed.chat()
+            params = parsed.sampling(self.max_tokens_cap)
+        except (ValueError, ValidationError) as exc:
+            return _error(dialect, 400, f"invalid request: {exc}")
+        call = session.begin_call(dialect, parsed.model, messages, tools, params, stream=parsed.stream)
+        started = time.perf_counter()
+        try:
+            completion = await session.model_client.complete(messages, tools=tools, params=params)
+        except Exception as exc:
+            session.finish_call(call, None, f"{type(exc).__name__}: {exc}", time.perf_counter() - started)
+            return _error(dialect, _status_for(exc), str(exc) or type(exc).__name__)
+        session.finish_call(call, completion, None, time.perf_counter() - started)
+        if dialect == "openai":
+            if parsed.stream:
+                return StreamingResponse(openai_dialect.stream_chunks(parsed, completion), media_type=_SSE)
+            return JSONResponse(openai_dialect.chat_response(parsed, completion))
+        if parsed.stream:
+            return StreamingResponse(anthropic_dialect.stream_events(parsed, completion), media_type=_SSE)
+        return JSONResponse(anthropic_dialect.message_response(parsed, completion))
+
+
+_SSE = "text/event-stream"
+_UNKNOWN_KEY = "invalid API key: this key does not belong to an open evsys proxy session on this endpoint"
+_ANTHROPIC_KINDS = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "not_found_error",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+}
+_OPENAI_KINDS = {400: "invalid_request_error", 401: "invalid_request_error", 404: "invalid_request_error"}
+
+
+async def _parse(request: Any, dialect: Dialect) -> tuple[Any, str | None]:
+    """Validate the JSON body; on failure return a message naming the offending fields."""
+    model = openai_dialect.OpenAIChatRequest if dialect == "openai" else anthropic_dialect.AnthropicRequest
+    try:
+        body = await request.json()
+    except ValueError as exc:
+        return None, f"request body is not valid JSON: {exc}"
+    try:
+        return model.model_validate(body), None
+    except ValidationError as exc:
+        detail = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors())
+        return None, f"invalid request: {detail}"
+
+
+def _status_for(exc: Exception) -> int:
+    if isinstance(exc, ContextOverflowError):
+        return 400
+    if isinstance(exc, UnknownModelError):
+        return 404
+    if isinstance(exc, RetryableModelError):
+        return 429 if exc.status_code == 429 else 503
+    if isinstance(exc, ModelError):
+        return 502 if exc.status_code in (401, 403) else (exc.status_code or 500)
+    return 500
+
+
+def _error(dialect: Dialect, status: int, message: str) -> Any:
+    from starlette.responses import JSONResponse
+
+    if dialect == "anthropic":
+        body = anthropic_dialect.error_body(message, _ANTHROPIC_KINDS.get(status, "api_error"))
+    else:
+        code = "invalid_api_key" if status == 401 else None
+        body = openai_dialect.error_body(message, _OPENAI_KINDS.get(status, "server_error"), code)
+    return JSONResponse(body, status_code=status)

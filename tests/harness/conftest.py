@@ -1,0 +1,59 @@
+"""Fixtures for harness tests: a recording proxy over the tiny model, the tiny harness as a real process."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from evsys.agent.harness import HarnessConfig, ModelEndpoint, StdioHarnessAdapter
+from evsys.model.local.client import LocalModelClient
+from evsys.model.proxy import ModelProxy, ProxySession
+from evsys.testing.tiny_model import DEMO_RECIPE, build_tiny_model
+
+TINY_HARNESS = Path(__file__).with_name("tiny_harness.py")
+SYSTEM_PYTHON = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
+
+
+@pytest.fixture(scope="session")
+def tiny_engine_client() -> LocalModelClient:
+    """A client over the demo tiny model (trained to call `bash ls` and to greet)."""
+    return LocalModelClient(str(build_tiny_model(DEMO_RECIPE)))
+
+
+@pytest.fixture
+async def proxy(tiny_engine_client):
+    """A started recording proxy over the tiny model."""
+    async with ModelProxy(tiny_engine_client, max_tokens_cap=48) as started:
+        yield started
+
+
+def tiny_config(workdir: Path, *args: str, **overrides: object) -> HarnessConfig:
+    """The HarnessConfig that runs the tiny harness with `args` in `workdir`."""
+    fields: dict = {
+        "name": "tiny-harness",
+        "command": [SYSTEM_PYTHON, "-I", str(TINY_HARNESS), *args],
+        "working_directory": str(workdir),
+        "startup_timeout_s": 20,
+        "session_timeout_s": 60,
+    }
+    return HarnessConfig(**(fields | overrides))
+
+
+@pytest.fixture
+async def make_adapter(proxy, tmp_path) -> Callable[..., tuple[StdioHarnessAdapter, ProxySession]]:
+    """Build a tiny-harness adapter with its own proxy session; every adapter built is stopped afterwards."""
+    built: list[StdioHarnessAdapter] = []
+
+    def make(*args: str, **overrides: object) -> tuple[StdioHarnessAdapter, ProxySession]:
+        session = proxy.open_session()
+        endpoint = ModelEndpoint.for_session(proxy.url, session)
+        adapter = StdioHarnessAdapter(tiny_config(tmp_path, *args, **overrides), endpoint=endpoint)
+        built.append(adapter)
+        return adapter, session
+
+    yield make
+    for adapter in built:
+        await adapter.stop()
