@@ -16,7 +16,7 @@ test: setup
 	$(PY) -m pytest -q
 
 bench: setup
-	$(PY) bench/run_all.py
+	$(PY) bench/run_all.py $(BENCH)
 
 lint: setup
 	$(VENV)/bin/ruff check src tests bench
