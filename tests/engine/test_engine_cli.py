@@ -186,3 +186,18 @@ def test_run_prints_a_summary_and_exits_0_even_when_rewards_are_0(tmp_path):
     assert "nop" in done.stdout and "oracle" in done.stdout
     assert "@1 0.000" in done.stdout and "@2 1.000" in done.stdout
     assert "job directory:" in done.stdout
+
+
+def test_summary_shows_reward_per_task_and_agent(tmp_path, examples_dir):
+    """The end-of-run summary names each task with each agent's reward, so a user sees which task failed."""
+    args = [*RUN, str(examples_dir / "tasks"), "-a", "oracle", "-a", "nop", "--task", "create-file"]
+    args += ["--task", "partial-credit", "--jobs-dir", str(tmp_path / "jobs")]
+    proc = subprocess.run(
+        args, env=cli_env(tmp_path), capture_output=True, text=True, timeout=SAFETY_TIMEOUT, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    rows = {line.split()[1]: line for line in proc.stdout.splitlines() if line.startswith("│ ")}
+    assert "create-file" in rows and "partial-credit" in rows, proc.stdout
+    for task in ("create-file", "partial-credit"):
+        cells = [c.strip() for c in rows[task].strip("│ ").split("│")]
+        assert cells[1:] == ["0.000", "1.000"], rows[task]  # columns sorted: nop, oracle

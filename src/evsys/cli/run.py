@@ -213,6 +213,35 @@ def _fmt(value: float | None, digits: int = 3) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+MAX_TASK_ROWS = 40
+
+
+def print_task_table(out: Console, result: JobResult) -> None:
+    """Reward per task and agent (mean over attempts) with failure causes; skipped for large datasets."""
+    from rich.table import Table
+
+    cells: dict[str, dict[str, list]] = {}
+    for trial in result.trials:
+        cells.setdefault(trial.task_name, {}).setdefault(trial.agent, []).append(trial)
+    if not cells or len(cells) > MAX_TASK_ROWS:
+        return
+    agents = sorted({trial.agent for trial in result.trials})
+    table = Table(title="reward per task (mean over attempts)", title_justify="left")
+    table.add_column("task")
+    for name in agents:
+        table.add_column(name, overflow="fold")
+    for task_name in sorted(cells):
+        row = [task_name]
+        for name in agents:
+            trials = cells[task_name].get(name, [])
+            rewards = [t.reward or 0.0 for t in trials]
+            causes = sorted({t.failure.cause.value for t in trials if t.failure is not None})
+            text = _fmt(sum(rewards) / len(rewards)) if trials else "-"
+            row.append(f"{text} ({', '.join(causes)})" if causes else text)
+        table.add_row(*row)
+    out.print(table)
+
+
 def print_summary(out: Console, result: JobResult, job: Job) -> None:
     """The summary table per (agent, model, dataset), then the job directory."""
     from rich.table import Table
@@ -240,6 +269,7 @@ def print_summary(out: Console, result: JobResult, job: Job) -> None:
             _fmt(group.wall_time_sec, 1),
         )
     out.print(table)
+    print_task_table(out, result)
     missing = result.n_planned - result.n_done
     if missing:
         out.print(f"{missing} of {result.n_planned} planned trials did not run", highlight=False)
