@@ -9,8 +9,13 @@ JOBS   ?= jobs
 setup:
 	@bash scripts/bootstrap.sh
 
+# The embedded default: the bundled example tasks in the local sandbox, first with the reference solutions
+# (every task at 1.0), then with the built-in loop agent driving the offline SmolLM2-135M-Instruct.
+LOOP_ARGS ?= --agent-kwarg max_turns=3 --agent-kwarg max_tokens=96 --agent-kwarg seed=0
+
 run: setup
 	$(EVSYS) run examples/tasks -a oracle -n 4 --jobs-dir $(JOBS)
+	$(EVSYS) run examples/tasks -a loop -m local -n 8 $(LOOP_ARGS) --jobs-dir $(JOBS)
 
 test: setup
 	$(PY) -m pytest -q

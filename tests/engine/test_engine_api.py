@@ -79,3 +79,19 @@ async def test_bad_model_string_is_refused_before_any_trial(tmp_path):
     config = JobConfig(datasets=[dataset], agents=agents, jobs_dir=tmp_path / "jobs", job_name="bad")
     with pytest.raises(ValueError, match="model 'nosuchprovider:x': unknown model provider"):
         await Job(config).run()
+
+
+def test_agent_base_url_reaches_the_model_client():
+    """`--base-url` (AgentSpec.base_url) points a vllm:/openai: model at the user's server."""
+    from evsys.engine import AgentSpec
+    from evsys.engine.job import default_model_client
+
+    client = default_model_client(
+        AgentSpec(name="loop", model="vllm:Qwen/Qwen3-8B", base_url="http://127.0.0.1:9/v1")
+    )
+    try:
+        assert str(client._client.base_url).rstrip("/") == "http://127.0.0.1:9/v1"
+    finally:
+        import asyncio
+
+        asyncio.run(client.aclose())

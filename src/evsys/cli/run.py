@@ -42,6 +42,7 @@ def _build_job(
     paths: list[Path],
     agents: list[str],
     model: str | None,
+    base_url: str | None,
     agent_kwargs: list[str],
     resume: Path | None,
     retry_errors: bool,
@@ -63,7 +64,10 @@ def _build_job(
         raise _fail("give at least one task directory or dataset path (or --resume jobs/<name>)")
     try:
         kwargs = dict(parse_agent_kwarg(text) for text in agent_kwargs)
-        specs = [AgentSpec(name=name, model=model, kwargs=kwargs) for name in (agents or ["oracle"])]
+        specs = [
+            AgentSpec(name=name, model=model, base_url=base_url, kwargs=kwargs)
+            for name in (agents or ["oracle"])
+        ]
         config = JobConfig(
             datasets=paths, agents=specs, **{k: v for k, v in settings.items() if v is not None}
         )
@@ -85,9 +89,12 @@ def run(
         list[Path] | None, typer.Argument(help="Task directories or datasets.", show_default=False)
     ] = None,
     agent: Annotated[
-        list[str] | None, typer.Option("-a", "--agent", help="oracle | nop | module:Class")
+        list[str] | None, typer.Option("-a", "--agent", help="oracle | nop | loop | module:Class")
     ] = None,
     model: Annotated[str | None, typer.Option("-m", "--model", help="Model for model-driven agents.")] = None,
+    base_url: Annotated[
+        str | None, typer.Option("--base-url", help="OpenAI-compatible server URL for the model.")
+    ] = None,
     n_attempts: Annotated[int, typer.Option("-k", "--n-attempts", help="Attempts per task and agent.")] = 1,
     n_concurrent: Annotated[int, typer.Option("-n", "--n-concurrent", help="Trials running at once.")] = 4,
     jobs_dir: Annotated[Path, typer.Option("--jobs-dir", help="Where job directories go.")] = Path("jobs"),
@@ -125,7 +132,9 @@ def run(
         "sandbox": sandbox,
         "task_names": task or [],
     }
-    job = _build_job(paths or [], agent or [], model, agent_kwarg or [], resume, retry_errors, settings)
+    job = _build_job(
+        paths or [], agent or [], model, base_url, agent_kwarg or [], resume, retry_errors, settings
+    )
     result = _run_job(job)
     print_summary(_stdout_console(), result, job)
     if job.cancelled:
@@ -269,6 +278,14 @@ def print_summary(out: Console, result: JobResult, job: Job) -> None:
             _fmt(group.wall_time_sec, 1),
         )
     out.print(table)
+    for group in result.metrics:
+        generated = group.usage.completion_tokens
+        if generated and group.wall_time_sec > 0:
+            out.print(
+                f"{group.agent} ({group.model}): {generated} tokens generated in {group.wall_time_sec:.1f} s"
+                f" = {generated / group.wall_time_sec:.1f} tokens/s",
+                highlight=False,
+            )
     print_task_table(out, result)
     missing = result.n_planned - result.n_done
     if missing:

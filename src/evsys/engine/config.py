@@ -30,6 +30,9 @@ class AgentSpec(BaseModel):
 
     name: str = Field(min_length=1)
     model: str | None = None
+    base_url: str | None = Field(
+        None, description="OpenAI-compatible server for the model (vllm:, sglang:, ...)."
+    )
     kwargs: dict[str, Any] = Field(default_factory=dict)
 
     @property

@@ -41,7 +41,7 @@ def default_model_client(agent: AgentSpec) -> Any:
     """The model client for `agent.model` (a `provider:model` string), via evsys.model."""
     from evsys.model.spec import create_model_client
 
-    return create_model_client(agent.model)
+    return create_model_client(agent.model, base_url=agent.base_url)
 
 
 def retry_delay(retry_index: int, min_wait: float, max_wait: float) -> float:
