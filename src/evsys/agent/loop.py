@@ -1,0 +1,278 @@
+"""The `loop` agent: a built-in tool-calling agent that records token-exact trajectories.
+
+Each turn sends the chat so far (system prompt, instruction, earlier turns and tool results) with the tool
+schemas (`bash`, `read_file`, `write_file`, `str_replace`, `submit`) to the model, runs the tool calls in the
+sandbox and appends their results. It stops when the model calls `submit`, answers without a tool call, or
+hits `max_turns`, the `token_budget` (total completion tokens) or the context window.
+
+Per model turn the trajectory step records the prompt ids, completion ids, sampling logprobs and a loss mask
+(1 for every completion token: exactly the tokens the model generated), usage and cost, and
+`extends_previous`: whether this turn's prompt starts with the previous turn's prompt + completion tokens. A
+break (a template that re-renders history differently, an elided observation) is recorded with
+`prefix_break_at`, never papered over.
+
+Context strategy (`context_strategy="elide_observations"`, the default): when the model reports a context
+overflow, the oldest tool result not yet elided is replaced by a short marker and the turn is retried; each
+elision is recorded on the step (`context_events`) and counted. When nothing is left to elide, or with
+`context_strategy="stop"`, the run ends with stop reason `context_window`.
+
+Malformed tool calls (invalid JSON, unknown tool, bad arguments) become error observations for the model and
+are counted in the result's metadata.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from evsys.agent.base import AgentContext, AgentError, AgentResult, ModelCallError
+from evsys.agent.tools import SandboxTools, ToolOutcome
+from evsys.model.base import Completion, Message, SamplingParams
+from evsys.model.errors import ContextOverflowError, ModelError
+from evsys.sandbox.base import Sandbox
+from evsys.trajectory.models import Observation, ObservationResult, StepMetrics, ToolCall
+
+DEFAULT_SYSTEM_PROMPT = (
+    "You are an autonomous agent working in a Linux sandbox. Use the tools to complete the task: run "
+    "commands, read and edit files, and check your work. When the task is done, call submit."
+)
+ELIDED = "[output elided to fit the context window]"
+StopReason = Literal["submitted", "no_tool_call", "max_turns", "token_budget", "context_window"]
+
+
+class LoopConfig(BaseModel):
+    """Settings of the loop agent (given as `--agent-kwarg key=value`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_turns: int = Field(30, ge=1)
+    max_tokens: int = Field(1024, ge=1, description="Completion tokens per model turn.")
+    token_budget: int | None = Field(None, ge=1, description="Total completion tokens over the run.")
+    temperature: float = Field(0.7, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    seed: int | None = Field(
+        None, description="Turn n samples with seed + n (reproducible on the local engine)."
+    )
+    system_prompt: str = DEFAULT_SYSTEM_PROMPT
+    command_timeout_sec: float = Field(120.0, gt=0)
+    max_output_chars: int = Field(
+        10_000, ge=200, description="Tool outputs are clipped to this (head + tail)."
+    )
+    context_strategy: Literal["elide_observations", "stop"] = "elide_observations"
+
+
+class LoopStats(BaseModel):
+    """Counters reported in the agent result's metadata."""
+
+    turns: int = 0
+    stop_reason: StopReason = "max_turns"
+    tool_calls: int = 0
+    tool_errors: int = 0
+    parse_errors: int = 0
+    unknown_tools: int = 0
+    bad_arguments: int = 0
+    prefix_breaks: int = 0
+    context_elisions: int = 0
+    completion_tokens: int = 0
+    model_time_s: float = 0.0
+    tool_time_s: float = 0.0
+
+
+class LoopAgent:
+    """The built-in tool-calling agent. See the module docstring."""
+
+    name = "loop"
+    version = "1.0"
+
+    def __init__(self, **kwargs: Any) -> None:
+        self.config = LoopConfig(**kwargs)
+
+    def initial_messages(self, instruction: str) -> list[Message]:
+        """The chat a run starts from: the system prompt and the task instruction."""
+        return [
+            {"role": "system", "content": self.config.system_prompt},
+            {"role": "user", "content": instruction},
+        ]
+
+    async def setup(self, sandbox: Sandbox, ctx: AgentContext) -> None:
+        """Nothing to install: the tools run through the sandbox's own exec and shell."""
+
+    async def run(self, instruction: str, sandbox: Sandbox, ctx: AgentContext) -> AgentResult:
+        """Run turns until submit, a final answer, or a limit; every turn is recorded in ctx.trajectory."""
+        if ctx.model_client is None:
+            raise AgentError("the loop agent needs a model: pass -m, e.g. -m local or -m openai:gpt-4.1")
+        cfg = self.config
+        tools = SandboxTools(
+            sandbox,
+            workdir=ctx.workdir,
+            command_timeout=cfg.command_timeout_sec,
+            max_output_chars=cfg.max_output_chars,
+        )
+        messages = self.initial_messages(instruction)
+        ctx.trajectory.add("system", cfg.system_prompt)
+        ctx.trajectory.add("user", instruction)
+        stats = LoopStats()
+        previous: Completion | None = None
+        try:
+            for turn in range(cfg.max_turns):
+                remaining = None if cfg.token_budget is None else cfg.token_budget - stats.completion_tokens
+                if remaining is not None and remaining <= 0:
+                    stats.stop_reason = "token_budget"
+                    break
+                events: list[str] = []
+                started = time.perf_counter()
+                completion = await self._complete(ctx.model_client, messages, turn, remaining, events, stats)
+                stats.model_time_s += time.perf_counter() - started
+                if completion is None:
+                    stats.stop_reason = "context_window"
+                    ctx.trajectory.add("system", "stopped: the context window is full", context_events=events)
+                    break
+                stats.turns += 1
+                stats.completion_tokens += completion.usage.completion_tokens
+                outcomes = [await self._run_tool(tools, call, stats) for call in completion.tool_calls]
+                self._record(ctx, completion, outcomes, previous, events, stats)
+                previous = completion
+                messages.append(history_message(completion))
+                for call, outcome in zip(completion.tool_calls, outcomes, strict=True):
+                    messages.append({"role": "tool", "tool_call_id": call.id, "content": outcome.content})
+                if any(o.submitted for o in outcomes):
+                    stats.stop_reason = "submitted"
+                    break
+                if not completion.tool_calls:
+                    stats.stop_reason = "no_tool_call"
+                    break
+        finally:
+            await tools.close()
+        return AgentResult(metadata=stats.model_dump())
+
+    async def _complete(
+        self,
+        client: Any,
+        messages: list[Message],
+        turn: int,
+        remaining: int | None,
+        events: list[str],
+        stats: LoopStats,
+    ) -> Completion | None:
+        """One model call, eliding old observations on context overflow; None when nothing more fits."""
+        cfg = self.config
+        params = SamplingParams(
+            temperature=cfg.temperature,
+            top_p=cfg.top_p,
+            max_tokens=min(cfg.max_tokens, remaining) if remaining is not None else cfg.max_tokens,
+            seed=None if cfg.seed is None else cfg.seed + turn,
+        )
+        while True:
+            try:
+                return await client.complete(messages, tools=SandboxTools.schemas(), params=params)
+            except ContextOverflowError as exc:
+                if cfg.context_strategy == "stop" or not _elide_oldest_observation(messages):
+                    events.append(f"context window full, stopping: {exc}")
+                    return None
+                stats.context_elisions += 1
+                events.append(f"elided the oldest tool output: {exc}")
+            except ModelError as exc:
+                raise ModelCallError(f"model call failed: {exc}") from exc
+
+    async def _run_tool(self, tools: SandboxTools, call: Any, stats: LoopStats) -> ToolOutcome:
+        started = time.perf_counter()
+        outcome = await tools.call(call)
+        stats.tool_time_s += time.perf_counter() - started
+        stats.tool_calls += 1
+        if outcome.is_error:
+            stats.tool_errors += 1
+            kind = {
+                "parse": "parse_errors",
+                "unknown_tool": "unknown_tools",
+                "bad_arguments": "bad_arguments",
+            }
+            if outcome.error_kind in kind:
+                setattr(stats, kind[outcome.error_kind], getattr(stats, kind[outcome.error_kind]) + 1)
+        return outcome
+
+    def _record(
+        self,
+        ctx: AgentContext,
+        completion: Completion,
+        outcomes: list[ToolOutcome],
+        previous: Completion | None,
+        events: list[str],
+        stats: LoopStats,
+    ) -> None:
+        extends, break_at = prefix_check(previous, completion)
+        if extends is False:
+            stats.prefix_breaks += 1
+        ids = completion.completion_token_ids
+        metrics = StepMetrics(
+            prompt_tokens=completion.usage.prompt_tokens,
+            completion_tokens=completion.usage.completion_tokens,
+            cached_tokens=completion.usage.cached_tokens,
+            cost_usd=completion.cost_usd or 0.0,
+            prompt_token_ids=completion.prompt_token_ids,
+            completion_token_ids=ids,
+            logprobs=completion.logprobs,
+            loss_mask=[1] * len(ids) if ids is not None else None,
+            extends_previous=extends,
+            prefix_break_at=break_at,
+        )
+        calls = [
+            ToolCall(
+                tool_call_id=c.id,
+                function_name=c.name,
+                arguments=c.parsed_arguments if c.parsed_arguments is not None else {"_raw": c.arguments},
+                parse_error=c.parse_error,
+            )
+            for c in completion.tool_calls
+        ]
+        results = [
+            ObservationResult(source_call_id=c.id, content=o.content, is_error=o.is_error)
+            for c, o in zip(completion.tool_calls, outcomes, strict=True)
+        ]
+        ctx.trajectory.add(
+            "agent",
+            completion.text,
+            tool_calls=calls or None,
+            observation=Observation(results=results) if results else None,
+            metrics=metrics,
+            finish_reason=completion.finish_reason,
+            context_events=events or None,
+        )
+
+
+def history_message(completion: Completion) -> Message:
+    """The assistant turn as it goes back into the chat.
+
+    When the backend reports the exact completion text (the local engine), the turn is replayed verbatim —
+    tool-call markup included, even a malformed call — so the next prompt extends this turn's tokens.
+    Otherwise the OpenAI shape (content + tool_calls) is used, as remote APIs require.
+    """
+    if completion.raw_text is not None:
+        return {"role": "assistant", "content": completion.raw_text}
+    return completion.to_message()
+
+
+def prefix_check(previous: Completion | None, current: Completion) -> tuple[bool | None, int | None]:
+    """Whether `current`'s prompt ids start with `previous`'s prompt + completion ids (None when unknown).
+
+    On a break, also the index of the first token that differs.
+    """
+    if previous is None or current.prompt_token_ids is None:
+        return None, None
+    if previous.prompt_token_ids is None or previous.completion_token_ids is None:
+        return None, None
+    before = previous.prompt_token_ids + previous.completion_token_ids
+    now = current.prompt_token_ids
+    for index, token in enumerate(before):
+        if index >= len(now) or now[index] != token:
+            return False, index
+    return True, None
+
+
+def _elide_oldest_observation(messages: list[Message]) -> bool:
+    for message in messages:
+        if message.get("role") == "tool" and message.get("content") != ELIDED:
+            message["content"] = ELIDED
+            return True
+    return False

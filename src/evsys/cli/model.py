@@ -1,0 +1,91 @@
+"""`evsys model ...`: serve the local engine over an OpenAI-compatible API, inspect model strings.
+
+Heavy libraries (torch, transformers, fastapi, uvicorn) are imported inside the commands, never at import.
+"""
+
+from __future__ import annotations
+
+import typer
+
+model_app = typer.Typer(no_args_is_help=True)
+
+
+@model_app.command("serve")
+def serve(
+    model: str = typer.Option(
+        "local", "--model", "-m", help="A local model string: local or local:/path/to/hf-dir."
+    ),
+    host: str = typer.Option("127.0.0.1", help="Interface to bind (127.0.0.1 keeps it private)."),
+    port: int = typer.Option(8000, help="TCP port."),
+    served_model_name: str = typer.Option(
+        None, "--served-model-name", help="Name clients pass as `model` (default: the -m string)."
+    ),
+) -> None:
+    """Serve a local model with OpenAI-compatible /v1/chat/completions, /v1/completions and /v1/models."""
+    import asyncio
+
+    from rich.console import Console
+
+    from evsys.model.spec import ModelSpec
+
+    console = Console(stderr=True)
+    try:
+        spec = ModelSpec.parse(model)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--model") from exc
+    if spec.provider != "local":
+        raise typer.BadParameter(
+            f"serve runs the local engine; got provider {spec.provider!r}", param_hint="--model"
+        )
+    import uvicorn
+
+    from evsys.model.local.client import LocalModelClient
+    from evsys.model.serve import create_app
+
+    client = LocalModelClient(spec.model)
+    name = served_model_name or str(spec)
+    console.print(f"loading {spec} ...")
+    engine = asyncio.run(client.engine())
+    console.print(
+        f"serving [bold]{name}[/] (context {engine.context_window} tokens) on http://{host}:{port}/v1"
+    )
+    uvicorn.run(create_app(client, name), host=host, port=port, log_level="warning")
+
+
+@model_app.command("check")
+def check(
+    model: str = typer.Argument(..., help="A model string, e.g. local, openai:gpt-4.1, vllm:Qwen/Qwen3-8B."),
+    base_url: str = typer.Option(None, "--base-url", help="Server base URL for OpenAI-compatible providers."),
+    prompt: str = typer.Option("Say hello.", help="A one-line prompt to send."),
+    max_tokens: int = typer.Option(32, help="Tokens to generate."),
+) -> None:
+    """Send one prompt to a model and print the reply, token counts and speed."""
+    import asyncio
+
+    from rich.console import Console
+
+    from evsys.model import ModelError, SamplingParams, create_model_client
+
+    console = Console()
+
+    async def run() -> None:
+        client = create_model_client(model, base_url=base_url)
+        try:
+            done = await client.complete(
+                [{"role": "user", "content": prompt}],
+                params=SamplingParams(temperature=0, max_tokens=max_tokens),
+            )
+        finally:
+            await client.aclose()
+        console.print(done.text or done.raw_text or "")
+        rate = done.usage.completion_tokens / done.latency_s if done.latency_s else 0.0
+        console.print(
+            f"[dim]{done.usage.prompt_tokens} prompt + {done.usage.completion_tokens} completion tokens, "
+            f"finish={done.finish_reason}, {done.latency_s:.2f} s ({rate:.1f} tokens/s)[/]"
+        )
+
+    try:
+        asyncio.run(run())
+    except (ModelError, ValueError) as exc:
+        console.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(1) from exc

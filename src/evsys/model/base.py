@@ -1,0 +1,108 @@
+"""The `ModelClient` protocol every model backend implements, and the records that cross it.
+
+A client turns a chat (OpenAI-style message dicts) plus optional tool schemas into a `Completion`: the
+assistant's text and tool calls, and, when the backend can tell, the exact prompt and completion token ids and
+the sampling logprobs of each completion token. Those token-level fields are what RL training needs; backends
+that cannot provide them leave them `None` rather than guessing."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field
+
+Message = dict[str, Any]
+"""One chat message in OpenAI shape: {"role", "content", "tool_calls", "tool_call_id"}."""
+
+ToolSchema = dict[str, Any]
+"""One tool in OpenAI shape: {"type": "function", "function": {"name", "description", "parameters"}}."""
+
+FinishReason = Literal["stop", "length", "tool_calls"]
+
+
+class SamplingParams(BaseModel):
+    """How to sample. `temperature=0` is greedy; a `seed` makes sampling reproducible on the local engine."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    temperature: float = Field(1.0, ge=0.0, le=5.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int | None = Field(None, ge=1, description="Keep only the k most likely tokens (local engine).")
+    max_tokens: int | None = Field(
+        None, ge=1, description="None: whatever fits in the model's context window."
+    )
+    stop: list[str] = Field(default_factory=list, description="Stop strings; they are not part of `text`.")
+    seed: int | None = None
+    logprobs: bool = True
+    ignore_eos: bool = Field(
+        False, description="Keep generating past end-of-sequence (benchmarks; local only)."
+    )
+    timeout_s: float | None = Field(None, gt=0, description="Per-request timeout (remote backends).")
+    extra_body: dict[str, Any] = Field(default_factory=dict, description="Passed through to remote servers.")
+
+
+class ToolCall(BaseModel):
+    """A tool call the model made. `arguments` is the raw JSON text exactly as the model wrote it."""
+
+    id: str
+    name: str
+    arguments: str
+    parsed_arguments: dict[str, Any] | None = None
+    parse_error: str | None = Field(
+        None, description="Why the call could not be parsed; the agent reports it."
+    )
+
+
+class Usage(BaseModel):
+    """Token counts of one request."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+
+
+class Completion(BaseModel):
+    """One model response, with token-level detail where the backend provides it."""
+
+    text: str = Field(description="Assistant content, with tool-call markup removed.")
+    raw_text: str | None = Field(None, description="Exact decoding of completion_token_ids, when known.")
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    finish_reason: FinishReason = "stop"
+    prompt_token_ids: list[int] | None = None
+    completion_token_ids: list[int] | None = None
+    logprobs: list[float] | None = Field(None, description="Sampling logprob of each completion token.")
+    usage: Usage = Field(default_factory=Usage)
+    cost_usd: float | None = None
+    model: str = ""
+    latency_s: float = 0.0
+
+    def to_message(self) -> Message:
+        """The assistant message to append to the chat history (OpenAI shape)."""
+        message: Message = {"role": "assistant", "content": self.text}
+        if self.tool_calls:
+            message["tool_calls"] = [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                for c in self.tool_calls
+            ]
+        return message
+
+
+@runtime_checkable
+class ModelClient(Protocol):
+    """Anything that can complete a chat. Implementations must not block the event loop."""
+
+    model: str
+
+    async def complete(
+        self,
+        messages: list[Message],
+        *,
+        tools: list[ToolSchema] | None = None,
+        params: SamplingParams | None = None,
+    ) -> Completion:
+        """Complete `messages` (optionally offering `tools`) and return the model's response."""
+        ...
+
+    async def aclose(self) -> None:
+        """Release connections, worker threads and model weights."""
+        ...

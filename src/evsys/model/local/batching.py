@@ -1,0 +1,221 @@
+"""Continuous batching for the local engine: one forward pass per step for every active generation.
+
+Each new request is prefilled on its own, then joins the running batch: the KV caches are left-padded to a
+common length and stacked, an attention mask hides the padding and explicit position ids keep each sequence's
+positions its own. Every decode step feeds the last token of all active sequences in one forward pass, samples
+each row with its own parameters and generator, and drops finished rows. Logprobs stay the raw-distribution
+log-softmax of each row's logits, so teacher forcing reproduces them (differences are float rounding, ~1e-6).
+
+All model calls happen in the scheduler's own thread; callers get a concurrent.futures.Future.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from evsys.model.base import SamplingParams
+from evsys.model.local.engine import (
+    GenerationResult,
+    LocalEngine,
+    TokenCallback,
+    find_stop,
+    make_generator,
+    prefill,
+    sample,
+)
+
+
+@dataclass
+class _Sequence:
+    """One generation in flight."""
+
+    prompt_ids: list[int]
+    params: SamplingParams
+    limit: int
+    on_token: TokenCallback | None
+    cancel: threading.Event | None
+    future: Future
+    generator: Any = None
+    ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    stop_at: int | None = None
+    finish: str | None = None
+
+
+class BatchingScheduler:
+    """Runs up to `max_batch_size` generations at once in one worker thread."""
+
+    def __init__(self, engine: LocalEngine, max_batch_size: int = 32) -> None:
+        self.engine = engine
+        self.max_batch_size = max(1, max_batch_size)
+        self._pending: deque[_Sequence] = deque()
+        self._wakeup = threading.Condition()
+        self._active: list[_Sequence] = []
+        self._cache: Any = None
+        self._mask: Any = None
+        self._batchable = True
+        self._thread = threading.Thread(target=self._loop, name="evsys-local-batcher", daemon=True)
+        self._thread.start()
+        self.steps = 0
+        self.max_batch_seen = 0
+
+    def submit(
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        on_token: TokenCallback | None = None,
+        cancel: threading.Event | None = None,
+    ) -> Future:
+        """Queue a generation; raises ContextOverflowError at once if it cannot fit."""
+        limit = self.engine.budget(len(prompt_ids), params.max_tokens)
+        seq = _Sequence(list(prompt_ids), params, limit, on_token, cancel, Future())
+        seq.generator = make_generator(params.seed)
+        with self._wakeup:
+            self._pending.append(seq)
+            self._wakeup.notify()
+        return seq.future
+
+    def _loop(self) -> None:
+        while True:
+            with self._wakeup:
+                while not self._pending and not self._active:
+                    self._wakeup.wait()
+                room = self.max_batch_size if self._batchable else 1
+                admitted = [
+                    self._pending.popleft() for _ in range(min(len(self._pending), room - len(self._active)))
+                ]
+            try:
+                for seq in admitted:
+                    self._admit(seq)
+                if self._active:
+                    self._step()
+            except BaseException as exc:  # a failed forward fails every request in it, not the thread
+                for seq in [*admitted, *self._active]:
+                    if not seq.future.done():
+                        seq.future.set_exception(exc)
+                self._active, self._cache, self._mask = [], None, None
+
+    def _admit(self, seq: _Sequence) -> None:
+        """Prefill one request, sample its first token, and add it to the batch unless it is already done."""
+        import torch
+
+        with torch.inference_mode():
+            out = prefill(self.engine.model, seq.prompt_ids)
+        self._record(seq, out.logits[0, -1])
+        if seq.finish is not None:
+            self._resolve(seq)
+            return
+        self._join(seq, out.past_key_values)
+
+    def _join(self, seq: _Sequence, cache: Any) -> None:
+        import torch
+        from transformers import DynamicCache
+        from transformers.cache_utils import DynamicLayer
+
+        length = len(seq.prompt_ids)
+        if not self._active:
+            self._batchable = all(type(layer) is DynamicLayer for layer in cache.layers)
+            self._active, self._cache = [seq], cache
+            self._mask = torch.ones((1, length), dtype=torch.long)
+            return
+        width = max(self._mask.shape[1], length)
+        layers = []
+        for old, new in zip(self._cache.layers, cache.layers, strict=True):
+            keys = torch.cat([_left_pad(old.keys, width), _left_pad(new.keys, width)])
+            values = torch.cat([_left_pad(old.values, width), _left_pad(new.values, width)])
+            layers.append((keys, values))
+        self._cache = DynamicCache(ddp_cache_data=layers)
+        new_mask = torch.ones((1, length), dtype=torch.long)
+        self._mask = torch.cat([_left_pad(self._mask, width), _left_pad(new_mask, width)])
+        self._active.append(seq)
+
+    def _step(self) -> None:
+        """One decode step for every active sequence."""
+        import torch
+
+        active = self._active
+        self.steps += 1
+        self.max_batch_seen = max(self.max_batch_seen, len(active))
+        tokens = torch.tensor([[s.ids[-1]] for s in active])
+        positions = torch.tensor([[len(s.prompt_ids) + len(s.ids) - 1] for s in active])
+        self._mask = torch.cat([self._mask, torch.ones((len(active), 1), dtype=torch.long)], dim=1)
+        with torch.inference_mode():
+            out = self.engine.model(
+                input_ids=tokens,
+                attention_mask=self._mask,
+                position_ids=positions,
+                past_key_values=self._cache,
+                use_cache=True,
+            )
+        self._cache = out.past_key_values
+        for row, seq in enumerate(active):
+            self._record(seq, out.logits[row, -1])
+        keep = [row for row, seq in enumerate(active) if seq.finish is None]
+        for seq in active:
+            if seq.finish is not None:
+                self._resolve(seq)
+        if len(keep) < len(active):
+            self._shrink(keep)
+
+    def _shrink(self, keep: list[int]) -> None:
+        import torch
+
+        self._active = [self._active[row] for row in keep]
+        if not keep:
+            self._cache, self._mask = None, None
+            return
+        index = torch.tensor(keep)
+        self._cache.batch_select_indices(index)
+        self._mask = self._mask.index_select(0, index)
+        used = int(self._mask.any(dim=0).nonzero()[0])  # drop columns that are padding in every row
+        if used:
+            self._mask = self._mask[:, used:]
+            for layer in self._cache.layers:
+                layer.keys, layer.values = layer.keys[:, :, used:], layer.values[:, :, used:]
+
+    def _record(self, seq: _Sequence, logits: Any) -> None:
+        """Sample the next token of `seq` from `logits` and decide whether it is finished."""
+        import torch
+
+        step_logprobs = torch.log_softmax(logits.float(), dim=-1)
+        token = sample(step_logprobs, seq.params, seq.generator)
+        seq.ids.append(token)
+        seq.logprobs.append(float(step_logprobs[token]))
+        if seq.on_token is not None:
+            seq.on_token(token, seq.logprobs[-1])
+        if token in self.engine.eos_ids and not seq.params.ignore_eos:
+            seq.finish = "stop"
+        elif seq.params.stop and (at := find_stop(self.engine.decode(seq.ids), seq.params.stop)) is not None:
+            seq.stop_at, seq.finish = at, "stop"
+        elif (
+            len(seq.ids) >= seq.limit
+            or seq.future.cancelled()
+            or (seq.cancel is not None and seq.cancel.is_set())
+        ):
+            seq.finish = "length"
+
+    def _resolve(self, seq: _Sequence) -> None:
+        ids = seq.ids
+        ended_by_eos = seq.finish == "stop" and seq.stop_at is None and ids[-1] in self.engine.eos_ids
+        raw = self.engine.decode(ids[:-1] if ended_by_eos else ids)
+        visible = raw[: seq.stop_at] if seq.stop_at is not None else raw
+        result = GenerationResult(ids, seq.logprobs, seq.finish, raw, visible)  # type: ignore[arg-type]
+        if not seq.future.done():
+            seq.future.set_result(result)
+
+
+def _left_pad(tensor: Any, width: int) -> Any:
+    """Pad dim -2 (KV: [B, H, L, D]) or dim 1 (mask: [B, L]) on the left with zeros up to `width`."""
+    import torch
+
+    dim = 1 if tensor.dim() == 2 else -2
+    missing = width - tensor.shape[dim]
+    if missing <= 0:
+        return tensor
+    shape = list(tensor.shape)
+    shape[dim] = missing
+    return torch.cat([torch.zeros(shape, dtype=tensor.dtype), tensor], dim=dim)

@@ -1,0 +1,158 @@
+"""`LocalModelClient`: the async `ModelClient` over the in-process engine.
+
+Model weights load once per process and model directory (many trials share one engine). Generation goes
+through a continuous-batching scheduler (concurrent requests share each forward pass); loading, rendering and
+scoring run in one worker thread. Nothing blocks the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from evsys.model.base import Completion, Message, SamplingParams, ToolSchema, Usage
+from evsys.model.local.batching import BatchingScheduler
+from evsys.model.local.engine import GenerationResult, LocalEngine, TokenCallback
+from evsys.model.local.loader import resolve_model_dir
+from evsys.model.local.toolcalls import parse_tool_calls
+
+_SHARED: dict[str, SharedEngine] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+class SharedEngine:
+    """One loaded engine, a worker thread for loading/rendering/scoring, and the batching scheduler."""
+
+    def __init__(self, model: str, name: str, max_batch_size: int = 32) -> None:
+        self.model = model
+        self.name = name
+        self.max_batch_size = max_batch_size
+        self.executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="evsys-local-engine")
+        self._engine: LocalEngine | None = None
+        self.scheduler: BatchingScheduler | None = None
+
+    def _load(self) -> LocalEngine:
+        if self._engine is None:
+            engine = LocalEngine.load(resolve_model_dir(self.model), name=self.name)
+            self.scheduler = BatchingScheduler(engine, self.max_batch_size)
+            self._engine = engine
+        return self._engine
+
+    async def generate(
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        on_token: TokenCallback | None = None,
+        cancel: threading.Event | None = None,
+    ) -> GenerationResult:
+        """Generate through the batching scheduler (concurrent requests share forward passes)."""
+        await self.run(lambda engine: engine)
+        assert self.scheduler is not None
+        return await asyncio.wrap_future(self.scheduler.submit(prompt_ids, params, on_token, cancel))
+
+    async def run(self, fn: Callable[[LocalEngine], Any]) -> Any:
+        """Run `fn(engine)` in the worker thread (loading the model first if needed)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.executor, lambda: fn(self._load()))
+
+
+def shared_engine(model: str, name: str | None = None, max_batch_size: int = 32) -> SharedEngine:
+    """The process-wide engine for a model path ('' = the default model); the first caller's settings win."""
+    key = str(Path(model).expanduser().resolve()) if model else ""
+    with _SHARED_LOCK:
+        if key not in _SHARED:
+            _SHARED[key] = SharedEngine(
+                model, name or (f"local:{model}" if model else "local"), max_batch_size
+            )
+        return _SHARED[key]
+
+
+class LocalModelClient:
+    """ModelClient over the in-process transformers engine (`local`, `local:/path/to/hf-dir`)."""
+
+    def __init__(self, model: str = "", *, name: str | None = None, max_batch_size: int = 32) -> None:
+        self.shared = shared_engine(model, name, max_batch_size)
+        self.model = self.shared.name
+
+    @classmethod
+    def from_spec(cls, spec: Any, **kwargs: Any) -> LocalModelClient:
+        """Build from a ModelSpec (provider `local`)."""
+        return cls(spec.model, **kwargs)
+
+    async def engine(self) -> LocalEngine:
+        """The loaded engine (loads the model on first use, in the worker thread)."""
+        return await self.shared.run(lambda engine: engine)
+
+    async def complete(
+        self,
+        messages: list[Message],
+        *,
+        tools: list[ToolSchema] | None = None,
+        params: SamplingParams | None = None,
+    ) -> Completion:
+        """Render the chat, generate, and parse Hermes tool calls from the completion."""
+        params = params or SamplingParams()
+        started = time.perf_counter()
+
+        _, prompt_ids = await self.shared.run(lambda engine: engine.render(messages, tools))
+        result = await self.shared.generate(prompt_ids, params)
+        return build_completion(self.model, prompt_ids, result, params, time.perf_counter() - started)
+
+    async def complete_ids(self, prompt_ids: list[int], params: SamplingParams | None = None) -> Completion:
+        """Generate from raw prompt token ids (no template, no tool parsing)."""
+        params = params or SamplingParams()
+        started = time.perf_counter()
+        result = await self.shared.generate(list(prompt_ids), params)
+        completion = build_completion(self.model, prompt_ids, result, params, time.perf_counter() - started)
+        return completion.model_copy(update={"text": result.visible_text, "tool_calls": []})
+
+    async def stream(
+        self, prompt_ids: list[int], params: SamplingParams
+    ) -> AsyncIterator[tuple[int, float] | GenerationResult]:
+        """Yield (token id, logprob) as each token is sampled, then the final GenerationResult."""
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        cancel = threading.Event()
+
+        def on_token(token: int, logprob: float) -> None:
+            loop.call_soon_threadsafe(queue.put_nowait, (token, logprob))
+
+        task = asyncio.ensure_future(self.shared.generate(prompt_ids, params, on_token, cancel))
+        task.add_done_callback(lambda _: loop.call_soon_threadsafe(queue.put_nowait, None))
+        try:
+            while (item := await queue.get()) is not None:
+                yield item
+            yield await task
+        finally:
+            cancel.set()
+
+    async def aclose(self) -> None:
+        """Nothing to release per client: the shared engine lives for the process."""
+
+
+def build_completion(
+    model: str, prompt_ids: list[int], result: GenerationResult, params: SamplingParams, latency: float
+) -> Completion:
+    """Assemble a Completion from a generation, parsing Hermes tool calls out of the visible text."""
+    content, calls = parse_tool_calls(result.visible_text)
+    finish = result.finish_reason
+    if calls and finish == "stop":
+        finish = "tool_calls"
+    return Completion(
+        text=content,
+        raw_text=result.raw_text,
+        tool_calls=calls,
+        finish_reason=finish,
+        prompt_token_ids=list(prompt_ids),
+        completion_token_ids=result.completion_ids,
+        logprobs=result.logprobs if params.logprobs else None,
+        usage=Usage(prompt_tokens=len(prompt_ids), completion_tokens=len(result.completion_ids)),
+        cost_usd=0.0,
+        model=model,
+        latency_s=latency,
+    )

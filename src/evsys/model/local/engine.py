@@ -1,0 +1,205 @@
+"""The in-process generation engine: a transformers causal LM on CPU, driven token by token.
+
+Token fidelity is the point. The prompt ids are the tokenisation of the rendered chat template, exactly as fed
+to the model; the completion ids are exactly the sampled ids (including a final end-of-sequence token); each
+logprob is the log-softmax of the model's **raw** logits at that step (before temperature, top-k or top-p), so
+teacher forcing the same ids through the same model reproduces them. This matches what vLLM reports by
+default.
+
+The engine is synchronous and not thread-safe; `LocalModelClient` runs it in one worker thread.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from evsys.model.base import SamplingParams
+from evsys.model.errors import ContextOverflowError
+from evsys.model.local.loader import load_model_and_tokenizer
+from evsys.model.local.template import render_prompt, select_template
+
+TokenCallback = Callable[[int, float], None]
+
+
+@dataclass
+class GenerationResult:
+    """What one generation produced."""
+
+    completion_ids: list[int]
+    logprobs: list[float]
+    finish_reason: Literal["stop", "length"]
+    raw_text: str
+    visible_text: str = field(default="")  # raw_text cut before a matched stop string
+
+
+class LocalEngine:
+    """A causal LM plus its tokenizer and chat template, with token-exact generation and re-scoring."""
+
+    def __init__(self, model: Any, tokenizer: Any, name: str = "local") -> None:
+        self.model = model
+        self.tokenizer = tokenizer
+        self.name = name
+        self.template = select_template(tokenizer)
+        self.context_window = _context_window(model.config)
+        self.eos_ids = _eos_ids(model, tokenizer)
+
+    @classmethod
+    def load(cls, model_dir: Path, name: str = "local") -> LocalEngine:
+        """Load the model in `model_dir` (blocking: call it from a worker thread)."""
+        model, tokenizer = load_model_and_tokenizer(model_dir)
+        return cls(model, tokenizer, name=name)
+
+    def render(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None
+    ) -> tuple[str, list[int]]:
+        """The prompt text for a chat and its token ids (exactly what `generate` will feed the model)."""
+        text = render_prompt(self.tokenizer, self.template, messages, tools)
+        return text, self.encode(text)
+
+    def encode(self, text: str) -> list[int]:
+        """Tokenise `text` without adding special tokens (the template already placed them)."""
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def decode(self, ids: list[int]) -> str:
+        """Decode ids exactly (special tokens kept, no clean-up of spaces)."""
+        return self.tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False)
+
+    def budget(self, prompt_len: int, max_tokens: int | None) -> int:
+        """The number of tokens to generate; raises ContextOverflowError when the request cannot fit."""
+        room = self.context_window - prompt_len
+        wanted = max_tokens if max_tokens is not None else room
+        if prompt_len + wanted > self.context_window or room < 1:
+            raise ContextOverflowError(
+                f"prompt of {prompt_len} tokens + max_tokens {wanted} exceeds the context window of "
+                f"{self.context_window} tokens of model {self.name!r}",
+                prompt_tokens=prompt_len,
+                max_tokens=wanted,
+                context_window=self.context_window,
+            )
+        return wanted
+
+    def generate(
+        self,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        on_token: TokenCallback | None = None,
+        cancel: threading.Event | None = None,
+    ) -> GenerationResult:
+        """Sample a completion for `prompt_ids` (blocking); stop on EOS, a stop string or the budget."""
+        import torch
+
+        limit = self.budget(len(prompt_ids), params.max_tokens)
+        generator = make_generator(params.seed)
+        ids: list[int] = []
+        logprobs: list[float] = []
+        finish: Literal["stop", "length"] = "length"
+        stop_at: int | None = None
+        with torch.inference_mode():
+            out = prefill(self.model, prompt_ids)
+            while True:
+                step_logprobs = torch.log_softmax(out.logits[0, -1].float(), dim=-1)
+                token = sample(step_logprobs, params, generator)
+                ids.append(token)
+                logprobs.append(float(step_logprobs[token]))
+                if on_token is not None:
+                    on_token(token, logprobs[-1])
+                if token in self.eos_ids and not params.ignore_eos:
+                    finish = "stop"
+                    break
+                if params.stop:
+                    stop_at = find_stop(self.decode(ids), params.stop)
+                    if stop_at is not None:
+                        finish = "stop"
+                        break
+                if len(ids) >= limit or (cancel is not None and cancel.is_set()):
+                    break
+                out = self.model(
+                    input_ids=torch.tensor([[token]]), past_key_values=out.past_key_values, use_cache=True
+                )
+        raw = self.decode(ids[:-1] if finish == "stop" and ids[-1] in self.eos_ids else ids)
+        visible = raw[:stop_at] if stop_at is not None else raw
+        return GenerationResult(ids, logprobs, finish, raw, visible)
+
+    def score(self, prompt_ids: list[int], completion_ids: list[int]) -> list[float]:
+        """Teacher forcing: the raw-distribution logprob of each completion token given all before it."""
+        import torch
+
+        with torch.inference_mode():
+            logits = self.model(input_ids=torch.tensor([prompt_ids + completion_ids])).logits[0]
+            start = len(prompt_ids) - 1
+            logp = torch.log_softmax(logits[start : start + len(completion_ids)].float(), dim=-1)
+            picked = logp.gather(1, torch.tensor(completion_ids).unsqueeze(1)).squeeze(1)
+        return [float(x) for x in picked]
+
+
+def prefill(model: Any, prompt_ids: list[int]) -> Any:
+    """Run the prompt through the model, keeping only the last position's logits when the model allows it."""
+    import torch
+
+    ids = torch.tensor([prompt_ids])
+    try:
+        return model(input_ids=ids, use_cache=True, logits_to_keep=1)
+    except TypeError:  # models without `logits_to_keep`
+        return model(input_ids=ids, use_cache=True)
+
+
+def sample(logprobs: Any, params: SamplingParams, generator: Any) -> int:
+    """Pick the next token: argmax at temperature 0, else temperature, top-k and top-p sampling."""
+    import torch
+
+    if params.temperature == 0:
+        return int(torch.argmax(logprobs))
+    scores = logprobs / params.temperature
+    if params.top_k is not None and params.top_k < scores.numel():
+        kth = torch.topk(scores, params.top_k).values[-1]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    probs = torch.softmax(scores, dim=-1)
+    if params.top_p < 1.0:
+        sorted_probs, order = torch.sort(probs, descending=True)
+        keep = torch.cumsum(sorted_probs, dim=-1) - sorted_probs < params.top_p
+        keep[0] = True
+        probs = torch.zeros_like(probs).scatter(0, order[keep], sorted_probs[keep])
+    return int(torch.multinomial(probs, 1, generator=generator))
+
+
+def make_generator(seed: int | None) -> Any:
+    """A torch RNG seeded with `seed` (or from OS entropy when None)."""
+    import torch
+
+    generator = torch.Generator()
+    if seed is None:
+        generator.seed()
+    else:
+        generator.manual_seed(seed)
+    return generator
+
+
+def find_stop(text: str, stops: list[str]) -> int | None:
+    """Index of the earliest stop string in `text`, or None."""
+    positions = [text.find(s) for s in stops if s and s in text]
+    return min(positions) if positions else None
+
+
+def _context_window(config: Any) -> int:
+    for key in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+        value = getattr(config, key, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return 2048
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
+    ids: set[int] = set()
+    for source in (getattr(model, "generation_config", None), model.config):
+        value = getattr(source, "eos_token_id", None) if source is not None else None
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, list):
+            ids.update(v for v in value if isinstance(v, int))
+    if tokenizer.eos_token_id is not None:
+        ids.add(tokenizer.eos_token_id)
+    return ids
