@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 APT_PACKAGES=(bubblewrap python3 iproute2 util-linux procps psmisc git ca-certificates)
 PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}
-EXTRAS=${EXTRAS:-local,rl,dev}
+EXTRAS=${EXTRAS:-local,rl,harness,dev}
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
