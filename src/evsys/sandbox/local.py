@@ -8,7 +8,6 @@ import io
 import os
 import shlex
 import shutil
-import subprocess
 import tarfile
 import tempfile
 import time
@@ -20,6 +19,7 @@ from evsys.sandbox.client import DaemonClient
 from evsys.sandbox.mounts import ChildSetup
 from evsys.sandbox.seccomp import seccomp_fd
 from evsys.sandbox.shell import LocalShellSession
+from evsys.sandbox.spawn import SpawnedProcess, spawn
 
 BWRAP = "/usr/bin/bwrap"
 PYTHON = rootfs.SANDBOX_PYTHON
@@ -59,7 +59,7 @@ class LocalSandbox:
     def __init__(self, spec: SandboxSpec, *, scratch_root: Path | None = None) -> None:
         self.spec = spec
         self.scratch_root = Path(scratch_root) if scratch_root is not None else default_scratch_root()
-        self._proc: asyncio.subprocess.Process | None = None
+        self._proc: SpawnedProcess | None = None
         self._client: DaemonClient | None = None
         self._cgroup: cgroups.SandboxCgroup | None = None
         self._state = "new"
@@ -117,24 +117,13 @@ class LocalSandbox:
             cgroup_procs=self._cgroup.procs_files(),
         )
         sfd = seccomp_fd()
-        setup.open_error_pipe()
         try:
-            argv = self._bwrap_argv(setup.root, str(daemon_file), sfd)
-            self._proc = await asyncio.create_subprocess_exec(
-                *argv,
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                preexec_fn=setup,
-                pass_fds=(sfd,),
-                limit=1 << 22,
-            )
-        except (OSError, subprocess.SubprocessError) as exc:
-            detail = setup.read_error() or str(exc)
-            raise SandboxError(f"sandbox {spec.name}: cannot set up the sandbox: {detail}") from None
+            argv = self._bwrap_argv(setup.root, str(daemon_file), "@fd0")
+            self._proc = await spawn(argv, setup=setup.params, pass_fds=(sfd,), limit=1 << 22)
+        except SandboxError as exc:
+            raise SandboxError(f"sandbox {spec.name}: {exc}") from None
         finally:
             os.close(sfd)
-        setup.read_error()
         assert self._proc.stdout is not None and self._proc.stdin is not None
         self._client = DaemonClient(self._proc.stdout, self._proc.stdin, spec.name, self._proc.stderr)
         try:
@@ -152,7 +141,7 @@ class LocalSandbox:
         lowers = [str(files), str(base)] if files is not None else [str(base)]
         return lowers, rootfs.write_daemon_copy(cache)
 
-    def _bwrap_argv(self, root: str, daemon_file: str, sfd: int) -> list[str]:
+    def _bwrap_argv(self, root: str, daemon_file: str, seccomp_fd_arg: str) -> list[str]:
         spec = self.spec
         argv = [
             BWRAP,
@@ -179,7 +168,7 @@ class LocalSandbox:
         argv += ["--cap-drop", "ALL"]
         for cap in ROOT_CAPS + DAEMON_EXTRA_CAPS:
             argv += ["--cap-add", cap]
-        argv += ["--seccomp", str(sfd), "--chdir", "/", PYTHON, "-I", "-S", "-c", DAEMON_START]
+        argv += ["--seccomp", seccomp_fd_arg, "--chdir", "/", PYTHON, "-I", "-S", "-c", DAEMON_START]
         return argv
 
     async def _stderr_text(self) -> str:

@@ -1,11 +1,11 @@
 """The per-sandbox mount namespace: a size-limited tmpfs holding the overlay's upper dir, and the overlay
 itself.
 
-`ChildSetup` runs in the forked child just before it execs bubblewrap: it joins the sandbox's cgroups,
-makes a private mount namespace, mounts a tmpfs (size = storage limit) on the shared mount point, and mounts
-the overlay (lower = cached layers, upper = that tmpfs) inside it. The host's mount table never sees any of
-it, and the whole namespace disappears with the sandbox's last process, so teardown leaks nothing even after a
-SIGKILL.
+`ChildSetup` runs in the child the spawner (spawner.py) forks, just before it execs bubblewrap: it joins the
+sandbox's cgroups, makes a private mount namespace, mounts a tmpfs (size = storage limit) on the shared
+mount point, and mounts the overlay (lower = cached layers, upper = that tmpfs) inside it. The host's mount
+table never sees any of it, and the whole namespace disappears with the sandbox's last process, so teardown
+leaks nothing even after a SIGKILL.
 """
 
 from __future__ import annotations
@@ -50,37 +50,20 @@ class ChildSetup:
             f"lowerdir={':'.join(lowers)},upperdir={mount_point}/upper,workdir={mount_point}/work".encode()
         )
         self.cgroup_procs = cgroup_procs
-        self._err_r = self._err_w = -1
+        self.params = {
+            "mount_point": mount_point,
+            "lowers": list(lowers),
+            "storage_bytes": storage_bytes,
+            "cgroup_procs": list(cgroup_procs),
+        }
 
     @property
     def root(self) -> str:
         """Where the merged root filesystem appears inside the child's mount namespace."""
         return self.merged.decode()
 
-    def __call__(self) -> None:
-        """Run in the child (preexec); a failure is written to the error pipe for the parent to report."""
-        try:
-            self._setup()
-        except BaseException as exc:
-            os.write(self._err_w, str(exc).encode()[:4000])
-            raise
-
-    def open_error_pipe(self) -> None:
-        """Create the pipe the child reports a setup failure on (call before spawning)."""
-        self._err_r, self._err_w = os.pipe()
-        os.set_blocking(self._err_r, False)
-
-    def read_error(self) -> str:
-        """What the child reported, if anything; closes the pipe."""
-        os.close(self._err_w)
-        try:
-            return os.read(self._err_r, 4096).decode("utf-8", "replace")
-        except BlockingIOError:
-            return ""
-        finally:
-            os.close(self._err_r)
-
     def _setup(self) -> None:
+        """Join the cgroups, unshare the mount namespace, mount the storage tmpfs and the overlay."""
         for path in self.cgroup_procs:
             fd = os.open(path, os.O_WRONLY)
             try:
