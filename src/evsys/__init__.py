@@ -1,7 +1,8 @@
 """evsys: run LLM agents on tasks in isolated sandboxes, score them, and get token-exact trajectories back.
 
-`Job`, `JobConfig`, `AgentSpec`, `TrialResult` and `JobResult` are importable from here; they load on first
-use so `import evsys` stays fast.
+`Job`, `JobConfig`, `AgentSpec`, `TrialResult`, `JobResult`, `run_rollouts`, `VerifiedTask`, `PromptTask`,
+`verifier`, `load_python_tasks`, `TrajectoryGroup`, `RolloutTrajectory` and `to_hf_dataset` are importable
+from here; they load on first use so `import evsys` stays fast.
 """
 
 from __future__ import annotations
@@ -16,14 +17,42 @@ _LAZY = {
     "AgentSpec": "evsys.engine.config",
     "TrialResult": "evsys.engine.results",
     "JobResult": "evsys.engine.results",
+    "run_rollouts": "evsys.rollouts",
+    "VerifiedTask": "evsys.task.python",
+    "PromptTask": "evsys.task.python",
+    "load_python_tasks": "evsys.task.python",
+    "verifier": "evsys.verify.functions",
+    "TrajectoryGroup": "evsys.trajectory.groups",
+    "RolloutTrajectory": "evsys.trajectory.groups",
+    "to_hf_dataset": "evsys.trajectory.export",
 }
 
-__all__ = ["AgentSpec", "Job", "JobConfig", "JobResult", "TrialResult", "__version__"]
+__all__ = [
+    "AgentSpec",
+    "Job",
+    "JobConfig",
+    "JobResult",
+    "PromptTask",
+    "RolloutTrajectory",
+    "TrajectoryGroup",
+    "TrialResult",
+    "VerifiedTask",
+    "__version__",
+    "load_python_tasks",
+    "run_rollouts",
+    "to_hf_dataset",
+    "verifier",
+]
 
 if TYPE_CHECKING:
     from evsys.engine.config import AgentSpec, JobConfig
     from evsys.engine.job import Job
     from evsys.engine.results import JobResult, TrialResult
+    from evsys.rollouts import run_rollouts
+    from evsys.task.python import PromptTask, VerifiedTask, load_python_tasks
+    from evsys.trajectory.export import to_hf_dataset
+    from evsys.trajectory.groups import RolloutTrajectory, TrajectoryGroup
+    from evsys.verify.functions import verifier
 
 
 def __getattr__(name: str) -> Any:

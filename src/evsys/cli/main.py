@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from evsys.cli.doctor import doctor
+from evsys.cli.export import export
 from evsys.cli.model import model_app
 from evsys.cli.run import run
 from evsys.cli.tasks import tasks_app
@@ -17,6 +18,7 @@ app = typer.Typer(
 )
 app.command("run")(run)
 app.command("doctor")(doctor)
+app.command("export")(export)
 app.add_typer(tasks_app, name="tasks", help="Check and scaffold task directories.")
 app.add_typer(model_app, name="model", help="Serve and inspect models.")
 

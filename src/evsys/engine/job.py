@@ -9,6 +9,9 @@ only for sandbox_failed, model_error and agent_error. `Job.resume(job_dir)` reru
 result.json (or whose result is `cancelled`). `job.cancel()` (the CLI calls it on Ctrl-C) stops running
 trials, records them as `cancelled`, tears their sandboxes down and writes the job's result.json; the job
 stays resumable.
+
+Python tasks run too: a dataset path with a `dataset.toml`, or `python_tasks=` handed over in memory (what
+`run_rollouts` does); their trials are dispatched to `evsys.engine.python_trial`.
 """
 
 from __future__ import annotations
@@ -18,14 +21,15 @@ import contextlib
 import inspect
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from evsys.agent.registry import resolve_agent
 from evsys.engine.config import AgentSpec, JobConfig
 from evsys.engine.metrics import compute_metrics, total_usage
-from evsys.engine.plan import plan_trials
+from evsys.engine.plan import PythonTaskItem, plan_trials
+from evsys.engine.python_trial import PythonPlannedTrial, python_trial
 from evsys.engine.results import RETRYABLE_CAUSES, FailureCause, JobResult, TrialFailure, TrialResult
 from evsys.engine.store import JobStore, JobStoreError
 from evsys.engine.trial import PlannedTrial, Trial
@@ -66,6 +70,7 @@ class Job:
         resume: bool = False,
         retry_errors: bool = False,
         model_client_factory: ModelClientFactory | None = None,
+        python_tasks: Sequence[PythonTaskItem] | None = None,
     ) -> None:
         datasets = [Path(p).absolute() for p in config.datasets]  # a resume may start from another directory
         self.config = config.model_copy(update={"datasets": datasets})
@@ -73,6 +78,7 @@ class Job:
         self.resume_mode = resume
         self.retry_errors = retry_errors
         self.model_client_factory = model_client_factory
+        self.python_tasks = list(python_tasks) if python_tasks is not None else None
         self.store = JobStore(config.job_dir)
         self.planned: list[PlannedTrial] = []
         self.results: dict[str, TrialResult] = {}
@@ -155,7 +161,7 @@ class Job:
         for agent in self.config.agents:
             resolve_agent(agent.name, agent.kwargs)  # fail fast on unknown agents / bad kwargs
         await _cleanup_stale_sandboxes()
-        self.planned = await asyncio.to_thread(plan_trials, self.config)
+        self.planned = await asyncio.to_thread(plan_trials, self.config, self.python_tasks)
         if self.store.exists():
             if not self.resume_mode:
                 raise JobStoreError(
@@ -209,7 +215,8 @@ class Job:
         self.running.add(name)
         try:
             while True:
-                trial = Trial(
+                runner = python_trial if isinstance(planned, PythonPlannedTrial) else Trial
+                trial = runner(
                     planned,
                     self.config,
                     self.store,

@@ -4,18 +4,32 @@ Trial names are deterministic — `<task>__<agent-slug>__<attempt>`, sanitised f
 so a resumed job matches the trials of the first run. Tasks that fail to load become trials that fail with
 `task_invalid`; tasks whose Dockerfile needs an image build fail with `environment_unsupported` unless the job
 skips the build. Either way the other trials are unaffected.
+
+Python tasks (a directory with a `dataset.toml`, or tasks handed over in memory by `run_rollouts`) are planned
+in their input order as `PythonPlannedTrial`s; a dataset with bad rows fails the plan, naming every row.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from fnmatch import fnmatchcase
 from pathlib import Path
 
 from evsys.engine.config import AgentSpec, JobConfig, TrialConfig, slugify
+from evsys.engine.python_trial import PythonPlannedTrial, sandbox_task
 from evsys.engine.results import FailureCause, TrialFailure
 from evsys.engine.trial import PlannedTrial
 from evsys.task.loader import TaskLoadError, load_tasks
 from evsys.task.models import Task
+from evsys.task.python import (
+    PromptTask,
+    PythonTaskLoadError,
+    VerifiedTask,
+    is_python_dataset,
+    load_python_tasks,
+)
+
+PythonTaskItem = VerifiedTask | PromptTask
 
 
 class PlanError(ValueError):
@@ -39,10 +53,25 @@ def _selected(name: str, patterns: list[str]) -> bool:
     return not patterns or any(fnmatchcase(name, pattern) for pattern in patterns)
 
 
-Entry = tuple[str, Path, Task | None, TrialFailure | None]
+Entry = tuple[str, Path, Task | None, TrialFailure | None, PythonTaskItem | None]
+
+
+def _python_entries(path: Path, tasks: Sequence[PythonTaskItem], config: JobConfig) -> list[Entry]:
+    """Entries of Python tasks, in their input order (the order run_rollouts returns groups in)."""
+    return [
+        (task.id, path, sandbox_task(task, path), None, task)
+        for task in tasks
+        if _selected(task.id, config.task_names)
+    ]
 
 
 def _dataset_entries(path: Path, config: JobConfig) -> list[Entry]:
+    if is_python_dataset(path):
+        try:
+            tasks = load_python_tasks(path)
+        except PythonTaskLoadError as exc:
+            raise PlanError(str(exc)) from None
+        return _python_entries(path.resolve(), tasks, config)
     taskset = load_tasks(path)
     entries: list[Entry] = []
     for task in taskset.tasks:
@@ -53,11 +82,11 @@ def _dataset_entries(path: Path, config: JobConfig) -> list[Entry]:
             failure = TrialFailure(
                 cause=FailureCause.ENVIRONMENT_UNSUPPORTED, message=_unsupported_message(task)
             )
-        entries.append((task.name, task.path, task, failure))
+        entries.append((task.name, task.path, task, failure, None))
     for error in taskset.errors:
         if _selected(error.task_name, config.task_names):
             failure = TrialFailure(cause=FailureCause.TASK_INVALID, message=_load_error_message(error))
-            entries.append((error.task_name, error.path.resolve(), None, failure))
+            entries.append((error.task_name, error.path.resolve(), None, failure, None))
     return sorted(entries, key=lambda e: e[0])
 
 
@@ -83,9 +112,21 @@ def _timeouts(task: Task | None, config: JobConfig) -> dict[str, float | None]:
     }
 
 
-def plan_trials(config: JobConfig) -> list[PlannedTrial]:
-    """Every trial of the job, attempt by attempt, in a deterministic order with unique names."""
-    datasets = [(slugify(Path(p).resolve().name), _dataset_entries(Path(p), config)) for p in config.datasets]
+def plan_trials(
+    config: JobConfig, python_tasks: Sequence[PythonTaskItem] | None = None
+) -> list[PlannedTrial]:
+    """Every trial of the job, attempt by attempt, in a deterministic order with unique names.
+
+    With `python_tasks` (in memory, from run_rollouts) those are the job's tasks and the job's single
+    dataset path only names them.
+    """
+    if python_tasks is not None:
+        path = Path(config.datasets[0])
+        datasets = [(slugify(path.name), _python_entries(path, python_tasks, config))]
+    else:
+        datasets = [
+            (slugify(Path(p).resolve().name), _dataset_entries(Path(p), config)) for p in config.datasets
+        ]
     if not any(entries for _, entries in datasets):
         wanted = f" matching {', '.join(config.task_names)}" if config.task_names else ""
         raise PlanError(f"no tasks{wanted} in {', '.join(str(p) for p in config.datasets)}")
@@ -98,7 +139,7 @@ def plan_trials(config: JobConfig) -> list[PlannedTrial]:
     planned: list[PlannedTrial] = []
     for attempt in range(1, config.n_attempts + 1):
         for label, entries in datasets:
-            for name, path, task, failure in entries:
+            for name, path, task, failure, python_task in entries:
                 task_slug = slugify(name if counts[name] == 1 else f"{label}.{name}")
                 for agent, agent_slug in zip(config.agents, slugs, strict=True):
                     trial_name = _unique(f"{task_slug}__{agent_slug}__{attempt}", used)
@@ -112,7 +153,11 @@ def plan_trials(config: JobConfig) -> list[PlannedTrial]:
                         not_runnable=failure.message if failure else None,
                         **_timeouts(task, config),
                     )
-                    planned.append(PlannedTrial(config=trial_config, task=task, failure=failure))
+                    if python_task is not None:
+                        trial = PythonPlannedTrial(trial_config, None, failure, python_task=python_task)
+                    else:
+                        trial = PlannedTrial(config=trial_config, task=task, failure=failure)
+                    planned.append(trial)
     return planned
 
 

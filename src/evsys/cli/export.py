@@ -1,0 +1,39 @@
+"""`evsys export JOB_DIR --format rl|sft|atif|parquet -o OUT`: trainer-ready files from a job directory."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+
+def export(
+    job_dir: Annotated[Path, typer.Argument(help="A job directory, e.g. jobs/<name>.")],
+    fmt: Annotated[
+        str, typer.Option("--format", "-f", help="rl (JSONL) | parquet | sft (chat JSONL) | atif (copies)")
+    ] = "rl",
+    out: Annotated[Path, typer.Option("-o", "--out", help="Output directory.")] = Path("out"),
+    successful_only: Annotated[
+        bool, typer.Option("--successful-only", help="SFT: only samples without error and reward >= 1.")
+    ] = False,
+    advantage: Annotated[str, typer.Option("--advantage", help="mean | mean_std | leave_one_out")] = "mean",
+) -> None:
+    """Export a job: RL rows (tokens, masks, logprobs, rewards, advantages), SFT chats, ATIF copies."""
+    from evsys.trajectory.advantages import ADVANTAGE_METHODS
+    from evsys.trajectory.export import EXPORT_FORMATS, ExportError, export_job
+
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    if fmt not in EXPORT_FORMATS:
+        err.print(f"[red]error:[/red] --format must be one of {', '.join(EXPORT_FORMATS)}, got {fmt!r}")
+        raise typer.Exit(2)
+    if advantage not in ADVANTAGE_METHODS:
+        err.print(f"[red]error:[/red] --advantage must be one of {', '.join(ADVANTAGE_METHODS)}")
+        raise typer.Exit(2)
+    try:
+        written = export_job(job_dir, fmt, out, successful_only=successful_only, advantage=advantage)
+    except (ExportError, ImportError) as exc:
+        err.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    Console(highlight=False, soft_wrap=True).print(f"wrote {len(written)} file(s) to {out}")

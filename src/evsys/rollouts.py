@@ -1,0 +1,230 @@
+"""`run_rollouts`: the RL front door. Items in, one scored `TrajectoryGroup` per item out, in input order.
+
+```python
+groups = await run_rollouts(items, num_samples=8, model="local", n_concurrent=16)
+gen = await run_rollouts(["Write a haiku"], outcome_reward=False, num_samples=4, model="local")
+```
+
+It builds a `Job` over the items held in memory (`num_samples` attempts each, the `loop` agent unless `agent`
+names another), runs it, and reads every trial back into a group: token ids, loss mask, logprobs, reward(s),
+group-relative advantage, and the error of any trial that failed (the group keeps it and counts it). Every
+trial is also on disk under `<jobs_dir>/<job_name>/`, ready for `evsys export`; the items are saved there
+as a Python-task dataset (`tasks/dataset.toml` + `tasks.jsonl`), so `Job.resume(job_dir)` (or
+`evsys run --resume`) can finish an interrupted run as long as the same verifiers are registered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from evsys.engine.config import AgentSpec, JobConfig
+from evsys.engine.job import Job
+from evsys.engine.python_trial import PythonPlannedTrial
+from evsys.engine.results import JobResult
+from evsys.task.python import PromptTask, VerifiedTask, load_python_tasks
+from evsys.trajectory.advantages import ADVANTAGE_METHODS, AdvantageMethod
+from evsys.trajectory.groups import (
+    RolloutError,
+    RolloutTrajectory,
+    TrajectoryGroup,
+    rollout_from_trial,
+)
+from evsys.trajectory.models import Trajectory
+from evsys.util.atomic import write_text_atomic
+
+Item = VerifiedTask | PromptTask | str | Mapping[str, Any]
+DEFAULT_AGENT = "loop"
+TASKS_DIR = "tasks"
+
+
+class BorrowedModelClient:
+    """A caller's model client lent to a job: the job's clean-up never closes it."""
+
+    def __init__(self, client: Any) -> None:
+        self.client = client
+        self.model = str(getattr(client, "model", "") or type(client).__name__)
+
+    async def complete(self, messages: Any, **kwargs: Any) -> Any:
+        """Forward to the lent client."""
+        return await self.client.complete(messages, **kwargs)
+
+
+def _as_task(item: Item, index: int, outcome_reward: bool) -> VerifiedTask | PromptTask:
+    """One input item as a Python task; strings become PromptTasks (generation only)."""
+    if isinstance(item, str):
+        if outcome_reward:
+            raise ValueError(
+                f"items[{index}] is a plain prompt, which has no verifier: pass outcome_reward=False "
+                "or give a VerifiedTask"
+            )
+        return PromptTask(id=f"prompt-{index}", prompt=item)
+    if isinstance(item, Mapping):
+        row = item if "id" in item else {**item, "id": f"item-{index}"}
+        item = load_python_tasks([row])[0]
+    if not isinstance(item, VerifiedTask | PromptTask):
+        raise TypeError(
+            f"items[{index}] is a {type(item).__name__}; expected VerifiedTask, PromptTask or str"
+        )
+    if not outcome_reward:  # generation only: the verifier is never called
+        fields = item.model_dump(exclude={"kind", "verifier"})
+        return PromptTask(**fields)
+    if isinstance(item, PromptTask):
+        raise ValueError(f"items[{index}] ({item.id!r}) is a PromptTask: it has no verifier to give a reward")
+    return item
+
+
+def prepare_tasks(
+    items: Sequence[Item], *, outcome_reward: bool, sandbox: bool | None
+) -> list[VerifiedTask | PromptTask]:
+    """The items as Python tasks with unique ids (errors name the item's index)."""
+    if isinstance(items, str | Mapping):
+        raise TypeError("items must be a list of tasks or prompts, not a single one")
+    tasks = [_as_task(item, i, outcome_reward) for i, item in enumerate(items)]
+    if not tasks:
+        raise ValueError("items is empty: nothing to roll out")
+    if sandbox is not None:
+        tasks = [t.model_copy(update={"sandbox": sandbox}) for t in tasks]
+    seen: dict[str, int] = {}
+    for index, task in enumerate(tasks):
+        if task.id in seen:
+            raise ValueError(
+                f"items[{index}]: duplicate id {task.id!r} (first used by items[{seen[task.id]}])"
+            )
+        seen[task.id] = index
+    return tasks
+
+
+def save_tasks(tasks: Sequence[VerifiedTask | PromptTask], root: Path) -> Path:
+    """Write the tasks as a Python-task dataset (`dataset.toml` + `tasks.jsonl`) so the job can be resumed."""
+    if (root.parent / "config.json").exists():
+        raise ValueError(f"{root.parent} already exists: choose another job_name")
+    root.mkdir(parents=True, exist_ok=True)
+    fields = ("id", "prompt", "verifier", "data", "system_prompt", "sandbox", "tools")
+    lines = [json.dumps(t.model_dump(include=set(fields), exclude_none=True)) + "\n" for t in tasks]
+    write_text_atomic(root / "tasks.jsonl", "".join(lines))
+    write_text_atomic(root / "dataset.toml", '[dataset]\nname = "rollouts"\ndata = "tasks.jsonl"\n')
+    return root
+
+
+def _agent_spec(agent: str | None, model: Any, kwargs: dict[str, Any]) -> tuple[AgentSpec, Any]:
+    """The agent spec and, for a client object passed as `model`, the factory that lends it to the job."""
+    name = agent or DEFAULT_AGENT
+    if isinstance(model, str):
+        return AgentSpec(name=name, model=model, kwargs=kwargs), None
+    if not callable(getattr(model, "complete", None)):
+        raise TypeError("model must be a model string (e.g. 'local') or a model client with complete()")
+    borrowed = BorrowedModelClient(model)
+    return AgentSpec(name=name, model=borrowed.model, kwargs=kwargs), lambda _spec: borrowed
+
+
+def _job_name() -> str:
+    return f"rollouts-{datetime.now().strftime('%Y-%m-%d__%H-%M-%S')}-{secrets.token_hex(3)}"
+
+
+def _loop_kwargs(
+    max_turns: int, max_tokens: int, temperature: float, system_prompt: str | None
+) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"max_turns": max_turns, "max_tokens": max_tokens, "temperature": temperature}
+    if system_prompt is not None:
+        kwargs["system_prompt"] = system_prompt
+    return kwargs
+
+
+async def run_rollouts(
+    items: Sequence[Item],
+    *,
+    outcome_reward: bool = True,
+    model: Any,
+    num_samples: int = 1,
+    max_turns: int = 1,
+    max_tokens: int = 512,
+    temperature: float = 1.0,
+    system_prompt: str | None = None,
+    agent: str | None = None,
+    n_concurrent: int = 4,
+    max_retries: int = 2,
+    sandbox: bool | None = None,
+    jobs_dir: Path | str | None = None,
+    job_name: str | None = None,
+    advantage: AdvantageMethod = "mean",
+) -> list[TrajectoryGroup]:
+    """Roll out every item `num_samples` times; one `TrajectoryGroup` per item, in input order.
+
+    `model` is a model string (`local`, `openai:gpt-4.1`, ...) or a model client object (lent, never
+    closed). `outcome_reward=False` turns every item into a generation-only `PromptTask` (reward 0, no
+    verifier call). `sandbox` overrides the tasks' own choice (True = agentic, in a local sandbox).
+    Retryable failures (model/sandbox/agent errors) are retried `max_retries` times; a trial that still
+    fails stays in its group with its error. The job directory is `<jobs_dir>/<job_name>` (default `jobs/`).
+    """
+    if num_samples < 1:
+        raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+    if advantage not in ADVANTAGE_METHODS:
+        raise ValueError(f"advantage must be one of {', '.join(ADVANTAGE_METHODS)}, got {advantage!r}")
+    tasks = prepare_tasks(items, outcome_reward=outcome_reward, sandbox=sandbox)
+    kwargs = _loop_kwargs(max_turns, max_tokens, temperature, system_prompt)
+    spec, factory = _agent_spec(agent, model, kwargs)
+    name = job_name or _job_name()
+    root = Path(jobs_dir) if jobs_dir is not None else Path("jobs")
+    dataset = await asyncio.to_thread(save_tasks, tasks, root / name / TASKS_DIR)
+    config = JobConfig(
+        datasets=[dataset],
+        agents=[spec],
+        job_name=name,
+        jobs_dir=root,
+        n_attempts=num_samples,
+        n_concurrent=n_concurrent,
+        max_retries=max_retries,
+    )
+    job = Job(config, model_client_factory=factory, python_tasks=tasks)
+    result = await job.run()
+    return await asyncio.to_thread(collect_groups, job, result, tasks, advantage)
+
+
+def collect_groups(
+    job: Job, result: JobResult, tasks: Sequence[VerifiedTask | PromptTask], method: AdvantageMethod
+) -> list[TrajectoryGroup]:
+    """Group the job's trials per task, in the tasks' order, with advantages computed per group."""
+    by_name = {r.trial_name: r for r in result.trials}
+    groups = {
+        task.id: TrajectoryGroup(
+            group_id=f"{job.config.job_name}/{task.id}", task_id=task.id, prompt=task.prompt
+        )
+        for task in tasks
+    }
+    for planned in job.planned:
+        if not isinstance(planned, PythonPlannedTrial) or planned.python_task is None:
+            continue
+        task_id = planned.python_task.id
+        trial = by_name.get(planned.config.trial_name)
+        if trial is None:  # the job was cancelled before this trial ran: it stays, as an error
+            groups[task_id].trajectories.append(_not_run(planned, task_id))
+            continue
+        trajectory = read_trajectory(job.store.trial_dir(trial.trial_name) / "trajectory.json")
+        groups[task_id].trajectories.append(rollout_from_trial(trial, trajectory, task_id))
+    for group in groups.values():
+        group.trajectories.sort(key=lambda t: t.attempt)
+        group.finalize(method)
+    return [groups[task.id] for task in tasks]
+
+
+def _not_run(planned: PythonPlannedTrial, task_id: str) -> RolloutTrajectory:
+    return RolloutTrajectory(
+        trial_name=planned.config.trial_name,
+        task_id=task_id,
+        attempt=planned.config.attempt,
+        error=RolloutError(cause="cancelled", message="the job was cancelled before this sample ran"),
+    )
+
+
+def read_trajectory(path: Path) -> Trajectory | None:
+    """A trial's trajectory.json, or None when it is missing or unreadable."""
+    try:
+        return Trajectory.model_validate_json(path.read_bytes())
+    except (OSError, ValueError):
+        return None

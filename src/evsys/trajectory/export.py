@@ -1,0 +1,251 @@
+"""Exports of a job directory for trainers: RL rows (JSONL / Parquet / `datasets`), SFT chats, ATIF copies.
+
+The schema is documented in docs/rl.md ("Export schema"). Every sample of every task is one RL row, errored
+ones included with their `error` set (a trainer filters them; nothing disappears silently). Files are written
+atomically.
+"""
+
+from __future__ import annotations
+
+import importlib
+import io
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Literal
+
+from evsys.trajectory.advantages import AdvantageMethod
+from evsys.trajectory.groups import RolloutTrajectory, TrajectoryGroup, rollout_from_trial
+from evsys.trajectory.models import Trajectory
+from evsys.util.atomic import write_bytes_atomic, write_text_atomic
+
+ExportFormat = Literal["rl", "sft", "atif", "parquet"]
+EXPORT_FORMATS: tuple[str, ...] = ("rl", "sft", "atif", "parquet")
+RL_COLUMNS = (
+    "group_id",
+    "task_id",
+    "trial_name",
+    "attempt",
+    "prompt_token_ids",
+    "completion_token_ids",
+    "loss_mask",
+    "logprobs",
+    "reward",
+    "advantage",
+    "prefix_break",
+    "error",
+)
+
+
+class ExportError(ValueError):
+    """The job directory cannot be exported (missing, no trials); the message names the path."""
+
+
+def _trial_dirs(job_dir: Path) -> list[Path]:
+    if not (job_dir / "config.json").is_file():
+        raise ExportError(f"{job_dir} is not a job directory (no config.json)")
+    return sorted(p for p in job_dir.iterdir() if (p / "result.json").is_file() and p.is_dir())
+
+
+def _read_trajectory(path: Path) -> Trajectory | None:
+    try:
+        return Trajectory.model_validate_json(path.read_bytes())
+    except (OSError, ValueError):
+        return None
+
+
+def load_job_groups(job_dir: Path | str, method: AdvantageMethod = "mean") -> list[TrajectoryGroup]:
+    """Every finished trial of a job, grouped per (dataset, task) in task-name order, with advantages."""
+    from evsys.engine.results import TrialResult  # the engine writes the records; read them lazily
+
+    job_dir = Path(job_dir)
+    groups: dict[tuple[str, str], TrajectoryGroup] = {}
+    for trial_dir in _trial_dirs(job_dir):
+        try:
+            result = TrialResult.model_validate_json((trial_dir / "result.json").read_bytes())
+        except ValueError as exc:
+            raise ExportError(f"{trial_dir / 'result.json'}: unreadable: {exc}") from None
+        key = (result.dataset, result.task_name)
+        if key not in groups:
+            group_id = f"{job_dir.name}/{result.task_name}"
+            groups[key] = TrajectoryGroup(group_id=group_id, task_id=result.task_name)
+        trajectory = _read_trajectory(trial_dir / "trajectory.json")
+        rollout = rollout_from_trial(result, trajectory, result.task_name)
+        groups[key].trajectories.append(rollout)
+        if trajectory is not None and not groups[key].prompt:
+            groups[key].prompt = _first_user_message(trajectory)
+    ordered = [groups[key] for key in sorted(groups)]
+    for group in ordered:
+        group.trajectories.sort(key=lambda t: (t.attempt, t.trial_name))
+        group.finalize(method)
+    return ordered
+
+
+def _first_user_message(trajectory: Trajectory) -> str:
+    return next((s.message for s in trajectory.steps if s.source == "user"), "")
+
+
+def rl_rows(groups: Iterable[TrajectoryGroup]) -> list[dict[str, Any]]:
+    """One RL row per sample (columns: RL_COLUMNS; `error` is "<cause>: <message>" or None)."""
+    rows = []
+    for group in groups:
+        for sample in group.trajectories:
+            rows.append(_rl_row(group, sample))
+    return rows
+
+
+def _rl_row(group: TrajectoryGroup, sample: RolloutTrajectory) -> dict[str, Any]:
+    error = f"{sample.error.cause}: {sample.error.message}" if sample.error else None
+    return {
+        "group_id": group.group_id,
+        "task_id": sample.task_id,
+        "trial_name": sample.trial_name,
+        "attempt": sample.attempt,
+        "prompt_token_ids": sample.prompt_token_ids,
+        "completion_token_ids": sample.completion_token_ids,
+        "loss_mask": sample.loss_mask,
+        "logprobs": sample.logprobs,
+        "reward": sample.reward,
+        "advantage": sample.advantage,
+        "prefix_break": sample.prefix_break,
+        "error": error,
+    }
+
+
+def rl_table(rows: list[dict[str, Any]]) -> Any:
+    """The RL rows as a `pyarrow.Table` with a fixed schema (so empty token lists keep their types)."""
+    pa = _require("pyarrow")
+    schema = pa.schema(
+        [
+            ("group_id", pa.string()),
+            ("task_id", pa.string()),
+            ("trial_name", pa.string()),
+            ("attempt", pa.int64()),
+            ("prompt_token_ids", pa.list_(pa.int64())),
+            ("completion_token_ids", pa.list_(pa.int64())),
+            ("loss_mask", pa.list_(pa.int8())),
+            ("logprobs", pa.list_(pa.float64())),
+            ("reward", pa.float64()),
+            ("advantage", pa.float64()),
+            ("prefix_break", pa.bool_()),
+            ("error", pa.string()),
+        ]
+    )
+    return pa.Table.from_pylist(rows, schema=schema)
+
+
+def _require(module: str) -> Any:
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise ImportError(f"this export needs the `{module}` package: pip install 'evsys[rl]'") from None
+
+
+def sft_messages(trajectory: Trajectory) -> list[dict[str, Any]]:
+    """The trajectory as OpenAI-style chat messages (assistant tool calls, then one tool message each)."""
+    messages: list[dict[str, Any]] = []
+    for step in trajectory.steps:
+        if step.source != "agent":
+            messages.append({"role": step.source, "content": step.message})
+            continue
+        message: dict[str, Any] = {"role": "assistant", "content": step.message}
+        if step.tool_calls:
+            message["tool_calls"] = [
+                {
+                    "id": call.tool_call_id,
+                    "type": "function",
+                    "function": {"name": call.function_name, "arguments": json.dumps(call.arguments)},
+                }
+                for call in step.tool_calls
+            ]
+        messages.append(message)
+        for result in step.observation.results if step.observation else []:
+            content = result.content if isinstance(result.content, str) else json.dumps(result.content)
+            messages.append({"role": "tool", "tool_call_id": result.source_call_id, "content": content})
+    return messages
+
+
+def sft_rows(
+    groups: Iterable[TrajectoryGroup], *, successful_only: bool = False, min_reward: float = 1.0
+) -> list[dict[str, Any]]:
+    """One SFT row per sample with a trajectory: messages, tool definitions, reward, ids.
+
+    `successful_only` keeps samples without an error whose reward is at least `min_reward`.
+    """
+    rows = []
+    for group in groups:
+        for sample in group.trajectories:
+            if sample.trajectory is None or not sample.trajectory.steps:
+                continue
+            if successful_only and (not sample.ok or sample.reward < min_reward):
+                continue
+            rows.append(
+                {
+                    "group_id": group.group_id,
+                    "task_id": sample.task_id,
+                    "trial_name": sample.trial_name,
+                    "messages": sft_messages(sample.trajectory),
+                    "tools": sample.trajectory.agent.tool_definitions or [],
+                    "reward": sample.reward,
+                }
+            )
+    return rows
+
+
+def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:
+    text = "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+    write_text_atomic(path, text)
+    return path
+
+
+def _write_parquet(path: Path, rows: list[dict[str, Any]]) -> Path:
+    parquet = _require("pyarrow.parquet")
+    buffer = io.BytesIO()
+    parquet.write_table(rl_table(rows), buffer)
+    write_bytes_atomic(path, buffer.getvalue())
+    return path
+
+
+def _write_atif(job_dir: Path, out_dir: Path) -> list[Path]:
+    written = []
+    (out_dir / "atif").mkdir(parents=True, exist_ok=True)
+    for trial_dir in _trial_dirs(job_dir):
+        source = trial_dir / "trajectory.json"
+        if source.is_file():
+            target = out_dir / "atif" / f"{trial_dir.name}.json"
+            write_bytes_atomic(target, source.read_bytes())
+            written.append(target)
+    return written
+
+
+def export_job(
+    job_dir: Path | str,
+    fmt: ExportFormat,
+    out_dir: Path | str,
+    *,
+    successful_only: bool = False,
+    advantage: AdvantageMethod = "mean",
+) -> list[Path]:
+    """Export a job directory: `rl` -> rl.jsonl, `parquet` -> rl.parquet, `sft` -> sft.jsonl, `atif` -> atif/.
+
+    Returns the files written. Raises ExportError for a directory that is not a job.
+    """
+    job_dir, out_dir = Path(job_dir), Path(out_dir)
+    if fmt not in EXPORT_FORMATS:
+        raise ExportError(f"unknown export format {fmt!r}; choose one of {', '.join(EXPORT_FORMATS)}")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if fmt == "atif":
+        return _write_atif(job_dir, out_dir)
+    groups = load_job_groups(job_dir, advantage)
+    if fmt == "sft":
+        return [_write_jsonl(out_dir / "sft.jsonl", sft_rows(groups, successful_only=successful_only))]
+    rows = rl_rows(groups)
+    if fmt == "rl":
+        return [_write_jsonl(out_dir / "rl.jsonl", rows)]
+    return [_write_parquet(out_dir / "rl.parquet", rows)]
+
+
+def to_hf_dataset(job_dir: Path | str, advantage: AdvantageMethod = "mean") -> Any:
+    """The job's RL rows as a `datasets.Dataset` (same columns and types as the Parquet export)."""
+    datasets = _require("datasets")
+    return datasets.Dataset(rl_table(rl_rows(load_job_groups(job_dir, advantage))))
