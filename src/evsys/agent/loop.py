@@ -204,19 +204,7 @@ class LoopAgent:
         extends, break_at = prefix_check(previous, completion)
         if extends is False:
             stats.prefix_breaks += 1
-        ids = completion.completion_token_ids
-        metrics = StepMetrics(
-            prompt_tokens=completion.usage.prompt_tokens,
-            completion_tokens=completion.usage.completion_tokens,
-            cached_tokens=completion.usage.cached_tokens,
-            cost_usd=completion.cost_usd or 0.0,
-            prompt_token_ids=completion.prompt_token_ids,
-            completion_token_ids=ids,
-            logprobs=completion.logprobs,
-            loss_mask=[1] * len(ids) if ids is not None else None,
-            extends_previous=extends,
-            prefix_break_at=break_at,
-        )
+        metrics = StepMetrics.from_completion(completion, extends_previous=extends, prefix_break_at=break_at)
         calls = [
             ToolCall(
                 tool_call_id=c.id,

@@ -64,21 +64,6 @@ def prompt_messages(task: VerifiedTask | PromptTask, kwargs: dict[str, Any]) -> 
     return messages
 
 
-def completion_metrics(completion: Completion) -> StepMetrics:
-    """Step metrics of one model call: usage, cost, token ids, logprobs and a loss mask of ones."""
-    ids = completion.completion_token_ids
-    return StepMetrics(
-        prompt_tokens=completion.usage.prompt_tokens,
-        completion_tokens=completion.usage.completion_tokens,
-        cached_tokens=completion.usage.cached_tokens,
-        cost_usd=completion.cost_usd or 0.0,
-        prompt_token_ids=completion.prompt_token_ids,
-        completion_token_ids=ids,
-        logprobs=completion.logprobs,
-        loss_mask=[1] * len(ids) if ids is not None else None,
-    )
-
-
 def sandbox_task(task: VerifiedTask | PromptTask, root: Path) -> Task:
     """The `Task` an agentic Python task runs as: the prompt as instruction, default environment, no tests."""
     return Task(name=task.id, path=root, instruction=task.prompt)
@@ -239,7 +224,7 @@ class SingleTurnTrial:
         recorder.add(
             "agent",
             completion.text,
-            metrics=completion_metrics(completion),
+            metrics=StepMetrics.from_completion(completion),
             finish_reason=completion.finish_reason,
         )
         return completion

@@ -81,6 +81,23 @@ class StepMetrics(_Open):
     logprobs: list[float] | None = None
     loss_mask: list[int] | None = None
 
+    @classmethod
+    def from_completion(cls, completion: Any, **extra: Any) -> StepMetrics:
+        """Metrics of one model call (an `evsys.model.Completion`): usage, cost (unknown counts 0), token ids,
+        sampling logprobs and a loss mask covering exactly the generated tokens; `extra` adds fields."""
+        ids = completion.completion_token_ids
+        return cls(
+            prompt_tokens=completion.usage.prompt_tokens,
+            completion_tokens=completion.usage.completion_tokens,
+            cached_tokens=completion.usage.cached_tokens,
+            cost_usd=completion.cost_usd or 0.0,
+            prompt_token_ids=completion.prompt_token_ids,
+            completion_token_ids=ids,
+            logprobs=completion.logprobs,
+            loss_mask=[1] * len(ids) if ids is not None else None,
+            **extra,
+        )
+
 
 class Step(_Open):
     """One step: a system/user message, or an agent turn with its tool calls and observations."""

@@ -156,17 +156,7 @@ def _text(content: Any) -> str:
 
 
 def _agent_step(step_id: int, call: ProxyCall, completion: Completion) -> Step:
-    ids = completion.completion_token_ids
-    metrics = StepMetrics(
-        prompt_tokens=completion.usage.prompt_tokens,
-        completion_tokens=completion.usage.completion_tokens,
-        cached_tokens=completion.usage.cached_tokens,
-        cost_usd=completion.cost_usd,
-        prompt_token_ids=completion.prompt_token_ids,
-        completion_token_ids=ids,
-        logprobs=completion.logprobs,
-        loss_mask=[1] * len(ids) if ids is not None else None,
-    )
+    metrics = StepMetrics.from_completion(completion)
     tool_calls = [
         ToolCall(tool_call_id=c.id, function_name=c.name, arguments=c.parsed_arguments or {})
         for c in completion.tool_calls
