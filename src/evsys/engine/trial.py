@@ -31,7 +31,8 @@ from evsys.engine.store import JobStore
 from evsys.sandbox.base import LOGS_DIR, Sandbox, SandboxError, SandboxSpec
 from evsys.task.models import Task
 from evsys.trajectory.models import AgentInfo, TrajectoryRecorder, utc_now
-from evsys.verify.base import VerifierError
+from evsys.util.atomic import write_json_atomic
+from evsys.verify.base import VerifierError, primary_reward
 from evsys.verify.script import ScriptVerifier
 
 T = TypeVar("T")
@@ -117,6 +118,7 @@ class Trial:
         self.model_client = model_client
         self.sandbox: Sandbox | None = None
         self.sandbox_alive = False
+        self.recorder: TrajectoryRecorder | None = None
         self._usage_from_agent = False
         self.result = self._new_result()
         self.result.retries = list(retries or [])
@@ -158,6 +160,7 @@ class Trial:
         trial_dir = await self.store.reset_trial_dir(self.config.trial_name)
         await self.store.write_trial_config(self.config)
         recorder = TrajectoryRecorder(self.config.trial_name, AgentInfo(name=self.config.agent.name))
+        self.recorder = recorder
         try:
             if self.planned.failure is not None:
                 self.result.failure = self.planned.failure
@@ -312,6 +315,32 @@ class Trial:
             return
         self.result.rewards = outcome.rewards
         self.result.reward = outcome.reward
+        if self.planned.task is not None and self.planned.task.config.verifier.function:
+            await self._run_verifier_function(self.planned.task, verifier_dir)
+
+    async def _run_verifier_function(self, task: Task, verifier_dir: Path) -> None:
+        """`[verifier] function`: score host-side on top of the script's rewards (a gate, then a judge...)."""
+        from evsys.verify.functions import completion_of, run_verifier
+
+        name = task.config.verifier.function
+        trajectory = self.recorder.build() if self.recorder is not None else None
+        outcome = await run_verifier(
+            name,
+            completion_of(trajectory),
+            timeout_sec=self.config.verifier_timeout_sec,
+            base_dir=task.path,
+            rewards=dict(self.result.rewards or {}),
+            prompt=task.instruction,
+            trajectory=trajectory,
+        )
+        self.result.warnings.extend(outcome.warnings)
+        if outcome.error is not None:
+            self.result.rewards, self.result.reward = None, None
+            self.fail(FailureCause.VERIFIER_ERROR, f"task.toml:verifier.function '{name}': {outcome.error}")
+            return
+        self.result.rewards = outcome.rewards
+        self.result.reward = primary_reward(outcome.rewards)
+        await asyncio.to_thread(write_json_atomic, verifier_dir / "function-reward.json", outcome.rewards)
 
     async def _collect_logs(self, trial_dir: Path) -> bool:
         """Copy the sandbox's /logs out in one go into the trial's agent/, verifier/ and artifacts/ dirs."""

@@ -35,6 +35,12 @@ class VerifierConfig(_Section):
     env: dict[str, str] = Field(default_factory=dict)
     user: str | None = None
     environment_mode: Literal["shared", "separate"] = "shared"
+    function: str | None = Field(
+        None,
+        description="A verifier function or rubric (registered name, `module:fn` or `file.py:fn` relative "
+        "to the task directory) run host-side after tests/test.sh, given the script's rewards as "
+        "`rewards=`; its rewards replace the script's.",
+    )
 
 
 class AgentSection(_Section):
