@@ -213,14 +213,15 @@ def _call_kwargs(
     return kwargs
 
 
-def _finite(value: Any, where: str) -> float:
+def finite_number(value: Any, subject: str) -> float:
+    """`value` as a finite float (bools count 0/1); else an error "<subject> <value>, expected ..."."""
     if isinstance(value, bool):
         return float(value)
     if not isinstance(value, numbers.Real):
-        raise TypeError(f"{where} is {type(value).__name__} {value!r:.60}, expected a number")
+        raise TypeError(f"{subject} {type(value).__name__} {value!r:.60}, expected a number")
     number = float(value)
     if not math.isfinite(number):
-        raise ValueError(f"{where} is {value}, expected a finite number")
+        raise ValueError(f"{subject} {value}, expected a finite number")
     return number
 
 
@@ -231,17 +232,17 @@ def normalize_rewards(value: Any, name: str) -> VerifierOutcome:
             raise ValueError(f"verifier {name!r} returned an outcome without rewards or an error")
         if value.error is None:
             value.rewards = {
-                k: _finite(v, f"verifier {name!r} reward {k!r}") for k, v in value.rewards.items()
+                k: finite_number(v, f"verifier {name!r} reward {k!r} is") for k, v in value.rewards.items()
             }
         return value
     if isinstance(value, Mapping):
         if not value:
             raise ValueError(f"verifier {name!r} returned an empty dict, expected at least one reward")
         return VerifierOutcome(
-            rewards={str(k): _finite(v, f"verifier {name!r} reward {k!r}") for k, v in value.items()}
+            rewards={str(k): finite_number(v, f"verifier {name!r} reward {k!r} is") for k, v in value.items()}
         )
     try:
-        number = _finite(value, f"verifier {name!r} returned a value that")
+        number = finite_number(value, f"verifier {name!r} returned a value that is")
     except TypeError:
         raise TypeError(
             f"verifier {name!r} returned {type(value).__name__}, expected a float or a dict of floats"

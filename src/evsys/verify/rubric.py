@@ -23,14 +23,13 @@ import asyncio
 import contextvars
 import inspect
 import math
-import numbers
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from evsys.verify.functions import VerifierOutcome
+from evsys.verify.functions import VerifierOutcome, finite_number
 
 
 @dataclass
@@ -147,14 +146,7 @@ class Rubric:
 
 
 def _check_score(value: Any, rubric: Rubric) -> float:
-    if isinstance(value, bool):
-        return float(value)
-    if not isinstance(value, numbers.Real):
-        raise TypeError(f"{type(rubric).__name__}.forward returned {type(value).__name__}, expected a number")
-    score = float(value)
-    if not math.isfinite(score):
-        raise ValueError(f"{type(rubric).__name__}.forward returned {value}, expected a finite number")
-    return score
+    return finite_number(value, f"{type(rubric).__name__}.forward returned")
 
 
 def _named(rubrics: Sequence[Rubric] | Mapping[str, Rubric]) -> list[tuple[str, Rubric]]:
