@@ -11,7 +11,7 @@ import pytest
 from evsys.agent.harness import HarnessConfig, ModelEndpoint, StdioHarnessAdapter
 from evsys.model.local.client import LocalModelClient
 from evsys.model.proxy import ModelProxy, ProxySession
-from evsys.testing.tiny_model import DEMO_RECIPE, build_tiny_model
+from evsys.testing.tiny_model import DEMO_RECIPE, LONG_CONTEXT_RECIPE, build_tiny_model
 
 TINY_HARNESS = Path(__file__).with_name("tiny_harness.py")
 SYSTEM_PYTHON = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
@@ -21,6 +21,19 @@ SYSTEM_PYTHON = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys
 def tiny_engine_client() -> LocalModelClient:
     """A client over the demo tiny model (trained to call `bash ls` and to greet)."""
     return LocalModelClient(str(build_tiny_model(DEMO_RECIPE)))
+
+
+@pytest.fixture(scope="session")
+def long_context_client() -> LocalModelClient:
+    """A client over an untrained tiny model with a 128k context: real harnesses send very long prompts."""
+    return LocalModelClient(str(build_tiny_model(LONG_CONTEXT_RECIPE)))
+
+
+@pytest.fixture
+async def harness_proxy(long_context_client):
+    """A started recording proxy over the long-context tiny model (short completions)."""
+    async with ModelProxy(long_context_client, max_tokens_cap=24) as started:
+        yield started
 
 
 @pytest.fixture

@@ -94,12 +94,15 @@ async def test_install_once_then_cached_and_runnable_without_network(tmp_path, w
     again = HarnessInstaller(tmp_path / "cache", sandbox_factory=factory)
     assert await again.ensure(install) == first and again.builds == 0 and len(factory.specs) == 1
 
-    async with LocalSandbox(SandboxSpec(name="harness-install-trial")) as trial:
-        bin_dir = await again.provide(install, trial)
-        result = await trial.exec(f"{bin_dir}/tiny-harness --no-tools < /dev/null", timeout=60)
+    bind = await again.bind(install)
+    assert bind.read_only and bind.dst == install.prefix
+    async with LocalSandbox(SandboxSpec(name="harness-install-trial", binds=[bind])) as trial:
+        result = await trial.exec(f"{install.bin_dir}/tiny-harness --no-tools < /dev/null", timeout=60)
+        tamper = await trial.exec(f"echo x > {install.bin_dir}/tiny-harness", user="root")
     assert result.ok, result.stderr
     ready = json.loads(result.stdout.splitlines()[0])
     assert ready["type"] == "ready" and ready["name"] == "tiny-harness"
+    assert not tamper.ok  # the cached tree is read-only in trials, even for the sandbox's root
 
 
 async def test_failed_install_is_reported_and_not_cached(tmp_path):
@@ -135,9 +138,9 @@ async def test_npm_install_is_cached_and_its_bin_runs_in_a_trial(tmp_path):
     installer = HarnessInstaller(tmp_path / "cache")
     tree = await installer.ensure(install)
     assert (tree / "node_modules" / ".bin" / "tiny-node-harness").exists() and installer.builds == 1
-    async with LocalSandbox(SandboxSpec(name="harness-npm-trial")) as trial:
-        bin_dir = await installer.provide(install, trial)
-        result = await trial.exec(f"{bin_dir}/tiny-node-harness", timeout=60)
+    spec = SandboxSpec(name="harness-npm-trial", binds=[await installer.bind(install)])
+    async with LocalSandbox(spec) as trial:
+        result = await trial.exec(f"{install.bin_dir}/tiny-node-harness", timeout=60)
     assert result.ok, result.stderr
     assert json.loads(result.stdout) == {"type": "ready", "name": "tiny-node"}
     assert installer.builds == 1

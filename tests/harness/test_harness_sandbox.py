@@ -1,7 +1,7 @@
 """Plumbing in a real no-network LocalSandbox: harness -> forwarder -> unix socket -> proxy -> tiny model.
 
-Until `SandboxSpec.binds` exists (docs/harnesses.md), the test places the session's proxy socket into the
-running sandbox's /tmp through /proc/<sandbox pid>/root: the kernel object is the same as with a bind mount.
+`HarnessSandbox` binds the session's proxy socket and the forwarder into the sandbox and starts the forwarder;
+the tiny harness (bound in read-only) runs through `SandboxLauncher` as the unprivileged agent user.
 """
 
 from __future__ import annotations
@@ -12,24 +12,17 @@ from pathlib import Path
 
 import pytest
 
-import evsys.model.proxy.forwarder as forwarder_module
-from evsys.sandbox.base import SandboxSpec
-from evsys.sandbox.local import LocalSandbox
+from evsys.agent.harness import HarnessConfig, StdioHarnessAdapter
+from evsys.agent.harness.sandboxed import HarnessSandbox
+from evsys.sandbox.base import Bind, SandboxSpec
 from evsys.testing.tiny_model import DEMO_GREETING, DEMO_GREETING_REPLY
 
 TINY_HARNESS = Path(__file__).with_name("tiny_harness.py")
-SOCKET_IN_SANDBOX = "/tmp/evsys-proxy.sock"
-
-START_FORWARDER = """
-python3 -I /tmp/evsys/forwarder.py --uds {sock} --listen 127.0.0.1:0 > /tmp/forwarder.out 2>&1 &
-for _ in $(seq 200); do grep -q listening /tmp/forwarder.out && break; sleep 0.05; done
-PORT=$(sed -n 's/^listening 127.0.0.1://p' /tmp/forwarder.out)
-"""
+HARNESS_IN_SANDBOX = "/opt/evsys-test/tiny_harness.py"
 
 PROBE = r"""
 import json, os, sys, urllib.request, urllib.error
 def post(url, key):
-    url = url.replace("$PORT", os.environ["PORT"])
     chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
     headers = {"Authorization": "Bearer " + key, "Content-Type": "application/json"}
     data = json.dumps(chat).encode()
@@ -45,58 +38,52 @@ print(json.dumps({name: post(url, key) for name, url, key in json.loads(sys.argv
 """
 
 
-def sandbox_root(sandbox: LocalSandbox) -> Path:
-    """The sandbox's root filesystem as seen from the host (the daemon's /proc root)."""
-    pid = sandbox._proc.pid
-    child = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()[0]
-    return Path(f"/proc/{child}/root")
-
-
 @pytest.fixture
-async def sandbox():
-    """A running no-network sandbox with the forwarder and the tiny harness uploaded to /tmp/evsys."""
-    async with LocalSandbox(SandboxSpec(name="harness-plumbing")) as started:
-        await started.upload(Path(forwarder_module.__file__), "/tmp/evsys/forwarder.py")
-        await started.upload(TINY_HARNESS, "/tmp/evsys/tiny_harness.py")
-        yield started
+async def harness_sandbox(proxy):
+    """A no-network sandbox with the tiny harness bound in, plumbed to a fresh session of `proxy`."""
+    spec = SandboxSpec(name="harness-plumbing", binds=[Bind(src=TINY_HARNESS, dst=HARNESS_IN_SANDBOX)])
+    async with HarnessSandbox(proxy, spec, model="tiny") as prepared:
+        yield prepared
 
 
-async def test_harness_in_sandbox_reaches_its_session_through_the_socket(proxy, sandbox):
-    """A full tiny-harness turn inside the sandbox is served by the proxy and recorded with token ids."""
-    session = proxy.open_session()
-    await proxy.open_session_socket(session, str(sandbox_root(sandbox)) + SOCKET_IN_SANDBOX)
-    message = json.dumps({"type": "message", "content": DEMO_GREETING[0]["content"]})
-    script = START_FORWARDER.format(sock=SOCKET_IN_SANDBOX) + (
-        f"printf '%s\\n' '{message}' | OPENAI_BASE_URL=http://127.0.0.1:$PORT/v1 "
-        "python3 -I /tmp/evsys/tiny_harness.py --no-tools"
+async def test_harness_in_sandbox_reaches_its_session_through_the_socket(harness_sandbox):
+    """A full tiny-harness turn inside the sandbox is served by the proxy and recorded with token ids; no
+    harness process survives stop()."""
+    hs = harness_sandbox
+    config = HarnessConfig(
+        name="tiny-harness",
+        command=["/usr/bin/python3", "-I", HARNESS_IN_SANDBOX, "--no-tools"],
+        working_directory="/app",
+        startup_timeout_s=30,
+        session_timeout_s=120,
     )
-    result = await sandbox.exec(
-        script, env={"OPENAI_API_KEY": session.key, "EVSYS_MODEL": "tiny"}, timeout=120
-    )
-    assert result.ok, result.stderr
-    events = [json.loads(line) for line in result.stdout.splitlines()]
-    assert [e["type"] for e in events] == ["ready", "text_output", "turn_complete"]
-    assert events[1]["text"] == DEMO_GREETING_REPLY["content"]
-    assert "OPENAI_API_KEY" in events[0]["env"]
-    assert len(session.calls) == 1 and session.calls[0].completion.completion_token_ids
+    adapter = StdioHarnessAdapter(config, launcher=hs.launcher, endpoint=hs.endpoint)
+    await adapter.start()
+    assert adapter.ready_info["name"] == "tiny-harness" and "OPENAI_API_KEY" in adapter.ready_info["env"]
+    turn = await adapter.send_message(DEMO_GREETING[0]["content"])
+    await adapter.stop()
+    assert turn.ok, turn.error
+    assert turn.text == DEMO_GREETING_REPLY["content"]
+    assert len(hs.session.calls) == 1 and hs.session.calls[0].completion.completion_token_ids
+    left = await hs.sandbox.exec("ps -eo args= | grep -c '[t]iny_harness' || true", user="root")
+    assert left.stdout.strip() == "0"
 
 
 @pytest.mark.security
-async def test_sandbox_reaches_only_its_own_session(proxy, sandbox):
+async def test_sandbox_reaches_only_its_own_session(proxy, harness_sandbox):
     """From inside: own key via the socket works; another session's key is refused; the host's proxy port and
     other host addresses are unreachable."""
-    mine, other = proxy.open_session(), proxy.open_session()
-    await proxy.open_session_socket(mine, str(sandbox_root(sandbox)) + SOCKET_IN_SANDBOX)
+    hs = harness_sandbox
+    other = proxy.open_session()
     port = proxy.url.rsplit(":", 1)[1]
     targets = [
-        ("own_key", "http://127.0.0.1:$PORT", mine.key),
-        ("other_key", "http://127.0.0.1:$PORT", other.key),
-        ("host_proxy_port", f"http://127.0.0.1:{port}", mine.key),
-        ("host_address", "http://10.0.2.2:80", mine.key),
+        ("own_key", hs.endpoint.base_url, hs.session.key),
+        ("other_key", hs.endpoint.base_url, other.key),
+        ("host_proxy_port", f"http://127.0.0.1:{port}", hs.session.key),
+        ("host_address", "http://10.0.2.2:80", hs.session.key),
     ]
-    script = START_FORWARDER.format(sock=SOCKET_IN_SANDBOX)
-    script += f"PORT=$PORT python3 -I -c {shlex.quote(PROBE)} {shlex.quote(json.dumps(targets))}"
-    result = await sandbox.exec(script, timeout=120)
+    script = f"python3 -I -c {shlex.quote(PROBE)} {shlex.quote(json.dumps(targets))}"
+    result = await hs.sandbox.exec(script, timeout=120)
     assert result.ok, result.stderr
     seen = json.loads(result.stdout.strip().splitlines()[-1])
     assert seen == {
@@ -105,4 +92,14 @@ async def test_sandbox_reaches_only_its_own_session(proxy, sandbox):
         "host_proxy_port": "unreachable",
         "host_address": "unreachable",
     }
-    assert len(mine.calls) == 1 and other.calls == []
+    assert len(hs.session.calls) == 1 and other.calls == []
+
+
+async def test_closed_session_is_refused_and_its_socket_removed(proxy):
+    """After the HarnessSandbox closes, the session's key is refused by the proxy and the socket is gone."""
+    async with HarnessSandbox(proxy, SandboxSpec(name="harness-close")) as hs:
+        key = hs.session.key
+        socket_dir = hs.plumbing._dir
+        assert socket_dir is not None and (socket_dir / "proxy.sock").exists()
+    assert proxy.get_session(key) is None
+    assert not socket_dir.exists()

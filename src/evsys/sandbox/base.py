@@ -41,6 +41,19 @@ class FileCopy(BaseModel):
     dst: str  # absolute path inside the sandbox
 
 
+class Bind(BaseModel):
+    """A host file or directory mounted into the sandbox at `dst` (read-only unless `read_only=False`).
+
+    For evsys's own plumbing: a cached harness install tree, the trial's proxy socket. A writable bind gives
+    whoever runs in the sandbox write access to the host path: use it only for trusted setup sandboxes."""
+
+    model_config = ConfigDict(frozen=True)
+
+    src: Path
+    dst: str  # absolute path inside the sandbox
+    read_only: bool = True
+
+
 class SandboxSpec(BaseModel):
     """What a trial asks of its sandbox. Built by the engine from a task's configuration."""
 
@@ -50,6 +63,7 @@ class SandboxSpec(BaseModel):
     files: list[FileCopy] = Field(
         default_factory=list, description="Placed into the root filesystem at start."
     )
+    binds: list[Bind] = Field(default_factory=list, description="Host paths mounted in (see Bind).")
     network: NetworkMode = "no-network"
     allowed_hosts: list[str] = Field(default_factory=list)
     cpus: float | None = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import marshal
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from evsys.sandbox.base import SandboxError
@@ -27,11 +28,15 @@ class Reply:
     stderr: bytes = b""
 
 
+FrameHandler = Callable[[dict, bytes], None]
+
+
 @dataclass
 class _Pending:
     future: asyncio.Future
     out: bytearray = field(default_factory=bytearray)
     err: bytearray = field(default_factory=bytearray)
+    on_frame: FrameHandler | None = None  # streaming requests: every frame goes here as it arrives
 
 
 class DaemonClient:
@@ -53,6 +58,11 @@ class DaemonClient:
         self._pending: dict[int, _Pending] = {}
         self._task: asyncio.Task | None = None
         self._closed_reason: str | None = None
+
+    @property
+    def closed(self) -> str | None:
+        """Why the connection to the daemon is closed, or None while it is open."""
+        return self._closed_reason
 
     async def wait_ready(self) -> None:
         """Read the daemon's `ready` frame, then start the demultiplexing reader task."""
@@ -96,6 +106,9 @@ class DaemonClient:
         if pending is None:
             return
         op = header.get("op")
+        if pending.on_frame is not None and op not in ("exit", "error"):
+            pending.on_frame(header, payload)
+            return
         if op == "out":
             (pending.out if header.get("fd") == 1 else pending.err).extend(payload)
             return
@@ -106,6 +119,9 @@ class DaemonClient:
             pending.future.set_exception(SandboxError(f"sandbox {self.name}: {header.get('message')}"))
             return
         n = header.get("out", 0)
+        if pending.on_frame is not None:
+            pending.on_frame({"op": "out", "fd": 1}, payload[:n])
+            pending.on_frame({"op": "out", "fd": 2}, payload[n:])
         pending.out += payload[:n]
         pending.err += payload[n:]
         pending.future.set_result(Reply(header, bytes(pending.out), bytes(pending.err)))
@@ -119,21 +135,38 @@ class DaemonClient:
 
     async def request(self, header: dict, payload: bytes = b"") -> Reply:
         """Send one request and wait for its final reply."""
+        _, future = await self.start_request(header, payload)
+        return await future
+
+    async def start_request(
+        self, header: dict, payload: bytes = b"", on_frame: FrameHandler | None = None
+    ) -> tuple[int, asyncio.Future]:
+        """Send one request; return its id and the future of its final reply. `on_frame` (streaming) gets
+        every intermediate frame and the final output as it arrives."""
         if self._closed_reason is not None:
             raise SandboxError(f"sandbox {self.name}: {self._closed_reason}")
         self._next_id += 1
         rid = self._next_id
         future = asyncio.get_running_loop().create_future()
-        self._pending[rid] = _Pending(future)
+        self._pending[rid] = _Pending(future, on_frame=on_frame)
         header["id"] = rid
+        try:
+            await self.send(header, payload)
+        except SandboxError:
+            self._pending.pop(rid, None)
+            raise
+        return rid, future
+
+    async def send(self, header: dict, payload: bytes = b"") -> None:
+        """Send a frame that expects no reply of its own (stdin for a spawned process, a signal)."""
+        if self._closed_reason is not None:
+            raise SandboxError(f"sandbox {self.name}: {self._closed_reason}")
         try:
             self.writer.write(encode_frame(header, payload))
             if len(payload) > 1 << 16:
                 await self.writer.drain()
         except (ConnectionError, RuntimeError) as exc:
-            self._pending.pop(rid, None)
             raise SandboxError(f"sandbox {self.name}: cannot reach the daemon: {exc}") from exc
-        return await future
 
     async def close(self) -> None:
         """Stop the reader task and fail whatever is still waiting."""

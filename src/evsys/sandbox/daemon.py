@@ -10,6 +10,7 @@ Requests:  {"op": "exec", "id", "cmd", "cwd", "env", "user", "timeout", "stdin":
              payload = stdin bytes
            {"op": "kill", "id"}  kill every process in the sandbox except the daemon
            {"op": "ping", "id"}
+           spawn / write / eof / signal: long-lived processes with streaming stdio (daemon_spawn.py)
 Responses: {"op": "out", "id", "fd": 1|2}  payload = a chunk of output (large outputs stream)
            {"op": "exit", "id", "code", "timed_out", "out": n, "free": bytes}
              payload = the rest of stdout ([:n]) + the rest of stderr
@@ -40,6 +41,7 @@ from daemon_os import (
     harden_process,
     kill_all,
 )
+from daemon_spawn import SpawnMixin
 from daemon_workers import Job, Worker, WorkerPoolMixin, prepare_job_dir
 
 HEADER = struct.Struct("!II")
@@ -52,6 +54,7 @@ class Command:
 
     __slots__ = (
         "buf",
+        "eof",
         "fds",
         "job",
         "pid",
@@ -60,6 +63,7 @@ class Command:
         "started",
         "stdin_data",
         "stdin_fd",
+        "stream",
         "timed_out",
         "worker",
     )
@@ -76,9 +80,11 @@ class Command:
         self.buf = {1: bytearray(), 2: bytearray()}
         self.timed_out = False
         self.fds: dict[int, int] = {}
+        self.stream = False  # spawned: output is sent as soon as it is read; stdin stays open
+        self.eof = False
 
 
-class Daemon(WorkerPoolMixin):
+class Daemon(WorkerPoolMixin, SpawnMixin):
     """The event loop: frames in on fd `rfd`, frames out on fd `wfd`, one selector for everything."""
 
     def __init__(self, rfd: int, wfd: int) -> None:
@@ -177,6 +183,12 @@ class Daemon(WorkerPoolMixin):
         try:
             if op == "exec":
                 self.start(req, payload)
+            elif op == "spawn":
+                self.spawn(req, payload)
+            elif op in ("write", "eof"):
+                self.feed(req, payload)
+            elif op == "signal":
+                self.signal_process(req)
             elif op == "ping":
                 self.send({"op": "pong", "id": req["id"]})
             elif op == "kill":
@@ -231,7 +243,7 @@ class Daemon(WorkerPoolMixin):
         if req.get("timeout") is not None:
             heapq.heappush(self.deadlines, (time.monotonic() + float(req["timeout"]), cmd.rid))
 
-    def start_forked(self, req: dict, payload: bytes) -> None:
+    def start_forked(self, req: dict, payload: bytes) -> Command:
         """Fork a fresh `bash -c` for the command with its own pipes."""
         cmd = Command(req["id"])
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
@@ -245,7 +257,8 @@ class Daemon(WorkerPoolMixin):
             cmd.stdin_data = memoryview(payload)
         pid = os.fork()
         if pid == 0:
-            exec_child(req, in_r, out_w, err_w)
+            tail = req.get("argv_tail")
+            exec_child(req, in_r, out_w, err_w, ["bash", "-c", req["cmd"], *tail] if tail else None)
         os.close(out_w)
         os.close(err_w)
         if in_r != self.devnull:
@@ -256,6 +269,7 @@ class Daemon(WorkerPoolMixin):
         self.track(cmd, req)
         if cmd.stdin_fd >= 0:
             self.watch(cmd.stdin_fd, ("stdin", cmd), select.EPOLLOUT)
+        return cmd
 
     def read_pipe(self, cmd: Command, fd: int) -> None:
         """Buffer output; stream it to the host in chunks once enough has piled up."""
@@ -271,7 +285,7 @@ class Daemon(WorkerPoolMixin):
             return
         buf = cmd.buf[stream]
         buf += data
-        if len(buf) >= FLUSH_AT:
+        if len(buf) >= FLUSH_AT or cmd.stream:
             self.send({"op": "out", "id": cmd.rid, "fd": stream}, bytes(buf))
             buf.clear()
 
@@ -285,7 +299,7 @@ class Daemon(WorkerPoolMixin):
             n, cmd.stdin_data = 0, memoryview(b"")
         cmd.stdin_data = cmd.stdin_data[n:]
         if not cmd.stdin_data:
-            self.close_stdin(cmd)
+            self.stdin_idle(cmd)
 
     def close_stdin(self, cmd: Command) -> None:
         """Close the command's stdin pipe if still open."""

@@ -14,9 +14,19 @@ import time
 from pathlib import Path, PurePosixPath
 
 from evsys.sandbox import cgroups, rootfs
-from evsys.sandbox.base import ExecResult, SandboxError, SandboxSpec, SandboxUnsupported
+from evsys.sandbox.base import (
+    SOLUTION_DIR,
+    TESTS_DIR,
+    VERIFIER_LOGS_DIR,
+    Bind,
+    ExecResult,
+    SandboxError,
+    SandboxSpec,
+    SandboxUnsupported,
+)
 from evsys.sandbox.client import DaemonClient
 from evsys.sandbox.mounts import ChildSetup
+from evsys.sandbox.process import SandboxProcess
 from evsys.sandbox.seccomp import seccomp_fd
 from evsys.sandbox.shell import LocalShellSession
 from evsys.sandbox.spawn import SpawnedProcess, spawn
@@ -46,6 +56,8 @@ DAEMON_EXTRA_CAPS = ("CAP_SETPCAP",)
 # Kernel knobs under /proc that a uid-0 process could write by file mode alone: covered read-only.
 PROC_RO = ("sys", "sysrq-trigger", "mtrr", "pressure", "acpi", "scsi", "fs", "irq", "bus")
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Where a bind may not go: the sandbox's own machinery, the host system dirs, and the verifier's places.
+BIND_FORBIDDEN = ("/", "/proc", "/dev", "/etc", "/tmp", "/.evsys", TESTS_DIR, SOLUTION_DIR, VERIFIER_LOGS_DIR)
 
 
 def default_scratch_root() -> Path:
@@ -87,6 +99,12 @@ class LocalSandbox:
         if spec.user not in USERS:
             self._state = "stopped"
             raise SandboxError(f"sandbox {spec.name}: spec.user must be one of {USERS}, got {spec.user!r}")
+        try:
+            for bind in spec.binds:
+                check_bind(bind)
+        except SandboxError as exc:
+            self._state = "stopped"
+            raise SandboxError(f"sandbox {spec.name}: {exc}") from None
         try:
             await self._launch()
         except BaseException:
@@ -165,6 +183,10 @@ class LocalSandbox:
             if os.path.lexists(f"/proc/{name}"):
                 argv += ["--ro-bind", f"/proc/{name}", f"/proc/{name}"]
         argv += ["--size", str(tmp_mb * 1024 * 1024), "--tmpfs", "/tmp", "--chmod", "1777", "/tmp"]
+        for bind in spec.binds:
+            for parent in reversed(PurePosixPath(bind.dst).parents[:-1]):  # traversable mount-point parents
+                argv += ["--perms", "0755", "--dir", str(parent)]
+            argv += ["--ro-bind" if bind.read_only else "--bind", str(bind.src), bind.dst]
         argv += ["--cap-drop", "ALL"]
         for cap in ROOT_CAPS + DAEMON_EXTRA_CAPS:
             argv += ["--cap-add", cap]
@@ -275,6 +297,35 @@ class LocalSandbox:
             hits.append("storage")
         return hits
 
+    async def spawn(
+        self,
+        argv: list[str],
+        *,
+        env: dict[str, str] | None = None,
+        cwd: str | None = None,
+        user: str | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - a deadline the daemon enforces
+        stdin: bytes = b"",
+    ) -> SandboxProcess:
+        """Start a long-lived process (looked up on PATH) with streaming stdin/stdout/stderr."""
+        client = self._running_client()
+        user = user or self.spec.user
+        if user not in USERS:
+            raise SandboxError(f"spawn user must be one of {USERS}, got {user!r}")
+        if not argv or not all(isinstance(a, str) and a for a in argv):
+            raise SandboxError(f"spawn needs a non-empty argv of non-empty strings, got {argv!r}")
+        request = {
+            "op": "spawn",
+            "argv": list(argv),
+            "cwd": cwd or self.spec.workdir,
+            "env": self._env(user, env),
+            "user": user,
+            "timeout": timeout,
+        }
+        process = SandboxProcess(client, argv)
+        await process._start(request, stdin)
+        return process
+
     async def shell(self, *, cwd: str | None = None, user: str | None = None) -> LocalShellSession:
         """A stateful shell: cwd and exported variables persist between `run` calls."""
         self._running_client()
@@ -317,6 +368,18 @@ class LocalSandbox:
         if not result.ok:
             raise SandboxError(f"download {src} -> {dst} failed: {result.stderr.strip() or result.exit_code}")
         await asyncio.to_thread(_untar_to, result.stdout_bytes, path.name, Path(dst))
+
+
+def check_bind(bind: Bind) -> None:
+    """Refuse binds whose source is missing or whose target would cover the sandbox's machinery."""
+    dst = str(rootfs.sandbox_path(bind.dst))
+    if not bind.src.exists():
+        raise SandboxError(f"bind source {bind.src} does not exist")
+    system = tuple(f"/{name}" for name in rootfs.SYSTEM_DIRS)
+    for place in (*BIND_FORBIDDEN, *system):
+        inside = dst == place or (place != "/" and dst.startswith(place + "/"))
+        if inside or (dst != "/" and place.startswith(dst + "/")):
+            raise SandboxError(f"bind target {bind.dst!r} would cover {place}; choose another path")
 
 
 def _tar_bytes(src: Path, arcname: str) -> bytes:

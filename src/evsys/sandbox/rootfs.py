@@ -193,7 +193,7 @@ def files_layer(cache: Path, files: list[FileCopy], workdir: str) -> Path | None
     return _build(cache / f"files-{_fingerprint(files, workdir)}", fill)
 
 
-DAEMON_FILES = ("daemon.py", "daemon_os.py", "daemon_workers.py")
+DAEMON_FILES = ("daemon.py", "daemon_os.py", "daemon_spawn.py", "daemon_workers.py")
 
 
 def write_daemon_copy(cache: Path) -> Path:

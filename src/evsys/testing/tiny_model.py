@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -54,14 +55,23 @@ class TinyModelRecipe(BaseModel):
     num_heads: int = 4
     num_kv_heads: int = 2
     context_window: int = 1024
+    stdlib_corpus_kb: int = Field(
+        0,
+        ge=0,
+        description="Also train the tokenizer on this many KB of the Python standard library's sources "
+        "(English prose and code): long prompts such as a harness's system prompt take fewer tokens.",
+    )
     chats: list[TrainingChat] = Field(default_factory=list)
     train_steps: int = 300
     learning_rate: float = 3e-3
     version: int = Field(4, description="Bumped when the build procedure changes.")
 
     def key(self) -> str:
-        """A stable hash of the recipe."""
-        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()[:16]
+        """A stable hash of the recipe (and of the Python version when the stdlib is part of the corpus)."""
+        text = self.model_dump_json()
+        if self.stdlib_corpus_kb:
+            text += f"|python{sys.version_info[0]}.{sys.version_info[1]}"
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 # A demo recipe shared by tests and benches: one tool-calling chat and one plain chat.
@@ -158,6 +168,7 @@ def _build_tokenizer(recipe: TinyModelRecipe) -> Any:
     corpus.append(
         _render(renderer, TrainingChat(messages=[{"role": "user", "content": "hi"}]), prompt_only=False)
     )
+    corpus += _stdlib_corpus(recipe.stdlib_corpus_kb * 1024)
     bpe = Tokenizer(models.BPE())
     bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     bpe.decoder = decoders.ByteLevel()
@@ -174,6 +185,21 @@ def _build_tokenizer(recipe: TinyModelRecipe) -> Any:
     )
     tokenizer.chat_template = HERMES_CHATML_TEMPLATE
     return tokenizer
+
+
+def _stdlib_corpus(limit: int) -> list[str]:
+    """Up to `limit` bytes of the standard library's .py files, in a fixed order (same merges every build)."""
+    import sysconfig
+
+    texts: list[str] = []
+    total = 0
+    for path in sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py")):
+        if total >= limit:
+            break
+        text = path.read_text("utf-8", "replace")[: limit - total]
+        texts.append(text)
+        total += len(text)
+    return texts
 
 
 def _empty_tokenizer() -> Any:
@@ -269,3 +295,8 @@ def _wrong_rows(model: Any, ids: Any, labels: Any, mask: Any) -> list[int]:
 def recipe_summary(path: Path) -> dict[str, Any]:
     """The recipe a built model directory was made from."""
     return json.loads((path / RECIPE_FILE).read_text())
+
+
+# An untrained model with a long context and a tokenizer that also learned from the standard library:
+# real harnesses (Claude Code, Codex) send system prompts of tens of thousands of characters.
+LONG_CONTEXT_RECIPE = TinyModelRecipe(context_window=131072, vocab_size=8192, stdlib_corpus_kb=3000)

@@ -4,11 +4,11 @@
 fixed path inside sandboxes where the tree lives (`prefix`; venvs and npm bins embed absolute paths, so the
 path is the same in the install sandbox and in every trial sandbox). `HarnessInstaller.ensure()` builds the
 tree once per install key: it starts a sandbox with `network="public"` (the only time a harness install sees
-the network), runs the install as root, downloads the tree to the host cache
-(`$EVSYS_CACHE_DIR/harness-installs/<key>/tree`, renamed into place, marked by `install.json`) and stops the
-sandbox. Concurrent `ensure()` calls for one key wait for one build (an in-process lock plus a file lock
-across processes). `provide()` puts the cached tree into a trial's sandbox; until sandboxes take read-only
-binds it is an upload (see docs/harnesses.md for the proposed `SandboxSpec.binds`).
+the network), runs the install as root straight into a host staging directory bound writable at `prefix`,
+then renames it into the cache (`$EVSYS_CACHE_DIR/harness-installs/<key>/tree`, marked by `install.json`).
+Concurrent `ensure()` calls for one key wait for one build (an in-process lock plus a file lock across
+processes). `bind()` is how a trial gets the tree: a read-only bind at `prefix` (nothing is copied, and no
+harness can change the cached tree for later trials).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from evsys.sandbox.base import Sandbox, SandboxSpec
+from evsys.sandbox.base import Bind, Sandbox, SandboxSpec
 from evsys.util.atomic import write_text_atomic
 
 MARKER = "install.json"
@@ -146,12 +146,16 @@ class HarnessInstaller:
 
     async def _build(self, install: HarnessInstall) -> None:
         key = install.key()
-        spec = SandboxSpec(
-            name=f"harness-install-{key[:12]}-{uuid.uuid4().hex[:6]}", network="public", user="root"
-        )
-        sandbox = self.sandbox_factory(spec)
         await asyncio.to_thread(self.cache_root.mkdir, parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=self.cache_root))
+        (staging / "tree").mkdir(mode=0o755)
+        spec = SandboxSpec(
+            name=f"harness-install-{key[:12]}-{uuid.uuid4().hex[:6]}",
+            network="public",
+            user="root",
+            binds=[Bind(src=staging / "tree", dst=install.prefix, read_only=False)],
+        )
+        sandbox = self.sandbox_factory(spec)
         try:
             await sandbox.start()
             for path in install.local_packages:
@@ -161,7 +165,6 @@ class HarnessInstaller:
                 reason = "timed out" if result.timed_out else f"failed with exit code {result.exit_code}"
                 tail = (result.stdout + result.stderr).strip()[-2000:]
                 raise HarnessInstallError(f"{install.manager} install of {install.packages} {reason}: {tail}")
-            await sandbox.download(install.prefix, staging / "tree")
             self.builds += 1
             record = {"install": json.loads(install.model_dump_json()), "key": key}
             await asyncio.to_thread(write_text_atomic, staging / MARKER, json.dumps(record, indent=2) + "\n")
@@ -170,11 +173,9 @@ class HarnessInstaller:
             await sandbox.stop()
             await asyncio.to_thread(shutil.rmtree, staging, True)
 
-    async def provide(self, install: HarnessInstall, sandbox: Sandbox) -> str:
-        """Place the cached tree at `install.prefix` in a running trial sandbox; returns its bin directory."""
-        tree = await self.ensure(install)
-        await sandbox.upload(tree, install.prefix)
-        return install.bin_dir
+    async def bind(self, install: HarnessInstall) -> Bind:
+        """A read-only bind of the cached tree (built first if needed) at `install.prefix`."""
+        return Bind(src=await self.ensure(install), dst=install.prefix, read_only=True)
 
 
 def _lock_file(path: Path) -> Any:

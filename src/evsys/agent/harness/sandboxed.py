@@ -1,0 +1,219 @@
+"""Running a harness in a sandbox: the process launcher, and the plumbing to the proxy and the install tree.
+
+`SandboxLauncher` starts harness processes in a running sandbox (`Sandbox.spawn`), as the unprivileged agent
+user. `HarnessPlumbing` is what one harness run needs around its sandbox:
+
+1. `binds()` before the sandbox starts: the cached install tree read-only at its prefix, the proxy session's
+   own unix socket at `/run/evsys/proxy.sock` and the stdlib forwarder script at `/run/evsys/forwarder.py`;
+2. `connect(sandbox)` after it started: spawns the forwarder (loopback TCP in the sandbox's own network
+   namespace -> the session socket) and returns the `ModelEndpoint` the harness is pointed at;
+3. `close()`: closes the session (its key is refused from then on) and removes the socket.
+
+`HarnessSandbox` bundles both with a `LocalSandbox` for tests and the Python API; `HarnessAgent` uses the
+plumbing with the trial's own sandbox."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shlex
+import shutil
+import tempfile
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from evsys.agent.harness.adapter import McpEndpoint
+from evsys.agent.harness.catalog import HarnessSetup
+from evsys.agent.harness.config import ModelEndpoint
+from evsys.agent.harness.install import HarnessInstall, HarnessInstaller
+from evsys.agent.harness.process import BASE_ENV
+from evsys.sandbox.base import Bind, SandboxError, SandboxSpec
+from evsys.sandbox.rootfs import AGENT_HOME
+
+if TYPE_CHECKING:
+    from evsys.model.proxy import ModelProxy, ProxySession
+    from evsys.sandbox.local import LocalSandbox
+    from evsys.sandbox.process import SandboxProcess
+
+RUN_DIR = "/run/evsys"
+PROXY_SOCKET = f"{RUN_DIR}/proxy.sock"
+FORWARDER = f"{RUN_DIR}/forwarder.py"
+FORWARDER_START_TIMEOUT = 15.0
+
+
+class SandboxLauncher:
+    """A `ProcessLauncher` for a started sandbox: processes run as `user` with only the given environment."""
+
+    def __init__(self, sandbox: Any, *, user: str = "agent") -> None:
+        self.sandbox = sandbox
+        self.user = user
+
+    async def launch(self, argv: list[str], *, env: dict[str, str], cwd: str) -> SandboxProcess:
+        """Start `argv` in the sandbox (BASE_ENV + `env` on top of the sandbox's defaults)."""
+        try:
+            return await self.sandbox.spawn(list(argv), env={**BASE_ENV, **env}, cwd=cwd, user=self.user)
+        except SandboxError as exc:
+            raise OSError(f"cannot start {argv[0]!r} in the sandbox: {exc}") from exc
+
+    async def write_file(self, path: str, data: bytes) -> None:
+        """Write `data` to `path` inside the sandbox as the launcher's user (parent directories created)."""
+        parent = shlex.quote(str(Path(path).parent))
+        command = f"mkdir -p -- {parent} && cat > {shlex.quote(path)}"
+        result = await self.sandbox.exec(command, cwd="/", user=self.user, stdin=data, timeout=30)
+        if not result.ok:
+            raise OSError(f"cannot write {path} in the sandbox: {result.stderr.strip() or result.exit_code}")
+
+
+def _forwarder_source() -> Path:
+    import evsys.model.proxy.forwarder as forwarder
+
+    return Path(forwarder.__file__)
+
+
+class HarnessPlumbing:
+    """The proxy session, its socket and the install tree of one harness run (see the module docstring)."""
+
+    def __init__(
+        self,
+        proxy: ModelProxy,
+        *,
+        install: HarnessInstall | None = None,
+        installer: HarnessInstaller | None = None,
+        model: str | None = None,
+        session: ProxySession | None = None,
+    ) -> None:
+        self.proxy = proxy
+        self.install = install
+        self.installer = installer or HarnessInstaller()
+        self.model = model
+        self.session = session
+        self.forwarder: SandboxProcess | None = None
+        self._dir: Path | None = None
+
+    async def binds(self) -> list[Bind]:
+        """Install (cached) and open the session socket; the binds the sandbox must start with."""
+        binds = []
+        if self.install is not None:
+            binds.append(await self.installer.bind(self.install))
+        if self.session is None:
+            self.session = self.proxy.open_session()
+        from evsys.sandbox.local import default_scratch_root
+
+        root = default_scratch_root() / "sessions"
+        await asyncio.to_thread(root.mkdir, parents=True, exist_ok=True)
+        self._dir = Path(
+            await asyncio.to_thread(tempfile.mkdtemp, prefix=f"{uuid.uuid4().hex[:8]}-", dir=root)
+        )
+        socket_path = await self.proxy.open_session_socket(self.session, self._dir / "proxy.sock")
+        binds.append(Bind(src=socket_path, dst=PROXY_SOCKET))
+        binds.append(Bind(src=_forwarder_source(), dst=FORWARDER))
+        return binds
+
+    async def connect(self, sandbox: Any) -> ModelEndpoint:
+        """Start the forwarder in the (started) sandbox; the endpoint the harness should use."""
+        assert self.session is not None, "call binds() before starting the sandbox"
+        argv = ["/usr/bin/python3", "-I", FORWARDER, "--uds", PROXY_SOCKET, "--listen", "127.0.0.1:0"]
+        self.forwarder = await sandbox.spawn(argv, cwd="/", user="agent")
+        try:
+            line = await asyncio.wait_for(self.forwarder.stdout.readline(), FORWARDER_START_TIMEOUT)
+        except TimeoutError:
+            line = b""
+        text = line.decode("utf-8", "replace").strip()
+        if not text.startswith("listening "):
+            await self.forwarder.kill()
+            err = (await self.forwarder.stderr.read()).decode("utf-8", "replace").strip()[-500:]
+            raise SandboxError(
+                f"the model forwarder did not start in the sandbox: {text or err or 'no output'}"
+            )
+        port = int(text.rpartition(":")[2])
+        model = self.model or self.session.model_client.model
+        return ModelEndpoint(f"http://127.0.0.1:{port}", self.session.key, model, self.session)
+
+    def mcp_endpoint(self, endpoint: ModelEndpoint) -> McpEndpoint:
+        """Where the harness reaches the session's MCP server (through the same forwarder)."""
+        return McpEndpoint(
+            url=f"{endpoint.base_url}/mcp", headers={"Authorization": f"Bearer {endpoint.api_key}"}
+        )
+
+    async def close(self) -> None:
+        """Stop the forwarder, close the session (its key is refused from now on), remove the socket."""
+        if self.forwarder is not None:
+            await self.forwarder.kill()
+            self.forwarder = None
+        if self.session is not None:
+            self.proxy.close_session(self.session.key)
+        if self._dir is not None:
+            await asyncio.to_thread(shutil.rmtree, self._dir, True)
+            self._dir = None
+
+
+class HarnessSandbox:
+    """A `LocalSandbox` prepared for a harness: install tree and proxy socket bound in, forwarder running.
+
+    ```python
+    async with HarnessSandbox(proxy, SandboxSpec(name="t1"), install=DEFINITION.install) as hs:
+        adapter = DEFINITION.build(hs.setup())
+    ```"""
+
+    def __init__(
+        self,
+        proxy: ModelProxy,
+        spec: SandboxSpec,
+        *,
+        install: HarnessInstall | None = None,
+        installer: HarnessInstaller | None = None,
+        model: str | None = None,
+    ) -> None:
+        self.spec = spec
+        self.plumbing = HarnessPlumbing(proxy, install=install, installer=installer, model=model)
+        self.install = install
+        self.sandbox: LocalSandbox | None = None
+        self.endpoint: ModelEndpoint | None = None
+        self.launcher: SandboxLauncher | None = None
+        self.bin_dir = install.bin_dir if install is not None else None
+        self.home = AGENT_HOME
+
+    @property
+    def session(self) -> ProxySession:
+        """The proxy session whose key the harness uses."""
+        assert self.plumbing.session is not None
+        return self.plumbing.session
+
+    async def __aenter__(self) -> HarnessSandbox:
+        from evsys.sandbox.local import LocalSandbox
+
+        try:
+            binds = [*self.spec.binds, *await self.plumbing.binds()]
+            self.sandbox = LocalSandbox(self.spec.model_copy(update={"binds": binds}))
+            await self.sandbox.start()
+            self.endpoint = await self.plumbing.connect(self.sandbox)
+        except BaseException:
+            await self.close()
+            raise
+        self.launcher = SandboxLauncher(self.sandbox)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Stop the sandbox (every process in it) and close the session."""
+        await self.plumbing.close()
+        if self.sandbox is not None:
+            with contextlib.suppress(SandboxError):
+                await self.sandbox.stop()
+
+    def setup(self, *, mcp: bool = False, session_timeout_s: float = 600.0, **options: Any) -> HarnessSetup:
+        """The `HarnessSetup` for `HarnessDefinition.build` (with the MCP endpoint when `mcp`)."""
+        assert self.launcher is not None and self.endpoint is not None, "enter the HarnessSandbox first"
+        return HarnessSetup(
+            launcher=self.launcher,
+            endpoint=self.endpoint,
+            bin_dir=self.bin_dir or "/usr/bin",
+            workdir=self.spec.workdir,
+            home=self.home,
+            mcp=self.plumbing.mcp_endpoint(self.endpoint) if mcp else None,
+            options=options,
+            session_timeout_s=session_timeout_s,
+        )
