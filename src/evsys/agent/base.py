@@ -6,6 +6,10 @@ cancels it on timeout and then kills every process left in the sandbox). The `Ag
 trial knows: the task, the host directory for agent logs, the model name and client (None for oracle/nop),
 and a `TrajectoryRecorder` the agent appends its steps to (token ids, logprobs, loss mask, usage, cost).
 
+Optional hooks: `async prepare_sandbox(spec, ctx) -> SandboxSpec` runs before the sandbox starts (counted as
+setup; a harness agent adds binds for its install tree and proxy socket there), and `async close()` runs when
+the trial ends, whatever happened (stop helpers the agent started outside the sandbox).
+
 Errors: any exception from `run` fails the trial with cause `agent_error`; an exception with a
 `failure_cause = "model_error"` attribute (e.g. `ModelCallError`, or a model client's own error class)
 fails it with `model_error`. Both are retried when the job allows retries.
@@ -13,6 +17,7 @@ fails it with `model_error`. Both are retried when the job allows retries.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -69,6 +74,7 @@ class AgentContext:
         model_client: Any = None,
         timeout_sec: float | None = None,
         kwargs: dict[str, Any] | None = None,
+        on_event: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         self.task = task
         self.trial_name = trial_name
@@ -78,6 +84,12 @@ class AgentContext:
         self.model_client = model_client
         self.timeout_sec = timeout_sec
         self.kwargs = dict(kwargs or {})
+        self.on_event = on_event
+
+    def emit(self, event: dict[str, Any]) -> None:
+        """Report a live event (e.g. a harness event) to whoever watches the trial (`evsys run --stream`)."""
+        if self.on_event is not None:
+            self.on_event({"trial": self.trial_name, **event})
 
     @property
     def workdir(self) -> str:

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from evsys.agent.base import Agent
+from evsys.agent.harness.catalog import HARNESS_MODULES
 
 
 class AgentNotFoundError(ValueError):
@@ -41,7 +42,8 @@ def register_agent(name: str, factory: AgentFactory | str) -> None:
 def agent_names() -> list[str]:
     """Every name `resolve_agent` knows without a `module:Class` path (whose module is installed)."""
     present = {name for name, path in _BUILTINS.items() if _module_exists(path.partition(":")[0])}
-    return sorted({*present, *_REGISTERED})
+    harnesses = {name for name, module in HARNESS_MODULES.items() if _module_exists(module)}
+    return sorted({*present, *harnesses, *_REGISTERED})
 
 
 def _module_exists(module_name: str) -> bool:
@@ -84,9 +86,20 @@ def _import_class(path: str, agent_name: str) -> Any:
     return target
 
 
+def _harness_factory(name: str) -> AgentFactory:
+    def build(**kwargs: Any) -> Agent:
+        from evsys.agent.harness.agent import HarnessAgent
+
+        return HarnessAgent(name, **kwargs)
+
+    return build
+
+
 def _factory_for(name: str) -> AgentFactory:
     if name in _REGISTERED:
         return _REGISTERED[name]
+    if name in HARNESS_MODULES:
+        return _harness_factory(name)
     if name in _BUILTINS:
         return _import_class(_BUILTINS[name], name)
     if ":" in name:

@@ -117,6 +117,9 @@ def run(
     retry_errors: Annotated[
         bool, typer.Option("--retry-errors", help="On resume, rerun errored trials too.")
     ] = False,
+    stream: Annotated[
+        bool, typer.Option("--stream", help="Print harness events (model calls, tool calls, text) live.")
+    ] = False,
 ) -> None:
     """Run agents on tasks in sandboxes and score them; or resume a job with --resume jobs/<name>."""
     settings = {
@@ -135,6 +138,10 @@ def run(
     job = _build_job(
         paths or [], agent or [], model, base_url, agent_kwarg or [], resume, retry_errors, settings
     )
+    if stream:
+        from evsys.cli.stream import event_printer
+
+        job.on_agent_event = event_printer(console)
     result = _run_job(job)
     print_summary(_stdout_console(), result, job)
     if job.cancelled:

@@ -71,10 +71,12 @@ class Job:
         retry_errors: bool = False,
         model_client_factory: ModelClientFactory | None = None,
         python_tasks: Sequence[PythonTaskItem] | None = None,
+        on_agent_event: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         datasets = [Path(p).absolute() for p in config.datasets]  # a resume may start from another directory
         self.config = config.model_copy(update={"datasets": datasets})
         self.on_trial_done = on_trial_done
+        self.on_agent_event = on_agent_event  # live agent events, e.g. harness events (`evsys run --stream`)
         self.resume_mode = resume
         self.retry_errors = retry_errors
         self.model_client_factory = model_client_factory
@@ -222,6 +224,7 @@ class Job:
                     self.store,
                     model_client=self._clients.get(id(planned.config.agent)),
                     retries=failures,
+                    on_event=self.on_agent_event,
                 )
                 try:
                     result = await trial.run()

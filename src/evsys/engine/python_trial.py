@@ -125,6 +125,7 @@ class SingleTurnTrial:
         *,
         model_client: Any = None,
         retries: list[TrialFailure] | None = None,
+        on_event: Any = None,  # single-turn trials have no agent events
     ) -> None:
         assert planned.python_task is not None
         self.planned = planned

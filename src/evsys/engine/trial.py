@@ -18,7 +18,7 @@ import secrets
 import shutil
 import time
 import traceback
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -110,12 +110,14 @@ class Trial:
         *,
         model_client: Any = None,
         retries: list[TrialFailure] | None = None,
+        on_event: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         self.planned = planned
         self.config = planned.config
         self.job = job
         self.store = store
         self.model_client = model_client
+        self.on_event = on_event
         self.sandbox: Sandbox | None = None
         self.sandbox_alive = False
         self.recorder: TrajectoryRecorder | None = None
@@ -191,9 +193,6 @@ class Trial:
         task = self.planned.task
         assert task is not None
         agent = resolve_agent(self.config.agent.name, self.config.agent.kwargs)
-        if not await self._start_sandbox(task):
-            return
-        assert self.sandbox is not None
         recorder.agent = AgentInfo(
             name=agent.name,
             version=str(getattr(agent, "version", "unknown")),
@@ -208,14 +207,37 @@ class Trial:
             model_client=self.model_client,
             timeout_sec=self.config.agent_timeout_sec,
             kwargs=self.config.agent.kwargs,
+            on_event=self.on_event,
         )
-        await self._run_agent(agent, task, ctx)
-        await self._after_agent(task, trial_dir)
+        try:
+            spec = await self._prepare_spec(agent, task, ctx)
+            if spec is None or not await self._start_sandbox(spec):
+                return
+            await self._run_agent(agent, task, ctx)
+            await self._after_agent(task, trial_dir)
+        finally:
+            if callable(getattr(agent, "close", None)):
+                await agent.close()
 
-    async def _start_sandbox(self, task: Task) -> bool:
+    async def _prepare_spec(self, agent: Any, task: Task, ctx: AgentContext) -> SandboxSpec | None:
+        """The trial's sandbox spec, adjusted by the agent's optional `prepare_sandbox` hook (e.g. a harness
+        binding its install tree and proxy socket); None when that hook failed."""
+        spec = sandbox_spec(task, self.job.job_name, self.config.trial_name)
+        prepare = getattr(agent, "prepare_sandbox", None)
+        if not callable(prepare):
+            return spec
+        limit = self.config.setup_timeout_sec
+        try:
+            return await self._timed("agent_setup", prepare(spec, ctx), limit)
+        except TimeoutError:
+            self.fail(FailureCause.AGENT_ERROR, f"agent setup did not finish within {limit:g} s")
+        except Exception as exc:
+            self._agent_failed(exc, "agent setup failed")
+        return None
+
+    async def _start_sandbox(self, spec: SandboxSpec) -> bool:
         from evsys.sandbox import create_sandbox
 
-        spec = sandbox_spec(task, self.job.job_name, self.config.trial_name)
         self.result.sandbox_name = spec.name
         timeout = self.config.sandbox_start_timeout_sec
         try:

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from evsys.agent.harness.config import ModelEndpoint
     from evsys.agent.harness.install import HarnessInstall
     from evsys.agent.harness.process import ProcessLauncher
+    from evsys.sandbox.base import Bind
 
 Dialect = Literal["openai", "anthropic", "responses"]
 
@@ -42,10 +43,11 @@ class HarnessDefinition:
     """One harness evsys knows how to install and drive (`evsys run -a <name>`)."""
 
     name: str
-    install: HarnessInstall
+    install: HarnessInstall | None  # None: the harness is already in the sandbox (or in `binds`)
     build: Callable[[HarnessSetup], HarnessAdapter]
     dialect: Dialect
     description: str = ""
+    binds: tuple[Bind, ...] = ()  # extra host files the harness needs in its sandbox (read-only)
 
 
 # -a name -> module defining DEFINITION (imported lazily: each pulls in only its own adapter)

@@ -1,0 +1,124 @@
+"""`HarnessAgent`: an external harness (Claude Code, Codex, mini-swe-agent...) as a one-turn `-a` agent.
+
+Per trial: `prepare_sandbox` (before the sandbox starts) installs the harness once (cached), creates a
+recording proxy over the trial's model client, opens a session with its own unix socket and adds the binds
+(install tree, socket, forwarder); `setup` starts the forwarder in the sandbox; `run` builds the adapter,
+sends the task's instruction as one turn, forwards every event to the trial's event sink (`evsys run
+--stream`), writes the events to `agent/harness-events.jsonl`, and puts the proxy's calls (token ids,
+logprobs) into the trajectory. A turn that fails (the harness crashed, hung past its session timeout, broke
+its protocol) fails the trial with `agent_error`; its model calls are kept. `close` stops the adapter, the
+forwarder and the proxy session."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from typing import Any
+
+from evsys.agent.base import AgentContext, AgentError, AgentResult
+from evsys.agent.harness.adapter import HarnessAdapter
+from evsys.agent.harness.catalog import HarnessDefinition, HarnessSetup, get_definition
+from evsys.agent.harness.config import ModelEndpoint
+from evsys.agent.harness.events import HarnessEvent, HarnessEventType
+from evsys.agent.harness.sandboxed import HarnessPlumbing, SandboxLauncher
+from evsys.sandbox.base import Sandbox, SandboxSpec
+from evsys.sandbox.rootfs import AGENT_HOME
+from evsys.util.atomic import write_text_atomic
+
+EVENTS_FILE = "harness-events.jsonl"
+DEFAULT_TURN_TIMEOUT = 600.0
+
+
+class HarnessAgent:
+    """Runs one catalog harness for one turn per trial (see the module docstring)."""
+
+    def __init__(self, definition: HarnessDefinition | str, **options: Any) -> None:
+        self.definition = get_definition(definition) if isinstance(definition, str) else definition
+        self.name = self.definition.name
+        self.version = _version_of(self.definition)
+        self.options = options
+        self.proxy: Any = None
+        self.plumbing: HarnessPlumbing | None = None
+        self.endpoint: ModelEndpoint | None = None
+        self.adapter: HarnessAdapter | None = None
+
+    async def prepare_sandbox(self, spec: SandboxSpec, ctx: AgentContext) -> SandboxSpec:
+        """Install (cached), start the proxy and the session; the spec with the harness's binds added."""
+        if ctx.model_client is None:
+            raise AgentError(f"harness {self.name!r} needs a model: pass -m (e.g. -m local)")
+        from evsys.model.proxy import ModelProxy
+
+        # no listener of its own: the session's unix socket (bound into the sandbox) is the only way in
+        self.proxy = ModelProxy(ctx.model_client, max_tokens_cap=self.options.get("max_tokens_cap"))
+        self.plumbing = HarnessPlumbing(self.proxy, install=self.definition.install, model=ctx.model_name)
+        binds = [*self.definition.binds, *await self.plumbing.binds()]
+        return spec.model_copy(update={"binds": [*spec.binds, *binds]})
+
+    async def setup(self, sandbox: Sandbox, ctx: AgentContext) -> None:
+        """Start the forwarder inside the sandbox."""
+        assert self.plumbing is not None, "prepare_sandbox() runs before setup()"
+        self.endpoint = await self.plumbing.connect(sandbox)
+
+    async def run(self, instruction: str, sandbox: Sandbox, ctx: AgentContext) -> AgentResult:
+        """One turn with the instruction; the proxy's calls become the trajectory."""
+        assert self.endpoint is not None and self.plumbing is not None
+        setup = HarnessSetup(
+            launcher=SandboxLauncher(sandbox),
+            endpoint=self.endpoint,
+            bin_dir=self.definition.install.bin_dir if self.definition.install else "/usr/bin",
+            workdir=ctx.workdir,
+            home=AGENT_HOME,
+            options=dict(self.options),
+            session_timeout_s=ctx.timeout_sec or DEFAULT_TURN_TIMEOUT,
+        )
+        self.adapter = self.definition.build(setup)
+        events: list[HarnessEvent] = []
+        try:
+            await self.adapter.start()
+            async for event in self.adapter.send_message_streaming(instruction):
+                events.append(event)
+                ctx.emit({"harness": self.name, **event.model_dump(mode="json")})
+        finally:
+            await self.adapter.stop()
+            await self._save(ctx, events)
+        last = events[-1] if events else None
+        if last is None or last.type != HarnessEventType.TURN_COMPLETE or last.data.get("status") != "ok":
+            reason = last.data.get("error") if last is not None else "the turn produced no events"
+            reason = str(reason)
+            raise AgentError(reason if repr(self.name) in reason else f"harness {self.name!r}: {reason}")
+        return AgentResult(metadata=self._metadata(events))
+
+    async def _save(self, ctx: AgentContext, events: list[HarnessEvent]) -> None:
+        """Model calls into the trajectory (also on failure) and the events into the agent's log dir."""
+        session = self.plumbing.session if self.plumbing is not None else None
+        if session is not None:
+            ctx.trajectory.extend(session.to_steps())
+        text = "".join(json.dumps(e.model_dump(mode="json")) + "\n" for e in events)
+        await asyncio.to_thread(ctx.logs_dir.mkdir, parents=True, exist_ok=True)
+        await asyncio.to_thread(write_text_atomic, ctx.logs_dir / EVENTS_FILE, text)
+
+    def _metadata(self, events: list[HarnessEvent]) -> dict[str, Any]:
+        session = self.plumbing.session if self.plumbing is not None else None
+        return {
+            "harness": self.name,
+            "model_calls": len(session.calls) if session is not None else 0,
+            "events": len(events),
+        }
+
+    async def close(self) -> None:
+        """Stop whatever is still running: the adapter, the forwarder, the session and the proxy."""
+        if self.adapter is not None:
+            with contextlib.suppress(Exception):
+                await self.adapter.stop()
+        if self.plumbing is not None:
+            await self.plumbing.close()
+        if self.proxy is not None:
+            await self.proxy.stop()
+            self.proxy = None
+
+
+def _version_of(definition: HarnessDefinition) -> str:
+    if definition.install is None or not definition.install.packages:
+        return "unknown"
+    return ",".join(definition.install.packages)
