@@ -144,3 +144,19 @@ async def test_npm_install_is_cached_and_its_bin_runs_in_a_trial(tmp_path):
     assert result.ok, result.stderr
     assert json.loads(result.stdout) == {"type": "ready", "name": "tiny-node"}
     assert installer.builds == 1
+
+
+async def test_installs_from_the_real_registries_work_in_a_cold_cache(tmp_path):
+    """npm and pip reach their registries from the install sandbox (through this machine's TLS setup) and the
+    trees work in a no-network trial."""
+    installer = HarnessInstaller(tmp_path / "cache")
+    npm = HarnessInstall(manager="npm", packages=["is-number@7.0.0"], prefix="/opt/evsys-harness/npm")
+    pip = HarnessInstall(manager="pip", packages=["six==1.16.0"], prefix="/opt/evsys-harness/pip")
+    spec = SandboxSpec(
+        name="harness-registry-trial", binds=[await installer.bind(npm), await installer.bind(pip)]
+    )
+    async with LocalSandbox(spec) as trial:
+        node = await trial.exec(f"node -e \"console.log(require('{npm.prefix}/node_modules/is-number')(5))\"")
+        python = await trial.exec(f"{pip.prefix}/bin/python -c 'import six; print(six.__version__)'")
+    assert node.stdout.strip() == "true", node.stderr
+    assert python.stdout.strip() == "1.16.0", python.stderr

@@ -34,6 +34,7 @@ from evsys.util.atomic import write_text_atomic
 
 MARKER = "install.json"
 STAGING = "/tmp/evsys-install"
+SYSTEM_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 SandboxFactory = Callable[[SandboxSpec], Sandbox]
 
 
@@ -89,13 +90,19 @@ class HarnessInstall(BaseModel):
     def command(self) -> str:
         """The shell command that installs everything into `prefix` (run as root in the install sandbox)."""
         specs = [*self.packages, *(f"{STAGING}/{p.name}" for p in self.local_packages)]
+        # trust the system CA bundle (registries may sit behind a TLS-inspecting proxy): Node and pip's
+        # vendored certifi otherwise ignore it
+        certs = (
+            f"[ -f {SYSTEM_CA_BUNDLE} ] && export NODE_EXTRA_CA_CERTS={SYSTEM_CA_BUNDLE} "
+            f"PIP_CERT={SYSTEM_CA_BUNDLE} SSL_CERT_FILE={SYSTEM_CA_BUNDLE}; "
+        )
         quoted = " ".join(shlex.quote(s) for s in specs)
         prefix = shlex.quote(self.prefix)
         if self.manager == "pip":
             pip = f"{prefix}/bin/python -m pip install --no-input --disable-pip-version-check --no-cache-dir"
-            return f"set -e; /usr/bin/python3 -m venv {prefix}; {pip} {quoted}"
+            return f"{certs}set -e; /usr/bin/python3 -m venv {prefix}; {pip} {quoted}"
         npm = "HOME=/tmp npm_config_cache=/tmp/npm-cache npm install --no-audit --no-fund --omit=dev"
-        return f"set -e; mkdir -p {prefix}; {npm} --no-update-notifier --prefix {prefix} {quoted}"
+        return f"{certs}set -e; mkdir -p {prefix}; {npm} --no-update-notifier --prefix {prefix} {quoted}"
 
 
 def _default_sandbox_factory(spec: SandboxSpec) -> Sandbox:
