@@ -8,9 +8,9 @@ unix socket (`open_session(uds=...)`): requests arriving there are accepted only
 so a harness in a sandbox that can see only its own socket cannot use another session even if it learns
 that session's key.
 
-Endpoints: `POST /v1/chat/completions`, `POST /v1/messages`, `GET /v1/models`, `GET /health` (no key
-needed). Streaming responses are produced from the finished completion (the `ModelClient` contract is
-request/response), so time-to-first-token equals the full latency."""
+Endpoints: `POST /v1/chat/completions`, `POST /v1/messages`, `POST /v1/responses`, `GET /v1/models`,
+`GET /health` (no key needed). Streaming responses are produced from the finished completion (the
+`ModelClient` contract is request/response), so time-to-first-token equals the full latency."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ from evsys.model.errors import (
     RetryableModelError,
     UnknownModelError,
 )
-from evsys.model.proxy import anthropic_dialect, openai_dialect
+from evsys.model.proxy import anthropic_dialect, openai_dialect, responses_dialect
 from evsys.model.proxy.session import Dialect, ProxySession, new_session_key
 
 log = logging.getLogger(__name__)
@@ -234,6 +234,7 @@ class ModelProxy:
                 Route("/v1/models", self._models, methods=["GET"]),
                 Route("/v1/chat/completions", self._openai, methods=["POST"]),
                 Route("/v1/messages", self._anthropic, methods=["POST"]),
+                Route("/v1/responses", self._responses, methods=["POST"]),
             ]
         )
 
@@ -274,6 +275,9 @@ class ModelProxy:
     async def _anthropic(self, request: Any) -> Any:
         return await self._serve(request, "anthropic")
 
+    async def _responses(self, request: Any) -> Any:
+        return await self._serve(request, "responses")
+
     async def _serve(self, request: Any, dialect: Dialect) -> Any:
         from starlette.responses import JSONResponse, StreamingResponse
 
@@ -288,7 +292,10 @@ class ModelProxy:
             params = parsed.sampling(self.max_tokens_cap)
         except (ValueError, ValidationError) as exc:
             return _error(dialect, 400, f"invalid request: {exc}")
-        call = session.begin_call(dialect, parsed.model, messages, tools, params, stream=parsed.stream)
+        notes = getattr(parsed, "notes", None)
+        call = session.begin_call(
+            dialect, parsed.model, messages, tools, params, stream=parsed.stream, notes=notes
+        )
         started = time.perf_counter()
         try:
             completion = await session.model_client.complete(messages, tools=tools, params=params)
@@ -296,6 +303,12 @@ class ModelProxy:
             session.finish_call(call, None, f"{type(exc).__name__}: {exc}", time.perf_counter() - started)
             return _error(dialect, _status_for(exc), str(exc) or type(exc).__name__)
         session.finish_call(call, completion, None, time.perf_counter() - started)
+        if dialect == "responses":
+            cap = self.max_tokens_cap
+            if parsed.stream:
+                events = responses_dialect.stream_events(parsed, completion, max_tokens_cap=cap)
+                return StreamingResponse(events, media_type=_SSE)
+            return JSONResponse(responses_dialect.response_object(parsed, completion, max_tokens_cap=cap))
         if dialect == "openai":
             if parsed.stream:
                 return StreamingResponse(openai_dialect.stream_chunks(parsed, completion), media_type=_SSE)
@@ -319,7 +332,11 @@ _OPENAI_KINDS = {400: "invalid_request_error", 401: "invalid_request_error", 404
 
 async def _parse(request: Any, dialect: Dialect) -> tuple[Any, str | None]:
     """Validate the JSON body; on failure return a message naming the offending fields."""
-    model = openai_dialect.OpenAIChatRequest if dialect == "openai" else anthropic_dialect.AnthropicRequest
+    model = {
+        "openai": openai_dialect.OpenAIChatRequest,
+        "anthropic": anthropic_dialect.AnthropicRequest,
+        "responses": responses_dialect.ResponsesRequest,
+    }[dialect]
     try:
         body = await request.json()
     except ValueError as exc:

@@ -28,7 +28,7 @@ from evsys.trajectory.models import (
 
 log = logging.getLogger(__name__)
 
-Dialect = Literal["openai", "anthropic"]
+Dialect = Literal["openai", "anthropic", "responses"]
 CallListener = Callable[[Literal["request", "response"], "ProxyCall"], None]
 KEY_PREFIX = "evsys-"
 
@@ -52,6 +52,10 @@ class ProxyCall(BaseModel):
     params: SamplingParams
     completion: Completion | None = None
     error: str | None = None
+    notes: list[str] = Field(
+        default_factory=list,
+        description="What of the request the model never saw (unsupported tools, items).",
+    )
     started_at: str = Field(default_factory=utc_now)
     latency_s: float = 0.0
 
@@ -87,9 +91,11 @@ class ProxySession:
         params: SamplingParams,
         *,
         stream: bool,
+        notes: list[str] | None = None,
     ) -> ProxyCall:
         """Record the start of a call and notify listeners."""
         call = ProxyCall(
+            notes=list(notes or []),
             index=len(self.calls),
             dialect=dialect,
             requested_model=requested_model,
