@@ -24,9 +24,11 @@ from evsys.agent.harness.events import HarnessEvent, HarnessEventType
 from evsys.agent.harness.sandboxed import HarnessPlumbing, SandboxLauncher
 from evsys.sandbox.base import Sandbox, SandboxSpec
 from evsys.sandbox.rootfs import AGENT_HOME
+from evsys.trajectory.models import AgentInfo, TrajectoryRecorder
 from evsys.util.atomic import write_text_atomic
 
 EVENTS_FILE = "harness-events.jsonl"
+NATIVE_TRAJECTORY_FILE = "native-trajectory.json"  # ATIF converted from the harness's own log
 DEFAULT_TURN_TIMEOUT = 600.0
 
 
@@ -97,6 +99,25 @@ class HarnessAgent:
         text = "".join(json.dumps(e.model_dump(mode="json")) + "\n" for e in events)
         await asyncio.to_thread(ctx.logs_dir.mkdir, parents=True, exist_ok=True)
         await asyncio.to_thread(write_text_atomic, ctx.logs_dir / EVENTS_FILE, text)
+        await self._save_native(ctx)
+
+    async def _save_native(self, ctx: AgentContext) -> None:
+        """The harness's own log as ATIF (adapters with `native_steps()`), beside the proxy's view."""
+        native = getattr(self.adapter, "native_steps", None)
+        if not callable(native):
+            return
+        try:
+            steps = await native()
+        except Exception as exc:  # the native log is a bonus: never fail the trial over it
+            ctx.emit({"harness": self.name, "type": "error", "data": {"error": f"native log: {exc}"}})
+            return
+        if steps:
+            recorder = TrajectoryRecorder(
+                f"{ctx.trial_name}-native", AgentInfo(name=self.name, version=self.version)
+            )
+            recorder.extend(steps)
+            body = recorder.build().model_dump_json(indent=2) + "\n"
+            await asyncio.to_thread(write_text_atomic, ctx.logs_dir / NATIVE_TRAJECTORY_FILE, body)
 
     def _metadata(self, events: list[HarnessEvent]) -> dict[str, Any]:
         session = self.plumbing.session if self.plumbing is not None else None

@@ -55,6 +55,10 @@ class ProcessLauncher(Protocol):
         """Place a file where the harness will read it (its MCP configuration)."""
         ...
 
+    async def read_file(self, path: str) -> bytes | None:
+        """Read a file the harness wrote (its native log), or None when it cannot be read."""
+        ...
+
 
 class HostProcess:
     """A harness process on the host, leader of its own process group."""
@@ -110,3 +114,10 @@ class HostProcessLauncher:
     async def write_file(self, path: str, data: bytes) -> None:
         """Write `data` to the host path `path` atomically."""
         await asyncio.to_thread(write_bytes_atomic, Path(path), data)
+
+    async def read_file(self, path: str) -> bytes | None:
+        """The bytes of the host file `path`, or None if it cannot be read."""
+        try:
+            return await asyncio.to_thread(Path(path).read_bytes)
+        except OSError:
+            return None

@@ -64,6 +64,16 @@ class SandboxLauncher:
         if not result.ok:
             raise OSError(f"cannot write {path} in the sandbox: {result.stderr.strip() or result.exit_code}")
 
+    async def read_file(self, path: str) -> bytes | None:
+        """The bytes of `path` in the sandbox (read as the launcher's user), or None if unreadable."""
+        result = await self.sandbox.exec(f"cat -- {shlex.quote(path)}", cwd="/", user=self.user, timeout=30)
+        return result.stdout_bytes if result.ok else None
+
+    async def run(self, command: str, *, cwd: str = "/", timeout: float = 30) -> str:  # noqa: ASYNC109
+        """Run a short helper command (e.g. find a harness's log file); its stdout, '' on failure."""
+        result = await self.sandbox.exec(command, cwd=cwd, user=self.user, timeout=timeout)
+        return result.stdout if result.ok else ""
+
 
 def _forwarder_source() -> Path:
     import evsys.model.proxy.forwarder as forwarder
