@@ -9,8 +9,10 @@ so a harness in a sandbox that can see only its own socket cannot use another se
 that session's key.
 
 Endpoints: `POST /v1/chat/completions`, `POST /v1/messages`, `POST /v1/responses`, `GET /v1/models`,
-`GET /health` (no key needed). Streaming responses are produced from the finished completion (the
-`ModelClient` contract is request/response), so time-to-first-token equals the full latency."""
+`GET /health` (no key needed), and `/mcp` (MCP Streamable HTTP: the environment tools attached to the
+session with `evsys.agent.harness.mcp_server.serve_tools`; same key rules). Streaming responses are
+produced from the finished completion (the `ModelClient` contract is request/response), so
+time-to-first-token equals the full latency."""
 
 from __future__ import annotations
 
@@ -213,12 +215,22 @@ class ModelProxy:
         session = self._sessions.pop(key, None)
         if session is not None:
             session.closed = True
+            self._close_mcp_app(session)
         listener = self._session_listeners.pop(key, None)
         if listener is not None:
             task = asyncio.get_running_loop().create_task(listener.stop())
             self._pending.add(task)
             task.add_done_callback(self._pending.discard)
         return session
+
+    def _close_mcp_app(self, session: ProxySession) -> None:
+        """Stop the session's tool server in the background (nothing runs when there is no event loop)."""
+        closer = getattr(session.mcp_app, "aclose", None)
+        with contextlib.suppress(RuntimeError):
+            if closer is not None:
+                task = asyncio.get_running_loop().create_task(closer())
+                self._pending.add(task)
+                task.add_done_callback(self._pending.discard)
 
     # -- HTTP ---------------------------------------------------------------------------------------------
 
@@ -235,6 +247,7 @@ class ModelProxy:
                 Route("/v1/chat/completions", self._openai, methods=["POST"]),
                 Route("/v1/messages", self._anthropic, methods=["POST"]),
                 Route("/v1/responses", self._responses, methods=["POST"]),
+                Route("/mcp", _RawAsgi(self._mcp), methods=["GET", "POST", "DELETE"]),
             ]
         )
 
@@ -268,6 +281,18 @@ class ModelProxy:
         return JSONResponse(
             {"object": "list", "data": [{"id": name, "object": "model", "owned_by": "evsys"}]}
         )
+
+    async def _mcp(self, scope: dict, receive: Any, send: Any) -> None:
+        """MCP for the caller's session only: 401 for a bad key, 404 when the session serves no tools."""
+        from starlette.requests import Request
+
+        session = self._authorise(Request(scope))
+        if session is None:
+            await _mcp_error(401, _UNKNOWN_KEY)(scope, receive, send)
+        elif session.mcp_app is None:
+            await _mcp_error(404, _NO_TOOLS)(scope, receive, send)
+        else:
+            await session.mcp_app(scope, receive, send)
 
     async def _openai(self, request: Any) -> Any:
         return await self._serve(request, "openai")
@@ -319,6 +344,27 @@ class ModelProxy:
 
 
 _SSE = "text/event-stream"
+_NO_TOOLS = "this evsys proxy session serves no environment tools (none were injected before the harness)"
+
+
+class _RawAsgi:
+    """Marks an `(scope, receive, send)` coroutine as a plain ASGI endpoint for a Starlette `Route`."""
+
+    def __init__(self, handler: Callable[..., Any]) -> None:
+        self.handler = handler
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        await self.handler(scope, receive, send)
+
+
+def _mcp_error(status: int, message: str) -> Any:
+    """A JSON-RPC error response (no request id), the shape MCP clients expect from `/mcp`."""
+    from starlette.responses import JSONResponse
+
+    code = -32001 if status == 401 else -32601
+    return JSONResponse({"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}, status)
+
+
 _UNKNOWN_KEY = "invalid API key: this key does not belong to an open evsys proxy session on this endpoint"
 _ANTHROPIC_KINDS = {
     400: "invalid_request_error",

@@ -60,15 +60,59 @@ class ProxyCall(BaseModel):
     latency_s: float = 0.0
 
 
+class ProxyToolCall(BaseModel):
+    """One environment tool call made through the session's MCP endpoint (`/mcp`)."""
+
+    index: int = Field(description="0-based position among the session's tool calls.")
+    name: str = Field(description="The tool name the harness called (its exposed name).")
+    tool: str = Field("", description="The environment's tool it was routed to ('' when refused).")
+    arguments: dict[str, Any] = Field(default_factory=dict)
+    output: str = Field("", description="The text the harness got back.")
+    is_error: bool = False
+    error: str | None = Field(None, description="Why evsys refused or failed the call, if it did.")
+    started_at: str = Field(default_factory=utc_now)
+    duration_s: float = 0.0
+
+
 class ProxySession:
-    """One trial's access to the proxy: its key, its model client, and the calls recorded so far."""
+    """One trial's access to the proxy: its key, its model client, and the calls recorded so far.
+
+    `mcp_app`, when set (see `evsys.agent.harness.mcp_server.serve_tools`), is the ASGI app that answers this
+    session's authorised `/mcp` requests; `tool_calls` records the environment tool calls it served."""
 
     def __init__(self, key: str, model_client: ModelClient) -> None:
         self.key = key
         self.model_client = model_client
         self.calls: list[ProxyCall] = []
+        self.tool_calls: list[ProxyToolCall] = []
+        self.mcp_app: Any = None
         self.closed = False
         self._listeners: list[CallListener] = []
+
+    def record_tool_call(
+        self,
+        name: str,
+        tool: str,
+        arguments: dict[str, Any],
+        *,
+        output: str = "",
+        is_error: bool = True,
+        error: str | None = None,
+        duration_s: float,
+    ) -> ProxyToolCall:
+        """Append one tool call to `tool_calls` (a refused call: `tool=""` and the reason in `error`)."""
+        call = ProxyToolCall(
+            index=len(self.tool_calls),
+            name=name,
+            tool=tool,
+            arguments=arguments,
+            output=output or (error or ""),
+            is_error=is_error,
+            error=error,
+            duration_s=duration_s,
+        )
+        self.tool_calls.append(call)
+        return call
 
     def __repr__(self) -> str:
         return f"ProxySession(key={self.key[:10]}..., calls={len(self.calls)})"
