@@ -142,9 +142,9 @@ class HarnessPlumbing:
 
     def mcp_endpoint(self, endpoint: ModelEndpoint) -> McpEndpoint:
         """Where the harness reaches the session's MCP server (through the same forwarder)."""
-        return McpEndpoint(
-            url=f"{endpoint.base_url}/mcp", headers={"Authorization": f"Bearer {endpoint.api_key}"}
-        )
+        from evsys.agent.harness.mcp_server import mcp_endpoint_for
+
+        return mcp_endpoint_for(endpoint)
 
     async def close(self) -> None:
         """Stop the forwarder, close the session (its key is refused from now on), remove the socket."""
