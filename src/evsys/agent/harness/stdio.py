@@ -26,20 +26,18 @@ from evsys.agent.harness.adapter import HarnessAdapter, HarnessStartError, Harne
 from evsys.agent.harness.config import HarnessConfig, ModelEndpoint
 from evsys.agent.harness.events import HarnessEvent, HarnessEventType
 from evsys.agent.harness.process import HarnessProcess, HostProcessLauncher, ProcessLauncher
+from evsys.agent.harness.turns import (
+    STDERR_TAIL_BYTES,
+    ProtocolViolation,
+    failure_events,
+    proxy_call_listener,
+)
+from evsys.agent.harness.turns import describe_exit as _describe_exit
 
-STDERR_TAIL_BYTES = 4096
+__all__ = ["STDERR_TAIL_BYTES", "ProtocolViolation", "StdioHarnessAdapter"]
+
 STOP_GRACE_S = 2.0
 _EVENT_TYPES = {t.value: t for t in HarnessEventType}
-
-
-class ProtocolViolation(ValueError):
-    """A line from the harness that is not part of its protocol."""
-
-
-def _describe_exit(code: int | None) -> str:
-    if code is not None and code < 0:
-        return f"was killed by signal {-code}"
-    return f"exited with code {code}"
 
 
 class StdioHarnessAdapter(HarnessAdapter):
@@ -276,38 +274,11 @@ class StdioHarnessAdapter(HarnessAdapter):
                     return
 
     def _failure(self, kind: Literal["crash", "timeout", "protocol"], message: str) -> list[HarnessEvent]:
-        error = f"harness {self.config.name!r}: {message}"
-        return [
-            HarnessEvent(type=HarnessEventType.ERROR, data={"kind": kind, "message": error}, turn=self.turns),
-            HarnessEvent(
-                type=HarnessEventType.TURN_COMPLETE,
-                data={"status": "error", "kind": kind, "error": error},
-                turn=self.turns,
-            ),
-        ]
+        return failure_events(self.config.name, kind, message, self.turns)
 
     def _put_failure(self, queue: asyncio.Queue[HarnessEvent], kind: Any, message: str) -> None:
         for event in self._failure(kind, message):
             queue.put_nowait(event)
 
     def _proxy_listener(self, queue: asyncio.Queue[HarnessEvent]) -> Any:
-        def on_call(kind: str, call: Any) -> None:
-            if kind == "request":
-                data = {
-                    "call_index": call.index,
-                    "model": call.requested_model,
-                    "messages": len(call.messages),
-                }
-                queue.put_nowait(HarnessEvent(type=HarnessEventType.LLM_REQUEST, data=data, turn=self.turns))
-                return
-            done = call.completion
-            data = {"call_index": call.index, "latency_s": call.latency_s, "error": call.error}
-            if done is not None:
-                data |= {
-                    "text": done.text,
-                    "tool_calls": [c.name for c in done.tool_calls],
-                    "completion_tokens": done.usage.completion_tokens,
-                }
-            queue.put_nowait(HarnessEvent(type=HarnessEventType.LLM_RESPONSE, data=data, turn=self.turns))
-
-        return on_call
+        return proxy_call_listener(queue, lambda: self.turns)
