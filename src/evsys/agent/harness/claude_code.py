@@ -36,6 +36,7 @@ from evsys.agent.harness.events import HarnessEvent, HarnessEventType
 from evsys.agent.harness.install import HarnessInstall
 from evsys.agent.harness.process import HarnessProcess
 from evsys.agent.harness.stdio import StdioHarnessAdapter
+from evsys.agent.harness.turns import json_object
 from evsys.trajectory.models import Observation, ObservationResult, Step, StepMetrics, ToolCall
 
 CLAUDE_CODE_VERSION = "2.1.330"
@@ -358,7 +359,7 @@ def native_log_to_steps(lines: Iterable[str | bytes | dict[str, Any]]) -> list[S
     are skipped (a log cut short by a killed process stays readable)."""
     builder = _StepBuilder()
     for line in lines:
-        record = line if isinstance(line, dict) else _json_object(line)
+        record = line if isinstance(line, dict) else json_object(line)
         if record is None or record.get("isSidechain") or record.get("parent_tool_use_id"):
             continue
         if record.get("type") == "user":
@@ -366,14 +367,6 @@ def native_log_to_steps(lines: Iterable[str | bytes | dict[str, Any]]) -> list[S
         elif record.get("type") == "assistant":
             builder.assistant(record)
     return builder.steps
-
-
-def _json_object(line: str | bytes) -> dict[str, Any] | None:
-    try:
-        value = json.loads(line)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
 
 
 def build(setup: HarnessSetup) -> ClaudeCodeAdapter:

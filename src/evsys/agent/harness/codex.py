@@ -26,6 +26,7 @@ from evsys.agent.harness.events import HarnessEvent, HarnessEventType
 from evsys.agent.harness.install import HarnessInstall
 from evsys.agent.harness.per_turn import PerTurnHarnessAdapter
 from evsys.agent.harness.stdio import ProtocolViolation
+from evsys.agent.harness.turns import json_object
 from evsys.trajectory.models import Observation, ObservationResult, Step, StepMetrics, ToolCall
 
 CODEX_VERSION = "0.169.0"
@@ -319,7 +320,7 @@ def native_log_to_steps(lines: Iterable[str | bytes | dict[str, Any]]) -> list[S
     Lines that are not JSON objects are skipped (a log cut short by a killed process stays readable)."""
     builder = _StepBuilder()
     for line in lines:
-        record = line if isinstance(line, dict) else _json_object(line)
+        record = line if isinstance(line, dict) else json_object(line)
         if record is None:
             continue
         payload = record.get("payload")
@@ -331,14 +332,6 @@ def native_log_to_steps(lines: Iterable[str | bytes | dict[str, Any]]) -> list[S
         elif record.get("type") == "token_usage_record" and isinstance(payload.get("usage"), dict):
             builder.usage(payload["usage"])
     return builder.steps
-
-
-def _json_object(line: str | bytes) -> dict[str, Any] | None:
-    try:
-        value = json.loads(line)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
 
 
 def build(setup: HarnessSetup) -> CodexAdapter:

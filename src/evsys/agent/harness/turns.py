@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 from collections.abc import Callable
 from typing import Any, Literal
 
@@ -19,6 +20,15 @@ FailureKind = Literal["crash", "timeout", "protocol"]
 
 class ProtocolViolation(ValueError):
     """A line from the harness that is not part of its protocol."""
+
+
+def json_object(line: str | bytes) -> dict[str, Any] | None:
+    """`line` parsed as a JSON object, or None (not JSON, or not an object): for reading harness logs."""
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def describe_exit(code: int | None) -> str:
