@@ -1,0 +1,60 @@
+"""Each real harness as an `-a` agent in a real trial: install (cached), no-network sandbox, proxy, verifier.
+
+The model is the long-context tiny model (it will not solve the task): the test is about the plumbing a user
+relies on — the harness really called the model through the trial's proxy session, the trajectory holds those
+calls with token ids, the verifier ran, and no harness process is left on the machine afterwards."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from evsys.engine import Job
+from evsys.engine.config import AgentSpec, JobConfig
+from evsys.rollouts import BorrowedModelClient
+
+EXAMPLES = Path(__file__).parents[2] / "examples" / "tasks"
+HARNESS_ROOT = b"/opt/evsys-harness/"
+
+
+def harness_processes() -> list[str]:
+    """Command lines of processes on this machine running something from a harness install tree."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            text = cmdline.read_bytes()
+        except OSError:
+            continue
+        if HARNESS_ROOT in text:
+            found.append(text.replace(b"\0", b" ").decode("utf-8", "replace"))
+    return found
+
+
+@pytest.mark.parametrize("harness", ["claude-code", "codex", "mini-swe-agent"])
+async def test_harness_runs_a_trial_through_the_proxy(tmp_path, long_context_client, harness):
+    config = JobConfig(
+        datasets=[EXAMPLES],
+        agents=[AgentSpec(name=harness, model="tiny", kwargs={"max_tokens_cap": 24})],
+        task_names=["create-file"],
+        jobs_dir=tmp_path,
+        job_name=harness,
+    )
+    events: list[dict] = []
+    job = Job(
+        config,
+        model_client_factory=lambda _spec: BorrowedModelClient(long_context_client),
+        on_agent_event=events.append,
+    )
+    (trial,) = (await job.run()).trials
+    assert trial.failure is None, trial.failure
+    assert trial.reward is not None  # the verifier ran
+    trial_dir = job.store.trial_dir(trial.trial_name)
+    steps = json.loads((trial_dir / "trajectory.json").read_text())["steps"]
+    agent_steps = [s for s in steps if s["source"] == "agent"]
+    assert agent_steps, "the harness made no model call through the proxy"
+    assert all(s["metrics"]["prompt_token_ids"] and s["metrics"]["completion_token_ids"] for s in agent_steps)
+    assert trial.agent_metadata["model_calls"] == len(agent_steps)
+    assert [e["type"] for e in events][-1] == "turn_complete"
+    assert harness_processes() == []
