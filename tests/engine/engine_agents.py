@@ -74,3 +74,23 @@ class ModelEchoAgent:
     async def run(self, instruction, sandbox, ctx) -> AgentResult:
         await sandbox.exec("echo ok > /app/out.txt")
         return AgentResult(metadata={"client": ctx.model_client.label, "model": ctx.model_name})
+
+
+class SlowPreparingAgent:
+    """Spends `seconds` in prepare_sandbox and again in setup (each alone within a 1 s setup timeout)."""
+
+    name = "slow-preparing"
+
+    def __init__(self, seconds: float = 0.7) -> None:
+        self.seconds = seconds
+
+    async def prepare_sandbox(self, spec, ctx):
+        await asyncio.sleep(self.seconds)
+        return spec
+
+    async def setup(self, sandbox, ctx) -> None:
+        await asyncio.sleep(self.seconds)
+
+    async def run(self, instruction, sandbox, ctx) -> AgentResult:
+        await sandbox.exec("echo ok > /app/out.txt")
+        return AgentResult()

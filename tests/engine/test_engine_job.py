@@ -253,3 +253,26 @@ async def test_resume_keeps_errored_trials_unless_retry_errors(task_factory):
     assert rerun == [] and kept.trials[0].cause == FailureCause.REWARD_MISSING
     fixed = await Job.resume(config.job_dir, retry_errors=True).run()
     assert fixed.trials[0].failure is None and fixed.trials[0].reward == 1.0
+
+
+async def test_setup_timeout_bounds_prepare_sandbox_and_setup_together(task_factory):
+    """An agent's prepare_sandbox and setup share one setup timeout; the time of both is recorded."""
+    toml = (
+        '[task]\nname = "prep"\n[agent]\ntimeout_sec = 60.0\nsetup_timeout_sec = 1.0\n'
+        '[verifier]\ntimeout_sec = 60.0\n[environment]\nworkdir = "/app"\n'
+    )
+    task_factory("prep", toml=toml)
+    config = job_config(
+        task_factory.dataset,
+        agents=[
+            AgentSpec(name="engine_agents:SlowPreparingAgent", kwargs={"seconds": 0.7}),
+            AgentSpec(name="engine_agents:SlowPreparingAgent", kwargs={"seconds": 0.05}),
+        ],
+        task_names=["prep"],
+    )
+    trials = (await Job(config).run()).trials
+    slow = next(t for t in trials if t.failure is not None)
+    fast = next(t for t in trials if t.failure is None)
+    assert "agent setup did not finish within 1 s" in slow.failure.message
+    assert slow.timing.agent_setup >= 0.9  # both steps counted (0.7 s + the 0.3 s left)
+    assert fast.reward == 1.0 and fast.timing.agent_setup >= 0.1

@@ -36,6 +36,7 @@ from evsys.verify.base import VerifierError, primary_reward
 from evsys.verify.script import ScriptVerifier
 
 T = TypeVar("T")
+SETUP_FAILED = object()  # returned by Trial._agent_setup_step after it recorded the failure
 VERIFIER_GRACE_SEC = 30.0
 LOG_SUBDIRS = ("agent", "verifier", "artifacts")
 
@@ -153,8 +154,22 @@ class Trial:
             if limit is None:
                 return await awaitable
             return await asyncio.wait_for(awaitable, limit)
-        finally:
-            setattr(self.result.timing, phase, time.perf_counter() - started)
+        finally:  # a phase run in steps (agent setup: prepare_sandbox, then setup) adds up
+            spent = getattr(self.result.timing, phase) or 0.0
+            setattr(self.result.timing, phase, spent + time.perf_counter() - started)
+
+    async def _agent_setup_step(self, awaitable: Awaitable[T]) -> T | object:
+        """One step of agent setup, all steps together bounded by the setup timeout; `SETUP_FAILED` once
+        the failure is recorded."""
+        limit = self.config.setup_timeout_sec
+        spent = self.result.timing.agent_setup or 0.0
+        try:
+            return await self._timed("agent_setup", awaitable, None if limit is None else limit - spent)
+        except TimeoutError:
+            self.fail(FailureCause.AGENT_ERROR, f"agent setup did not finish within {limit:g} s")
+        except Exception as exc:
+            self._agent_failed(exc, "agent setup failed")
+        return SETUP_FAILED
 
     async def run(self) -> TrialResult:
         """Run the trial and write its files. On cancellation: records `cancelled`, re-raises."""
@@ -226,14 +241,8 @@ class Trial:
         prepare = getattr(agent, "prepare_sandbox", None)
         if not callable(prepare):
             return spec
-        limit = self.config.setup_timeout_sec
-        try:
-            return await self._timed("agent_setup", prepare(spec, ctx), limit)
-        except TimeoutError:
-            self.fail(FailureCause.AGENT_ERROR, f"agent setup did not finish within {limit:g} s")
-        except Exception as exc:
-            self._agent_failed(exc, "agent setup failed")
-        return None
+        prepared = await self._agent_setup_step(prepare(spec, ctx))
+        return None if prepared is SETUP_FAILED else prepared
 
     async def _start_sandbox(self, spec: SandboxSpec) -> bool:
         from evsys.sandbox import create_sandbox
@@ -254,14 +263,7 @@ class Trial:
 
     async def _run_agent(self, agent: Any, task: Task, ctx: AgentContext) -> None:
         sandbox = self.sandbox
-        setup_timeout = self.config.setup_timeout_sec
-        try:
-            await self._timed("agent_setup", agent.setup(sandbox, ctx), setup_timeout)
-        except TimeoutError:
-            self.fail(FailureCause.AGENT_ERROR, f"agent setup did not finish within {setup_timeout:g} s")
-            return
-        except Exception as exc:
-            self._agent_failed(exc, "agent setup failed")
+        if await self._agent_setup_step(agent.setup(sandbox, ctx)) is SETUP_FAILED:
             return
         timeout = self.config.agent_timeout_sec
         try:
