@@ -159,12 +159,19 @@ class DaemonClient:
 
     async def send(self, header: dict, payload: bytes = b"") -> None:
         """Send a frame that expects no reply of its own (stdin for a spawned process, a signal)."""
+        self.write_frame(header, payload)
+        if len(payload) > 1 << 16:
+            try:
+                await self.writer.drain()
+            except (ConnectionError, RuntimeError) as exc:
+                raise SandboxError(f"sandbox {self.name}: cannot reach the daemon: {exc}") from exc
+
+    def write_frame(self, header: dict, payload: bytes = b"") -> None:
+        """Queue one frame for the daemon without waiting (SandboxError once the daemon is gone)."""
         if self._closed_reason is not None:
             raise SandboxError(f"sandbox {self.name}: {self._closed_reason}")
         try:
             self.writer.write(encode_frame(header, payload))
-            if len(payload) > 1 << 16:
-                await self.writer.drain()
         except (ConnectionError, RuntimeError) as exc:
             raise SandboxError(f"sandbox {self.name}: cannot reach the daemon: {exc}") from exc
 

@@ -12,7 +12,7 @@ import contextlib
 import signal
 
 from evsys.sandbox.base import SandboxError
-from evsys.sandbox.client import DaemonClient, encode_frame
+from evsys.sandbox.client import DaemonClient
 
 STREAM_LIMIT = 16 * 1024 * 1024  # longest line readline() accepts (harness JSON events can be large)
 
@@ -33,9 +33,10 @@ class SandboxStdin:
             self._send({"op": "write", "target": self._rid}, bytes(data))
 
     def _send(self, header: dict, payload: bytes = b"") -> None:
-        if self._client.closed:
-            raise ConnectionResetError(f"the sandbox is gone: {self._client.closed}")
-        self._client.writer.write(encode_frame(header, payload))
+        try:
+            self._client.write_frame(header, payload)
+        except SandboxError as exc:
+            raise ConnectionResetError(f"the sandbox is gone: {exc}") from exc
 
     async def drain(self) -> None:
         """Wait until the daemon's pipe to the sandbox has room again."""
