@@ -18,12 +18,11 @@ from typing import Any
 
 from evsys.agent.base import AgentContext, AgentError, AgentResult
 from evsys.agent.harness.adapter import HarnessAdapter
-from evsys.agent.harness.catalog import HarnessDefinition, HarnessSetup, get_definition
+from evsys.agent.harness.catalog import HarnessDefinition, get_definition
 from evsys.agent.harness.config import ModelEndpoint
 from evsys.agent.harness.events import HarnessEvent, HarnessEventType
 from evsys.agent.harness.sandboxed import HarnessPlumbing, SandboxLauncher
 from evsys.sandbox.base import Sandbox, SandboxSpec
-from evsys.sandbox.rootfs import AGENT_HOME
 from evsys.trajectory.models import AgentInfo, TrajectoryRecorder
 from evsys.util.atomic import write_text_atomic
 
@@ -65,13 +64,11 @@ class HarnessAgent:
     async def run(self, instruction: str, sandbox: Sandbox, ctx: AgentContext) -> AgentResult:
         """One turn with the instruction; the proxy's calls become the trajectory."""
         assert self.endpoint is not None and self.plumbing is not None
-        setup = HarnessSetup(
-            launcher=SandboxLauncher(sandbox),
-            endpoint=self.endpoint,
-            bin_dir=self.definition.install.bin_dir if self.definition.install else "/usr/bin",
+        setup = self.plumbing.harness_setup(
+            SandboxLauncher(sandbox),
+            self.endpoint,
             workdir=ctx.workdir,
-            home=AGENT_HOME,
-            options=dict(self.options),
+            options=self.options,
             session_timeout_s=ctx.timeout_sec or DEFAULT_TURN_TIMEOUT,
         )
         self.adapter = self.definition.build(setup)

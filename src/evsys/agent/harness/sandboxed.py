@@ -146,6 +146,28 @@ class HarnessPlumbing:
 
         return mcp_endpoint_for(endpoint)
 
+    def harness_setup(
+        self,
+        launcher: SandboxLauncher,
+        endpoint: ModelEndpoint,
+        *,
+        workdir: str,
+        options: dict[str, Any],
+        session_timeout_s: float,
+        mcp: bool = False,
+    ) -> HarnessSetup:
+        """The `HarnessSetup` an adapter is built from (the MCP endpoint included when `mcp`)."""
+        return HarnessSetup(
+            launcher=launcher,
+            endpoint=endpoint,
+            bin_dir=self.install.bin_dir if self.install is not None else "/usr/bin",
+            workdir=workdir,
+            home=AGENT_HOME,
+            mcp=self.mcp_endpoint(endpoint) if mcp else None,
+            options=dict(options),
+            session_timeout_s=session_timeout_s,
+        )
+
     async def close(self) -> None:
         """Stop the forwarder, close the session (its key is refused from now on), remove the socket."""
         if self.forwarder is not None:
@@ -217,13 +239,11 @@ class HarnessSandbox:
     def setup(self, *, mcp: bool = False, session_timeout_s: float = 600.0, **options: Any) -> HarnessSetup:
         """The `HarnessSetup` for `HarnessDefinition.build` (with the MCP endpoint when `mcp`)."""
         assert self.launcher is not None and self.endpoint is not None, "enter the HarnessSandbox first"
-        return HarnessSetup(
-            launcher=self.launcher,
-            endpoint=self.endpoint,
-            bin_dir=self.bin_dir or "/usr/bin",
+        return self.plumbing.harness_setup(
+            self.launcher,
+            self.endpoint,
             workdir=self.spec.workdir,
-            home=self.home,
-            mcp=self.plumbing.mcp_endpoint(self.endpoint) if mcp else None,
             options=options,
             session_timeout_s=session_timeout_s,
+            mcp=mcp,
         )
