@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from evsys.sandbox import cgroups
+from evsys.sandbox import cgroups, native
 from evsys.sandbox.base import SandboxSpec
 
 
@@ -43,11 +43,23 @@ def check_bwrap() -> Check:
 
 
 def check_python() -> Check:
-    """The in-sandbox daemon runs on the system Python (stdlib only)."""
+    """The sandbox spawner runs on the system Python (stdlib only)."""
     ok = Path("/usr/bin/python3").exists()
     return Check(
         "system python3", ok, "/usr/bin/python3" if ok else "missing", "apt-get install python3-minimal"
     )
+
+
+def check_daemon() -> Check:
+    """The in-sandbox exec daemon is a small static C program built from evsys's sources on first use."""
+    from evsys.sandbox.base import SandboxError
+    from evsys.sandbox.local import default_scratch_root
+
+    try:
+        built = native.daemon_dir(default_scratch_root() / "layers") / native.BINARY_NAME
+    except (SandboxError, OSError) as exc:
+        return Check("exec daemon", False, str(exc)[:300], native.INSTALL_HINT)
+    return Check("exec daemon", True, f"built with {native.compiler()}: {built}")
 
 
 def check_overlay() -> Check:
@@ -135,7 +147,8 @@ def check_smoke() -> Check:
 
 def run_checks(*, smoke: bool = True) -> list[Check]:
     """Every check, in display order; the smoke test only when the basics pass."""
-    checks = [check_root(), check_bwrap(), check_python(), check_overlay(), *check_cgroups(), check_seccomp()]
+    checks = [check_root(), check_bwrap(), check_python(), check_daemon(), check_overlay(), *check_cgroups()]
+    checks.append(check_seccomp())
     checks.append(check_user_namespaces())
     if smoke and all(c.ok for c in checks if c.required):
         checks.append(check_smoke())

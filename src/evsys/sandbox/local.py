@@ -13,7 +13,7 @@ import tempfile
 import time
 from pathlib import Path, PurePosixPath
 
-from evsys.sandbox import cgroups, rootfs
+from evsys.sandbox import cgroups, native, rootfs
 from evsys.sandbox.base import (
     SOLUTION_DIR,
     TESTS_DIR,
@@ -32,12 +32,12 @@ from evsys.sandbox.shell import LocalShellSession
 from evsys.sandbox.spawn import SpawnedProcess, spawn
 
 BWRAP = "/usr/bin/bwrap"
-PYTHON = rootfs.SANDBOX_PYTHON
-# Imported (not run as a script) so the precompiled bytecode is used.
 DAEMON_DIR = "/.evsys/daemon"
-DAEMON_START = f"import sys; sys.path.insert(0, {DAEMON_DIR!r}); import daemon; daemon.main()"
+DAEMON_PATH = f"{DAEMON_DIR}/{native.BINARY_NAME}"
 DEFAULT_STORAGE_MB = 1024
 DEFAULT_TMP_MB = 512
+JOBS_DIR = "/.evsys/jobs"
+JOBS_TMPFS_MB = 64
 STORAGE_FULL_BYTES = 1 << 20
 START_TIMEOUT = 30.0
 USERS = ("agent", "root")
@@ -157,7 +157,7 @@ class LocalSandbox:
         base = rootfs.base_layer(cache, workdir=spec.workdir, public_network=spec.network == "public")
         files = rootfs.files_layer(cache, spec.files, spec.workdir)
         lowers = [str(files), str(base)] if files is not None else [str(base)]
-        return lowers, rootfs.write_daemon_copy(cache)
+        return lowers, native.daemon_dir(cache)
 
     def _bwrap_argv(self, root: str, daemon_file: str, seccomp_fd_arg: str) -> list[str]:
         spec = self.spec
@@ -183,6 +183,8 @@ class LocalSandbox:
             if os.path.lexists(f"/proc/{name}"):
                 argv += ["--ro-bind", f"/proc/{name}", f"/proc/{name}"]
         argv += ["--size", str(tmp_mb * 1024 * 1024), "--tmpfs", "/tmp", "--chmod", "1777", "/tmp"]
+        # the daemon's per-command scripts and FIFOs live in memory, not on the overlay (cheaper)
+        argv += ["--size", str(JOBS_TMPFS_MB * 1024 * 1024), "--perms", "0711", "--tmpfs", JOBS_DIR]
         for bind in spec.binds:
             for parent in reversed(PurePosixPath(bind.dst).parents[:-1]):  # traversable mount-point parents
                 argv += ["--perms", "0755", "--dir", str(parent)]
@@ -190,7 +192,7 @@ class LocalSandbox:
         argv += ["--cap-drop", "ALL"]
         for cap in ROOT_CAPS + DAEMON_EXTRA_CAPS:
             argv += ["--cap-add", cap]
-        argv += ["--seccomp", seccomp_fd_arg, "--chdir", "/", PYTHON, "-I", "-S", "-c", DAEMON_START]
+        argv += ["--seccomp", seccomp_fd_arg, "--chdir", "/", DAEMON_PATH]
         return argv
 
     async def _stderr_text(self) -> str:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path, PurePosixPath
 
@@ -191,24 +190,3 @@ def files_layer(cache: Path, files: list[FileCopy], workdir: str) -> Path | None
                 os.lchown(p, AGENT_UID, AGENT_UID)
 
     return _build(cache / f"files-{_fingerprint(files, workdir)}", fill)
-
-
-DAEMON_FILES = ("daemon.py", "daemon_os.py", "daemon_spawn.py", "daemon_workers.py")
-
-
-def write_daemon_copy(cache: Path) -> Path:
-    """A private copy of the daemon's scripts, bound read-only into sandboxes (never the project checkout)."""
-    here = Path(__file__).parent
-    sources = {name: (here / name).read_bytes() for name in DAEMON_FILES}
-    key = hashlib.sha256(b"".join(sources[n] for n in DAEMON_FILES)).hexdigest()[:16]
-
-    def fill(root: Path) -> None:
-        for name, data in sources.items():
-            (root / name).write_bytes(data)
-            os.chmod(root / name, 0o644)
-        # bytecode compiled by the sandbox's own interpreter: the bound directory is read-only inside
-        compile_cmd = "import py_compile, sys; [py_compile.compile(f, doraise=True) for f in sys.argv[1:]]"
-        files = [str(root / n) for n in DAEMON_FILES]
-        subprocess.run([SANDBOX_PYTHON, "-I", "-c", compile_cmd, *files], check=True, capture_output=True)
-
-    return _build(cache / f"daemon-{key}", fill)

@@ -1,0 +1,172 @@
+/* evsysd: the exec daemon that runs as pid 1 inside every evsys local sandbox (see docs/sandbox.md).
+ *
+ * It talks to the host over its stdin/stdout with frames of "!II" (header_len, payload_len) + a header dict in
+ * Python's marshal format (version 4, the subset of marshal.c in this directory) + raw payload bytes. Requests
+ * and replies are listed in main.c. Built by evsys.sandbox.native with the system C compiler, statically. */
+#ifndef EVSYSD_H
+#define EVSYSD_H
+
+#define _GNU_SOURCE
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define AGENT_UID 1000
+#define CHUNK 65536
+#define JOB_DIR "/.evsys/jobs"
+#define MAX_WORKERS_PER_USER 64
+
+/* ---- byte buffers (util.c) */
+typedef struct {
+    char *p;
+    size_t n, cap;
+} buf_t;
+void buf_add(buf_t *b, const void *data, size_t n);
+void buf_addstr(buf_t *b, const char *s);
+void buf_consume(buf_t *b, size_t n);
+void buf_free(buf_t *b);
+void *xmalloc(size_t n);
+char *xstrdup(const char *s);
+double now_mono(void);
+void die(const char *what);
+
+/* ---- marshal values (marshal.c) */
+typedef enum { V_NONE, V_BOOL, V_INT, V_FLOAT, V_STR, V_BYTES, V_LIST, V_DICT } vtype_t;
+typedef struct value {
+    vtype_t t;
+    long long i;
+    double f;
+    char *s; /* V_STR: file-system bytes (surrogate escapes undone), NUL-terminated; V_BYTES too */
+    size_t len;
+    struct value **items; /* V_LIST: n items; V_DICT: 2n items, key then value */
+    size_t n;
+} value_t;
+value_t *m_parse(const char *data, size_t len); /* NULL when malformed */
+void m_free(value_t *v);
+value_t *d_get(const value_t *dict, const char *key);
+const char *d_str(const value_t *dict, const char *key); /* NULL unless a string */
+long long d_int(const value_t *dict, const char *key, long long dflt);
+int d_true(const value_t *dict, const char *key);
+double d_num(const value_t *dict, const char *key, double dflt); /* dflt for None or missing */
+
+/* a reply header under construction: m_begin, then key/value pairs, then m_end */
+void m_begin(buf_t *b);
+void m_kint(buf_t *b, const char *key, long long v);
+void m_kbool(buf_t *b, const char *key, int v);
+void m_kstr(buf_t *b, const char *key, const char *s);
+void m_knone(buf_t *b, const char *key);
+void m_end(buf_t *b);
+
+/* ---- a request's fields a command needs after dispatch (exec.c) */
+typedef struct {
+    char *cmd, *cwd;
+    int root;      /* run as root (else the agent user) */
+    char **envp;   /* "K=V" strings, NULL-terminated */
+    char **argv;   /* bash argv tail after -c CMD (spawn), NULL-terminated, or NULL */
+    double timeout; /* seconds; <= 0: none */
+    int stdin;
+    int fd3; /* > 0: becomes fd 3 of the child (a fast worker's status pipe) */
+} req_t;
+
+struct worker;
+struct job;
+
+typedef struct command {
+    long long rid;
+    pid_t pid;
+    req_t req;
+    int out_fd, err_fd, stdin_fd;
+    buf_t out, err, in;
+    int stream, eof, timed_out, queued;
+    struct command *qnext; /* the next queued fast command */
+    double deadline;
+    struct job *job;
+    struct worker *worker;
+    struct command *next;
+} command_t;
+
+/* ---- the daemon's state and its event loop (main.c) */
+enum { W_HOST = 1, W_SIGNAL, W_WORKER, W_PIPE, W_STDIN, W_FAST_OUT };
+void watch(int fd, int kind, void *obj, uint32_t events);
+void watch_modify(int fd, uint32_t events);
+void unwatch(int fd);
+void send_frame(buf_t *header, const void *payload, size_t plen);
+void send_error(long long rid, int has_id, const char *message);
+extern command_t *commands;
+extern int devnull_fd;
+command_t *find_command(long long rid);
+void sigfd_drain(void);
+
+/* ---- commands (exec.c) */
+void req_from(req_t *r, const value_t *v);
+void req_free(req_t *r);
+command_t *command_new(long long rid);
+void track(command_t *c);
+void untrack(command_t *c);
+int is_tracked(const command_t *c);
+void command_free(command_t *c);
+command_t *start_forked(command_t *c, const char *payload, size_t plen);
+void start_exec(const value_t *v, long long rid, const char *payload, size_t plen);
+void read_pipe(command_t *c, int fd);
+void send_output(command_t *c, int stream);
+void write_stdin(command_t *c);
+void close_stdin(command_t *c);
+void finish(command_t *c, int code);
+void reap(void);
+void expire(void);
+double next_deadline(void);
+void exec_child(const req_t *r, int in_fd, int out_fd, int err_fd, char **argv) __attribute__((noreturn));
+void spawn_op(const value_t *v, long long rid, const char *payload, size_t plen);
+void feed_op(const value_t *v, const char *payload, size_t plen);
+void signal_op(const value_t *v);
+
+/* ---- persistent bash workers (workers.c) */
+typedef struct job {
+    char name[64];
+    char paths[3][128];
+    int read_fds[2], hold_fds[2];
+} job_t;
+typedef struct worker {
+    pid_t pid;
+    int root;
+    int cmd_fd, status_fd;
+    buf_t buf;
+    command_t *current;
+    pid_t ready_pid;
+    int idle;
+    int fast, out_fd, err_fd; /* fast workers (fastpath.c): persistent output pipes */
+    char *locale;             /* fast workers: the locale variables they were started with */
+    struct worker *next;
+} worker_t;
+extern worker_t *workers;
+void prepare_job_dir(void);
+int run_on_worker(command_t *c); /* 1: submitted; 0: run it forked instead */
+void worker_output(worker_t *w);
+void kill_job(command_t *c, int orphaned);
+void retire(worker_t *w);
+void job_cleanup(job_t *j);
+int worker_count(int root);
+int is_worker(const worker_t *w);
+char **locale_env(char **envp);
+void run_forked_now(command_t *c);
+
+/* ---- the fork-free path for builtin-only commands (fastpath.c) */
+int fast_eligible(const char *cmd);
+int run_fast(command_t *c);
+void fast_output(worker_t *w, int fd);
+void fast_done(worker_t *w, int status);
+void fast_next(worker_t *w);
+void fast_retire(worker_t *w);
+void fast_drop(command_t *c);
+void fast_drop_all(void);
+void fast_orphans(int root);
+void retire_all(void);
+
+/* ---- processes and privileges (procs.c) */
+void harden(void);
+int kill_all(void);
+void kill_tree(pid_t root);
+void killpg_quiet(pid_t pgid);
+unsigned long long free_bytes(const char *path);
+
+#endif

@@ -1,0 +1,451 @@
+/* Commands: forking a fresh bash, feeding stdin, collecting output, timeouts, reaping; spawned processes. */
+#include "evsysd.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static const char SPAWN_WRAPPER[] = "exec -- \"$@\""; /* bash -c: PATH lookup; not found is exit 127 */
+
+static int env_key_ok(const value_t *k)
+{
+    return k->t == V_STR && k->len > 0 && strlen(k->s) == k->len && !strchr(k->s, '=');
+}
+
+void req_from(req_t *r, const value_t *v)
+{
+    memset(r, 0, sizeof *r);
+    const char *cmd = d_str(v, "cmd"), *cwd = d_str(v, "cwd"), *user = d_str(v, "user");
+    r->cmd = xstrdup(cmd ? cmd : "");
+    r->cwd = xstrdup(cwd && *cwd ? cwd : "/");
+    r->root = user && strcmp(user, "root") == 0;
+    r->timeout = d_num(v, "timeout", 0);
+    r->stdin = d_true(v, "stdin");
+    value_t *env = d_get(v, "env");
+    size_t n = env && env->t == V_DICT ? env->n : 0, m = 0;
+    r->envp = xmalloc((n + 1) * sizeof *r->envp);
+    for (size_t k = 0; k < n; k++) {
+        value_t *key = env->items[2 * k], *val = env->items[2 * k + 1];
+        if (!env_key_ok(key) || val->t != V_STR)
+            continue;
+        char *kv = xmalloc(key->len + val->len + 2);
+        sprintf(kv, "%s=%s", key->s, val->s);
+        r->envp[m++] = kv;
+    }
+    r->envp[m] = NULL;
+}
+
+void req_free(req_t *r)
+{
+    free(r->cmd);
+    free(r->cwd);
+    for (char **p = r->envp; p && *p; p++)
+        free(*p);
+    free(r->envp);
+    for (char **p = r->argv; p && *p; p++)
+        free(*p);
+    free(r->argv);
+}
+
+command_t *command_new(long long rid)
+{
+    command_t *c = xmalloc(sizeof *c);
+    memset(c, 0, sizeof *c);
+    c->rid = rid;
+    c->out_fd = c->err_fd = c->stdin_fd = -1;
+    return c;
+}
+
+void command_free(command_t *c)
+{
+    req_free(&c->req);
+    buf_free(&c->out);
+    buf_free(&c->err);
+    buf_free(&c->in);
+    free(c->job);
+    free(c);
+}
+
+/* register a started command: its output pipes and its deadline */
+void track(command_t *c)
+{
+    c->next = commands;
+    commands = c;
+    if (c->out_fd >= 0) /* fast commands write to their worker's pipes */
+        watch(c->out_fd, W_PIPE, c, EPOLLIN);
+    if (c->err_fd >= 0)
+        watch(c->err_fd, W_PIPE, c, EPOLLIN);
+    if (c->req.timeout > 0)
+        c->deadline = now_mono() + c->req.timeout;
+}
+
+void untrack(command_t *c)
+{
+    for (command_t **p = &commands; *p; p = &(*p)->next)
+        if (*p == c) {
+            *p = c->next;
+            return;
+        }
+}
+
+int is_tracked(const command_t *c)
+{
+    for (command_t *x = commands; x; x = x->next)
+        if (x == c)
+            return 1;
+    return 0;
+}
+
+void exec_child(const req_t *r, int in_fd, int out_fd, int err_fd, char **argv)
+{
+    char msg[600];
+    setsid();
+    if (dup2(in_fd, 0) < 0 || dup2(out_fd, 1) < 0 || dup2(err_fd, 2) < 0 || (r->fd3 > 0 && dup2(r->fd3, 3) < 0))
+        _exit(127);
+    int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        if (write(fd, "0", 1) < 0) { /* best effort */ }
+        close(fd);
+    }
+    if (!r->root && (setgroups(0, NULL) != 0 || setgid(AGENT_UID) != 0 || setuid(AGENT_UID) != 0)) {
+        dprintf(2, "evsys: cannot start command: cannot drop to the agent user: %s\n", strerror(errno));
+        _exit(127);
+    }
+    signal(SIGPIPE, SIG_DFL);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+    if (chdir(r->cwd) != 0) {
+        snprintf(msg, sizeof msg, "evsys: cannot enter working directory '%.400s': %s\n", r->cwd, strerror(errno));
+        if (write(2, msg, strlen(msg)) < 0) { /* nothing more to do */ }
+        _exit(126);
+    }
+    execve("/bin/bash", argv, r->envp);
+    dprintf(2, "evsys: cannot start command: %s\n", strerror(errno));
+    _exit(127);
+}
+
+static int nonblocking_pipe(int fds[2])
+{
+    if (pipe2(fds, O_CLOEXEC) != 0)
+        return -1;
+    fcntl(fds[0], F_SETFL, O_NONBLOCK); /* our read end only; the command's end stays blocking */
+    return 0;
+}
+
+/* fork a fresh `bash -c` for the command with its own pipes; NULL (errno set) on failure */
+command_t *start_forked(command_t *c, const char *payload, size_t plen)
+{
+    int out[2], err[2], in[2] = {devnull_fd, -1};
+    if (nonblocking_pipe(out) != 0)
+        return NULL;
+    if (nonblocking_pipe(err) != 0) {
+        close(out[0]), close(out[1]);
+        return NULL;
+    }
+    if (c->req.stdin && pipe2(in, O_CLOEXEC) != 0) {
+        close(out[0]), close(out[1]), close(err[0]), close(err[1]);
+        return NULL;
+    }
+    size_t tail = 0;
+    while (c->req.argv && c->req.argv[tail])
+        tail++;
+    char **argv = xmalloc((tail + 4) * sizeof *argv);
+    argv[0] = "bash", argv[1] = "-c", argv[2] = c->req.cmd;
+    for (size_t k = 0; k < tail; k++)
+        argv[3 + k] = c->req.argv[k];
+    argv[3 + tail] = NULL;
+    pid_t pid = fork();
+    if (pid == 0)
+        exec_child(&c->req, in[0], out[1], err[1], argv);
+    int saved = errno;
+    free(argv);
+    close(out[1]), close(err[1]);
+    if (in[0] != devnull_fd)
+        close(in[0]);
+    if (pid < 0) {
+        close(out[0]), close(err[0]);
+        if (in[1] >= 0)
+            close(in[1]);
+        errno = saved;
+        return NULL;
+    }
+    c->pid = pid;
+    c->out_fd = out[0];
+    c->err_fd = err[0];
+    track(c);
+    if (in[1] >= 0) {
+        c->stdin_fd = in[1];
+        fcntl(in[1], F_SETFL, O_NONBLOCK);
+        buf_add(&c->in, payload, plen);
+        watch(in[1], W_STDIN, c, EPOLLOUT);
+    }
+    return c;
+}
+
+void start_exec(const value_t *v, long long rid, const char *payload, size_t plen)
+{
+    command_t *c = command_new(rid);
+    req_from(&c->req, v);
+    struct stat st; /* a missing cwd: the forked path reports it with the reason */
+    int cwd_ok = stat(c->req.cwd, &st) == 0 && S_ISDIR(st.st_mode);
+    if (cwd_ok && (run_fast(c) || (!c->req.stdin && run_on_worker(c))))
+        return;
+    if (!start_forked(c, payload, plen)) {
+        char msg[300];
+        snprintf(msg, sizeof msg, "exec failed: %s", strerror(errno));
+        command_free(c);
+        send_error(rid, 1, msg);
+    }
+}
+
+void send_output(command_t *c, int stream)
+{
+    buf_t *b = stream == 1 ? &c->out : &c->err;
+    buf_t h = {0};
+    m_begin(&h);
+    m_kstr(&h, "op", "out");
+    m_kint(&h, "id", c->rid);
+    m_kint(&h, "fd", stream);
+    m_end(&h);
+    send_frame(&h, b->p, b->n);
+    buf_free(&h);
+    b->n = 0;
+}
+
+static void close_output(command_t *c, int fd)
+{
+    unwatch(fd);
+    close(fd);
+    if (fd == c->out_fd)
+        c->out_fd = -1;
+    else
+        c->err_fd = -1;
+}
+
+/* buffer output; stream it to the host once enough has piled up (at once for spawned processes) */
+void read_pipe(command_t *c, int fd)
+{
+    char chunk[CHUNK];
+    ssize_t n = read(fd, chunk, sizeof chunk);
+    if (n < 0)
+        return;
+    if (n == 0) {
+        close_output(c, fd);
+        return;
+    }
+    int stream = fd == c->out_fd ? 1 : 2;
+    buf_t *b = stream == 1 ? &c->out : &c->err;
+    buf_add(b, chunk, (size_t)n);
+    if (b->n >= CHUNK || c->stream)
+        send_output(c, stream);
+}
+
+void close_stdin(command_t *c)
+{
+    if (c->stdin_fd >= 0) {
+        unwatch(c->stdin_fd);
+        close(c->stdin_fd);
+        c->stdin_fd = -1;
+    }
+}
+
+/* feed stdin without blocking; when all is written wait for more (spawned) or close it (exec) */
+void write_stdin(command_t *c)
+{
+    if (c->in.n) {
+        ssize_t n = write(c->stdin_fd, c->in.p, c->in.n < CHUNK ? c->in.n : CHUNK);
+        if (n < 0 && errno == EAGAIN)
+            return;
+        if (n < 0)
+            c->in.n = 0; /* the reader is gone */
+        else
+            buf_consume(&c->in, (size_t)n);
+    }
+    if (c->in.n)
+        return;
+    if (c->stream && !c->eof)
+        watch_modify(c->stdin_fd, 0);
+    else
+        close_stdin(c);
+}
+
+static void drain(int fd, buf_t *b)
+{
+    char chunk[CHUNK];
+    ssize_t n;
+    while ((n = read(fd, chunk, sizeof chunk)) > 0)
+        buf_add(b, chunk, (size_t)n);
+}
+
+/* the command's main process exited: drain what its pipes hold, report, forget it */
+void finish(command_t *c, int code)
+{
+    if (c->out_fd >= 0) {
+        drain(c->out_fd, &c->out);
+        close_output(c, c->out_fd);
+    }
+    if (c->err_fd >= 0) {
+        drain(c->err_fd, &c->err);
+        close_output(c, c->err_fd);
+    }
+    if (c->job)
+        job_cleanup(c->job);
+    close_stdin(c);
+    untrack(c);
+    buf_t h = {0};
+    m_begin(&h);
+    m_kstr(&h, "op", "exit");
+    m_kint(&h, "id", c->rid);
+    m_kint(&h, "code", code);
+    m_kbool(&h, "timed_out", c->timed_out);
+    m_kint(&h, "out", (long long)c->out.n);
+    m_kint(&h, "free", (long long)free_bytes("/"));
+    m_end(&h);
+    buf_add(&c->out, c->err.p, c->err.n);
+    send_frame(&h, c->out.p, c->out.n);
+    buf_free(&h);
+    command_free(c);
+}
+
+static command_t *forked_by_pid(pid_t pid)
+{
+    for (command_t *c = commands; c; c = c->next)
+        if (c->pid == pid && !c->worker)
+            return c;
+    return NULL;
+}
+
+/* collect every exited child (commands, and orphans reparented to us); finish the forked commands */
+void reap(void)
+{
+    sigfd_drain();
+    for (;;) {
+        int status;
+        pid_t pid = waitpid(-1, &status, WNOHANG);
+        if (pid <= 0)
+            return;
+        command_t *c = forked_by_pid(pid);
+        if (c)
+            finish(c, WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status));
+    }
+}
+
+double next_deadline(void)
+{
+    double best = 0;
+    for (command_t *c = commands; c; c = c->next)
+        if (c->deadline > 0 && !c->timed_out && (best == 0 || c->deadline < best))
+            best = c->deadline;
+    return best;
+}
+
+/* kill the process group of every command whose deadline passed */
+void expire(void)
+{
+    double now = now_mono();
+again:
+    for (command_t *c = commands; c; c = c->next)
+        if (c->deadline > 0 && !c->timed_out && c->deadline <= now) {
+            c->timed_out = 1;
+            if (c->queued) { /* never started: it ends here, which changes the list */
+                fast_drop(c);
+                goto again;
+            }
+            kill_job(c, 0); /* a worker job whose pid is not known yet is killed when it is */
+        }
+}
+
+/* a tracked command that could not run where it was meant to: run it on the normal path now */
+void run_forked_now(command_t *c)
+{
+    untrack(c);
+    c->worker = NULL, c->pid = 0, c->deadline = 0;
+    if (run_on_worker(c) || start_forked(c, "", 0))
+        return;
+    char msg[300];
+    snprintf(msg, sizeof msg, "exec failed: %s", strerror(errno));
+    send_error(c->rid, 1, msg);
+    command_free(c);
+}
+
+/* ---- spawned processes: output streams as it comes, stdin stays open */
+void spawn_op(const value_t *v, long long rid, const char *payload, size_t plen)
+{
+    value_t *argv = d_get(v, "argv");
+    int ok = argv && argv->t == V_LIST && argv->n > 0;
+    for (size_t k = 0; ok && k < argv->n; k++)
+        ok = argv->items[k]->t == V_STR && argv->items[k]->len > 0;
+    if (!ok) {
+        send_error(rid, 1, "spawn needs a non-empty argv");
+        return;
+    }
+    command_t *c = command_new(rid);
+    req_from(&c->req, v);
+    free(c->req.cmd);
+    c->req.cmd = xstrdup(SPAWN_WRAPPER);
+    c->req.stdin = 1;
+    c->req.argv = xmalloc((argv->n + 2) * sizeof *c->req.argv);
+    c->req.argv[0] = xstrdup("evsys-spawn");
+    for (size_t k = 0; k < argv->n; k++)
+        c->req.argv[k + 1] = xstrdup(argv->items[k]->s);
+    c->req.argv[argv->n + 1] = NULL;
+    c->stream = 1;
+    if (!start_forked(c, payload, plen)) {
+        char msg[300];
+        snprintf(msg, sizeof msg, "spawn failed: %s", strerror(errno));
+        command_free(c);
+        send_error(rid, 1, msg);
+        return;
+    }
+    buf_t h = {0};
+    m_begin(&h);
+    m_kstr(&h, "op", "started");
+    m_kint(&h, "id", rid);
+    m_kint(&h, "pid", c->pid);
+    m_end(&h);
+    send_frame(&h, NULL, 0);
+    buf_free(&h);
+}
+
+static command_t *target_of(const value_t *v)
+{
+    command_t *c = find_command(d_int(v, "target", -1));
+    return c && c->stream ? c : NULL;
+}
+
+void feed_op(const value_t *v, const char *payload, size_t plen)
+{
+    command_t *c = target_of(v);
+    if (!c || c->stdin_fd < 0)
+        return;
+    const char *op = d_str(v, "op");
+    if (op && strcmp(op, "eof") == 0)
+        c->eof = 1;
+    buf_add(&c->in, payload, plen);
+    if (c->in.n)
+        watch_modify(c->stdin_fd, EPOLLOUT);
+    else if (c->eof)
+        close_stdin(c);
+}
+
+void signal_op(const value_t *v)
+{
+    command_t *c = find_command(d_int(v, "target", -1));
+    if (!c || !c->pid)
+        return;
+    if (d_true(v, "tree")) {
+        kill_tree(c->pid);
+        return;
+    }
+    int sig = (int)d_int(v, "sig", 0);
+    kill(-c->pid, sig > 0 ? sig : SIGKILL);
+}

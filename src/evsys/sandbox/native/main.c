@@ -1,0 +1,268 @@
+/* evsysd's entry point, event loop, framing and request dispatch.
+ *
+ * Requests:  {"op": "exec", "id", "cmd", "cwd", "env", "user", "timeout", "stdin": bool}  payload = stdin
+ *            {"op": "spawn", "id", "argv", "cwd", "env", "user", "timeout"}  payload = initial stdin
+ *            {"op": "write"|"eof", "target"}  payload = more stdin for a spawned process
+ *            {"op": "signal", "target", "sig", "tree"}
+ *            {"op": "kill", "id"}  kill every process in the sandbox except the daemon
+ *            {"op": "ping", "id"}
+ * Replies:   {"op": "out", "id", "fd": 1|2}  payload = a chunk of output (large outputs and spawned processes)
+ *            {"op": "exit", "id", "code", "timed_out", "out": n, "free": bytes}  payload = rest of stdout ([:n])
+ *              + rest of stderr
+ *            {"op": "started", "id", "pid"}, {"op": "killed", "id", "count"}, {"op": "pong", "id"},
+ *            {"op": "error", "id", "message"}, and once at start {"op": "ready", "pid"}
+ * The daemon is the pid namespace's init (bwrap --as-pid-1): nothing inside can kill it, and it reaps every
+ * child and orphan (SIGCHLD through a signalfd). Timeouts are the epoll timeout, never polled. */
+#include "evsysd.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/signalfd.h>
+#include <sys/uio.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#define MAX_FD 65536
+
+typedef struct {
+    int kind;
+    uint32_t gen;
+    void *obj;
+} watch_t;
+
+static watch_t watches[MAX_FD];
+static uint32_t next_gen = 1;
+static int epfd = -1, rfd = -1, wfd = -1, sigfd = -1;
+static buf_t inbuf;
+command_t *commands;
+int devnull_fd = -1;
+
+void watch(int fd, int kind, void *obj, uint32_t events)
+{
+    if (fd < 0 || fd >= MAX_FD)
+        die("file descriptor out of range");
+    watches[fd] = (watch_t){kind, next_gen++, obj};
+    struct epoll_event ev = {.events = events, .data.u64 = (uint64_t)watches[fd].gen << 32 | (uint32_t)fd};
+    if (epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &ev) != 0)
+        die("epoll_ctl add failed");
+}
+
+void watch_modify(int fd, uint32_t events)
+{
+    struct epoll_event ev = {.events = events, .data.u64 = (uint64_t)watches[fd].gen << 32 | (uint32_t)fd};
+    epoll_ctl(epfd, EPOLL_CTL_MOD, fd, &ev);
+}
+
+void unwatch(int fd)
+{
+    epoll_ctl(epfd, EPOLL_CTL_DEL, fd, NULL);
+    watches[fd] = (watch_t){0, 0, NULL};
+}
+
+static void write_all(const struct iovec *iov_in, int n)
+{
+    struct iovec iov[3];
+    memcpy(iov, iov_in, n * sizeof *iov);
+    int k = 0;
+    while (k < n) {
+        ssize_t w = writev(wfd, iov + k, n - k);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            _exit(0); /* the host went away */
+        }
+        while (k < n && (size_t)w >= iov[k].iov_len) {
+            w -= iov[k].iov_len;
+            k++;
+        }
+        if (k < n) {
+            iov[k].iov_base = (char *)iov[k].iov_base + w;
+            iov[k].iov_len -= w;
+        }
+    }
+}
+
+void send_frame(buf_t *header, const void *payload, size_t plen)
+{
+    uint32_t h = (uint32_t)header->n, p = (uint32_t)plen;
+    unsigned char lens[8] = {h >> 24, h >> 16, h >> 8, h, p >> 24, p >> 16, p >> 8, p};
+    struct iovec iov[3] = {{lens, 8}, {header->p, header->n}, {(void *)payload, plen}};
+    write_all(iov, plen ? 3 : 2);
+}
+
+void send_error(long long rid, int has_id, const char *message)
+{
+    buf_t h = {0};
+    m_begin(&h);
+    m_kstr(&h, "op", "error");
+    if (has_id)
+        m_kint(&h, "id", rid);
+    else
+        m_knone(&h, "id");
+    m_kstr(&h, "message", message);
+    m_end(&h);
+    send_frame(&h, NULL, 0);
+    buf_free(&h);
+}
+
+static void send_simple(const char *op, long long rid, const char *key, long long value)
+{
+    buf_t h = {0};
+    m_begin(&h);
+    m_kstr(&h, "op", op);
+    m_kint(&h, "id", rid);
+    if (key)
+        m_kint(&h, key, value);
+    m_end(&h);
+    send_frame(&h, NULL, 0);
+    buf_free(&h);
+}
+
+void sigfd_drain(void)
+{
+    struct signalfd_siginfo si;
+    while (read(sigfd, &si, sizeof si) > 0) {
+    }
+}
+
+command_t *find_command(long long rid)
+{
+    for (command_t *c = commands; c; c = c->next)
+        if (c->rid == rid)
+            return c;
+    return NULL;
+}
+
+static void kill_op(long long rid)
+{
+    int count = kill_all();
+    retire_all(); /* killed too; their commands end as killed */
+    send_simple("killed", rid, "count", count);
+}
+
+static void dispatch(const value_t *v, const char *payload, size_t plen)
+{
+    const char *op = d_str(v, "op");
+    value_t *idv = d_get(v, "id");
+    int has_id = idv && idv->t == V_INT;
+    long long rid = has_id ? idv->i : 0;
+    char msg[512];
+    errno = 0;
+    if (!op) {
+        send_error(rid, has_id, "request has no op");
+    } else if (strcmp(op, "exec") == 0) {
+        start_exec(v, rid, payload, plen);
+    } else if (strcmp(op, "spawn") == 0) {
+        spawn_op(v, rid, payload, plen);
+    } else if (strcmp(op, "write") == 0 || strcmp(op, "eof") == 0) {
+        feed_op(v, payload, plen);
+    } else if (strcmp(op, "signal") == 0) {
+        signal_op(v);
+    } else if (strcmp(op, "ping") == 0) {
+        send_simple("pong", rid, NULL, 0);
+    } else if (strcmp(op, "kill") == 0) {
+        kill_op(rid);
+    } else {
+        snprintf(msg, sizeof msg, "unknown op '%.100s'", op);
+        send_error(rid, has_id, msg);
+    }
+}
+
+/* read request bytes and dispatch every complete frame; 0 when the host closed our stdin */
+static int read_host(void)
+{
+    char chunk[CHUNK];
+    ssize_t n = read(rfd, chunk, sizeof chunk);
+    if (n < 0)
+        return errno == EINTR || errno == EAGAIN;
+    if (n == 0)
+        return 0;
+    buf_add(&inbuf, chunk, (size_t)n);
+    size_t off = 0;
+    while (inbuf.n - off >= 8) {
+        const unsigned char *p = (const unsigned char *)inbuf.p + off;
+        uint32_t hlen = (uint32_t)p[0] << 24 | p[1] << 16 | p[2] << 8 | p[3];
+        uint32_t plen = (uint32_t)p[4] << 24 | p[5] << 16 | p[6] << 8 | p[7];
+        if (inbuf.n - off - 8 < (size_t)hlen + plen)
+            break;
+        value_t *v = m_parse((const char *)p + 8, hlen);
+        if (!v)
+            die("malformed request header");
+        dispatch(v, (const char *)p + 8 + hlen, plen);
+        m_free(v);
+        off += 8 + (size_t)hlen + plen;
+    }
+    buf_consume(&inbuf, off);
+    return 1;
+}
+
+static void serve(void)
+{
+    struct epoll_event evs[64];
+    watch(rfd, W_HOST, NULL, EPOLLIN);
+    watch(sigfd, W_SIGNAL, NULL, EPOLLIN);
+    buf_t h = {0};
+    m_begin(&h);
+    m_kstr(&h, "op", "ready");
+    m_kint(&h, "pid", getpid());
+    m_end(&h);
+    send_frame(&h, NULL, 0);
+    buf_free(&h);
+    for (;;) {
+        double deadline = next_deadline();
+        int timeout = -1;
+        if (deadline > 0) {
+            double left = deadline - now_mono();
+            timeout = left <= 0 ? 0 : (int)(left * 1000) + 1;
+        }
+        int n = epoll_wait(epfd, evs, 64, timeout);
+        if (n < 0 && errno != EINTR)
+            die("epoll_wait failed");
+        for (int k = 0; k < n; k++) {
+            int fd = (int)(uint32_t)evs[k].data.u64;
+            uint32_t gen = (uint32_t)(evs[k].data.u64 >> 32);
+            if (watches[fd].gen != gen) /* closed (and maybe reused) earlier in this batch */
+                continue;
+            switch (watches[fd].kind) {
+            case W_HOST:
+                if (!read_host())
+                    return;
+                break;
+            case W_SIGNAL: reap(); break;
+            case W_WORKER: worker_output(watches[fd].obj); break;
+            case W_PIPE: read_pipe(watches[fd].obj, fd); break;
+            case W_STDIN: write_stdin(watches[fd].obj); break;
+            case W_FAST_OUT: fast_output(watches[fd].obj, fd); break;
+            }
+        }
+        expire();
+    }
+}
+
+int main(void)
+{
+    harden();
+    rfd = fcntl(0, F_DUPFD_CLOEXEC, 3);
+    wfd = fcntl(1, F_DUPFD_CLOEXEC, 3);
+    devnull_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (rfd < 0 || wfd < 0 || devnull_fd < 0)
+        die("cannot set up the host channel");
+    dup2(devnull_fd, 0);
+    dup2(devnull_fd, 1);
+    signal(SIGPIPE, SIG_IGN);
+    sigset_t mask;
+    sigemptyset(&mask);
+    sigaddset(&mask, SIGCHLD);
+    sigprocmask(SIG_BLOCK, &mask, NULL);
+    sigfd = signalfd(-1, &mask, SFD_NONBLOCK | SFD_CLOEXEC);
+    epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (sigfd < 0 || epfd < 0)
+        die("cannot create the event loop");
+    prepare_job_dir();
+    serve();
+    return 0;
+}
