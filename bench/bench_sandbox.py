@@ -20,6 +20,8 @@ THROUGHPUT_N = 2000
 IN_FLIGHT = 16
 START_STOP_N = 20
 COMMAND = "echo hi"
+# A command that must start a program: no shell builtin, so no fork-free path (see docs/sandbox.md).
+EXTERNAL = "/bin/true"
 
 
 async def subprocess_exec(command: str) -> bytes:
@@ -120,6 +122,16 @@ async def measure() -> dict:
     async with LocalSandbox(SandboxSpec(name="bench-exec")) as sb:
         results["evsys_local"] = await latency(lambda: sb.exec(COMMAND))
         results["evsys_local"]["cmds_per_s"] = await throughput([lambda: sb.exec(COMMAND)] * IN_FLIGHT)
+        external = await latency(lambda: sb.exec(EXTERNAL), n=LATENCY_N // 2)
+        results["evsys_local"]["external_median_ms"] = external["median_ms"]
+        results["evsys_local"]["external_cmds_per_s"] = await throughput(
+            [lambda: sb.exec(EXTERNAL)] * IN_FLIGHT, n=THROUGHPUT_N // 4
+        )
+    external = await latency(lambda: subprocess_exec(EXTERNAL), n=LATENCY_N // 2)
+    results["subprocess"]["external_median_ms"] = external["median_ms"]
+    results["subprocess"]["external_cmds_per_s"] = await throughput(
+        [lambda: subprocess_exec(EXTERNAL)] * IN_FLIGHT, n=THROUGHPUT_N // 4
+    )
     results["evsys_local"]["start_stop"] = await start_stop()
     return results
 
@@ -136,6 +148,12 @@ def print_table(results: dict) -> None:
     for label, key, higher_is_better in rows:
         ratio = ev[key] / sp[key] if higher_is_better else sp[key] / ev[key]
         print(f"{label:34} {ev[key]:12.3f} {sp[key]:12.3f} {pb[key]:12.3f} {ratio:9.1f}x")
+    for label, key, higher_is_better in (
+        (f"{EXTERNAL} latency, median (ms)", "external_median_ms", False),
+        (f"{EXTERNAL} commands/s, {IN_FLIGHT} in fl.", "external_cmds_per_s", True),
+    ):
+        ratio = ev[key] / sp[key] if higher_is_better else sp[key] / ev[key]
+        print(f"{label:34} {ev[key]:12.3f} {sp[key]:12.3f} {'':>12} {ratio:9.1f}x")
     ss = ev["start_stop"]
     print(f"{'sandbox start+stop, median (ms)':34} {ss['median_ms']:12.1f}")
     print(f"{'sandbox start+stop, p95 (ms)':34} {ss['p95_ms']:12.1f}")
