@@ -198,6 +198,25 @@ async def test_resume_skips_finished_trials_and_reruns_the_rest(task_factory):
     assert resumed.complete
 
 
+async def test_resume_removes_temp_files_a_killed_run_left(task_factory):
+    task_factory("a")
+    config = job_config(task_factory.dataset, n_attempts=2)
+    first = await Job(config).run()
+    job_dir = config.job_dir
+    kept = sorted(t.trial_name for t in first.trials)[0]
+    # what a SIGKILL between an atomic write's temp file and its rename leaves behind
+    stale = [job_dir / ".result.json.k3j2.tmp", job_dir / kept / ".trajectory.json.x9q1.tmp"]
+    for path in stale:
+        path.write_text('{"half')
+    own = job_dir / kept / "agent" / ".notes.tmp"  # the agent's own files are not the job's to touch
+    own.parent.mkdir(exist_ok=True)
+    own.write_text("mine")
+    resumed = await Job.resume(job_dir).run()
+    assert resumed.complete
+    assert not any(p.exists() for p in stale)
+    assert own.read_text() == "mine"
+
+
 async def test_existing_job_dir_without_resume_is_refused(task_factory):
     task_factory("a")
     config = job_config(task_factory.dataset)

@@ -180,6 +180,7 @@ class Job:
             self.results = await asyncio.to_thread(
                 self.store.finished_results, names, retry_errors=self.retry_errors
             )
+            await asyncio.to_thread(self.store.remove_stale_temp_files, list(self.results))
         else:
             await self.store.write_config(self.config)
         for agent in self.config.agents:

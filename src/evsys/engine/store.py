@@ -15,6 +15,7 @@ truncated file. Blocking file work runs in a thread so the event loop never stal
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 from pathlib import Path
 
@@ -91,6 +92,17 @@ class JobStore:
             return TrialResult.model_validate_json(path.read_bytes())
         except (OSError, ValidationError, ValueError):
             return None
+
+    def remove_stale_temp_files(self, trial_names: list[str]) -> int:
+        """Delete the temp files of atomic writes a killed run left in the job dir and the kept trial dirs
+        (`.<name>.<random>.tmp`; the files themselves were never replaced); return how many."""
+        removed = 0
+        for directory in (self.job_dir, *(self.trial_dir(n) for n in trial_names)):
+            for path in directory.glob(".*.tmp"):
+                with contextlib.suppress(FileNotFoundError):
+                    path.unlink()
+                    removed += 1
+        return removed
 
     def finished_results(
         self, trial_names: list[str], *, retry_errors: bool = False
