@@ -5,15 +5,11 @@ from __future__ import annotations
 import asyncio
 
 from evsys.agent.base import AgentContext, AgentError, AgentResult, AgentTimeoutError
-from evsys.sandbox.base import AGENT_LOGS_DIR, SOLUTION_DIR, Sandbox
+from evsys.sandbox.base import AGENT_LOGS_DIR, SOLUTION_DIR, Sandbox, SandboxError, replace_tree
 from evsys.trajectory.models import StepMetrics, Usage
-from evsys.verify.script import pack_directory, unpack_command
-
-_UPLOAD_FAILED = "evsys: placing the solution failed"
+from evsys.verify.script import pack_directory
 
 _SOLVE = (
-    f"{{ {unpack_command(SOLUTION_DIR)} && mkdir -p {AGENT_LOGS_DIR}; }} || "
-    f"{{ echo '{_UPLOAD_FAILED}' >&2; exit 1; }}; "
     f"bash {SOLUTION_DIR}/solve.sh > {AGENT_LOGS_DIR}/oracle.txt 2>&1 < /dev/null; rc=$?; "
     f"tail -c 65536 {AGENT_LOGS_DIR}/oracle.txt; exit $rc"
 )
@@ -38,18 +34,15 @@ class OracleAgent:
             raise AgentError(f"task '{ctx.task.name}' has no solution/solve.sh for the oracle agent")
         ctx.trajectory.add("user", instruction)
         files = await asyncio.to_thread(pack_directory, solution)
+        try:
+            await replace_tree(sandbox, files, SOLUTION_DIR, mkdir=[AGENT_LOGS_DIR])
+        except SandboxError as exc:
+            raise AgentError(f"placing solution/ at {SOLUTION_DIR} failed: {exc}") from None
         result = await sandbox.exec(
-            _SOLVE,
-            user="root",
-            cwd=ctx.workdir,
-            env=ctx.task.config.solution.env,
-            timeout=ctx.timeout_sec,
-            stdin=files,
+            _SOLVE, user="root", cwd=ctx.workdir, env=ctx.task.config.solution.env, timeout=ctx.timeout_sec
         )
         if result.timed_out:
             raise AgentTimeoutError(f"solution/solve.sh ran past the agent timeout of {ctx.timeout_sec:g} s")
-        if _UPLOAD_FAILED in result.stderr:
-            raise AgentError(f"placing solution/ at {SOLUTION_DIR} failed: {result.stderr.strip()[-500:]}")
         message = result.stdout
         if result.exit_code != 0:
             message += f"\n[solve.sh exited with {result.exit_code}]"

@@ -8,6 +8,8 @@ runs commands with `exec`, moves files with `upload`/`download`, kills every age
 
 from __future__ import annotations
 
+import shlex
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal, Protocol, runtime_checkable
 
@@ -157,3 +159,24 @@ class Sandbox(Protocol):
     async def stop(self) -> None:
         """Kill everything and release every resource (mounts, cgroups, scratch space). Idempotent."""
         ...
+
+
+async def replace_tree(
+    sandbox: Sandbox, data: bytes, dst: str, *, empty: Sequence[str] = (), mkdir: Sequence[str] = ()
+) -> None:
+    """As root: remove `dst`, empty each dir of `empty`, create each of `mkdir`, then extract the tar `data`
+    at `dst` (root-owned, modes kept). Sandboxes with a `files` method do it without starting a process."""
+    files = getattr(sandbox, "files", None)
+    if files is not None:
+        await files(remove=[dst], empty=list(empty), mkdir=[*empty, *mkdir], extract=dst, data=data)
+        return
+    q = shlex.quote
+    steps = [f"rm -rf {q(dst)}"]
+    steps += [f"mkdir -p {q(d)} && find {q(d)} -mindepth 1 -maxdepth 1 -exec rm -rf {{}} +" for d in empty]
+    steps += [f"mkdir -p {q(d)}" for d in (*mkdir, dst)]
+    steps.append(f"tar -x --no-same-owner -p -C {q(dst)} -f -")
+    result = await sandbox.exec(" && ".join(steps), cwd="/", user="root", stdin=data)
+    if not result.ok:
+        raise SandboxError(
+            f"placing files at {dst} failed: {result.stderr.strip()[-500:] or result.exit_code}"
+        )

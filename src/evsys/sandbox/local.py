@@ -6,7 +6,6 @@ import asyncio
 import contextlib
 import io
 import os
-import shlex
 import shutil
 import tarfile
 import tempfile
@@ -354,22 +353,40 @@ class LocalSandbox:
         else:
             target_dir, arcname = str(path.parent), path.name
         data = await asyncio.to_thread(_tar_bytes, src, arcname)
-        q = shlex.quote(target_dir)
-        cmd = f"mkdir -p -- {q} && tar -x --no-same-owner -p -C {q} -f -"
-        result = await self.exec(cmd, cwd="/", user="root", stdin=data)
-        if not result.ok:
-            raise SandboxError(f"upload {src} -> {dst} failed: {result.stderr.strip() or result.exit_code}")
+        try:
+            await self.files(mkdir=[target_dir], extract=target_dir, data=data)
+        except SandboxError as exc:
+            raise SandboxError(f"upload {src} -> {dst} failed: {exc}") from None
 
     async def download(self, src: str, dst: Path) -> None:
         """Copy a sandbox file or directory to the host path `dst` (permissions kept, no links out)."""
         path = rootfs.sandbox_path(src)
         if str(path) == "/":
             raise SandboxError("download of the whole sandbox root is not supported; name a directory")
-        cmd = f"tar -c -C {shlex.quote(str(path.parent))} -f - -- {shlex.quote(path.name)}"
-        result = await self.exec(cmd, cwd="/", user="root")
-        if not result.ok:
-            raise SandboxError(f"download {src} -> {dst} failed: {result.stderr.strip() or result.exit_code}")
-        await asyncio.to_thread(_untar_to, result.stdout_bytes, path.name, Path(dst))
+        try:
+            reply = await self._running_client().request({"op": "pack", "path": str(path)})
+        except SandboxError as exc:
+            raise SandboxError(f"download {src} -> {dst} failed: {exc}") from None
+        await asyncio.to_thread(_untar_to, reply.stdout, path.name, Path(dst))
+
+    async def files(
+        self,
+        *,
+        remove: list[str] = (),
+        empty: list[str] = (),
+        mkdir: list[str] = (),
+        extract: str | None = None,
+        data: bytes = b"",
+    ) -> None:
+        """As root and without starting a process: remove paths (like `rm -rf`), empty directories, create
+        directories (like `mkdir -p`), then extract the tar `data` into `extract`. `SandboxError` names what
+        failed."""
+        paths = {
+            key: [str(rootfs.sandbox_path(p)) for p in value]
+            for key, value in (("remove", remove), ("empty", empty), ("mkdir", mkdir))
+        }
+        request = {"op": "files", **paths, "extract": str(rootfs.sandbox_path(extract)) if extract else None}
+        await self._running_client().request(request, data)
 
 
 def check_bind(bind: Bind) -> None:

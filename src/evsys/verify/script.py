@@ -5,8 +5,9 @@ Order, as root inside the sandbox: remove any `/tests` the agent may have plante
 `bash /tests/test.sh > /logs/verifier/test-stdout.txt 2>&1` with the verifier env and timeout (its exit code
 is ignored). Then `/logs/verifier` is copied to the host and the reward is parsed there.
 
-Speed: the three steps are one sandbox command (the tests travel as a tar on its stdin), and the engine copies
-all of `/logs` out in one go (`run_tests` + `read_rewards`); `verify` does both halves for standalone use.
+Speed: placing the tests and clearing the stale logs is one request the local sandbox's daemon carries out
+itself (`replace_tree`: no rm, find or tar process), running test.sh is one command, and the engine copies all
+of `/logs` out in one go (`run_tests` + `read_rewards`); `verify` does both halves for standalone use.
 """
 
 from __future__ import annotations
@@ -14,22 +15,22 @@ from __future__ import annotations
 import asyncio
 import io
 import os
-import shlex
 import shutil
 import tarfile
 from functools import lru_cache
 from pathlib import Path
 
-from evsys.sandbox.base import TESTS_DIR, VERIFIER_LOGS_DIR, ExecResult, Sandbox, SandboxError
+from evsys.sandbox.base import (
+    TESTS_DIR,
+    VERIFIER_LOGS_DIR,
+    ExecResult,
+    Sandbox,
+    SandboxError,
+    replace_tree,
+)
 from evsys.verify.base import VerifierError, VerifierResult, VerifierTimeoutError, read_reward_files
 
-_PREPARE = (
-    f"rm -rf {TESTS_DIR} && mkdir -p {TESTS_DIR} {VERIFIER_LOGS_DIR} && "
-    f"find {VERIFIER_LOGS_DIR} -mindepth 1 -maxdepth 1 -exec rm -rf {{}} + && "
-    f"tar -x --no-same-owner -p -C {TESTS_DIR} -f -"
-)
 _RUN = f"bash {TESTS_DIR}/test.sh > {VERIFIER_LOGS_DIR}/test-stdout.txt 2>&1 < /dev/null"
-_PREPARE_FAILED = 97
 
 
 def _fingerprint(path: Path) -> tuple:
@@ -58,12 +59,6 @@ def pack_directory(path: Path) -> bytes:
     return _pack(str(path), _fingerprint(path))
 
 
-def unpack_command(target: str) -> str:
-    """A shell command that (re)creates `target` and extracts a tar from stdin into it (as root)."""
-    q = shlex.quote(target)
-    return f"rm -rf {q} && mkdir -p {q} && tar -x --no-same-owner -p -C {q} -f -"
-
-
 class ScriptVerifier:
     """Runs a task's `tests/test.sh` in the sandbox and reads `reward.json` / `reward.txt`."""
 
@@ -88,28 +83,19 @@ class ScriptVerifier:
             raise VerifierError(f"{self.tests_dir / 'test.sh'} does not exist")
         tests = await asyncio.to_thread(pack_directory, self.tests_dir)
         try:
-            if self.user == "root":
-                command = f"{{ {_PREPARE}; }} || exit {_PREPARE_FAILED}; {_RUN}; exit 0"
-                result = await self._exec(sandbox, command, self.user, self.timeout_sec, tests)
-            else:
-                await self._exec(sandbox, f"{_PREPARE} || exit {_PREPARE_FAILED}", "root", 60, tests)
-                result = await self._exec(sandbox, f"{_RUN}; exit 0", self.user, self.timeout_sec, None)
+            await replace_tree(sandbox, tests, TESTS_DIR, empty=[VERIFIER_LOGS_DIR])
+        except SandboxError as exc:
+            raise VerifierError(f"placing the tests at {TESTS_DIR} failed: {exc}") from None
+        try:
+            result = await sandbox.exec(
+                f"{_RUN}; exit 0", user=self.user, cwd=self.workdir, env=self.env, timeout=self.timeout_sec
+            )
         except SandboxError as exc:
             raise VerifierError(f"the sandbox failed while verifying: {exc}") from exc
         if result.timed_out:
             raise VerifierTimeoutError(
                 f"tests/test.sh ran past the verifier timeout of {self.timeout_sec:g} s"
             )
-        return result
-
-    async def _exec(
-        self, sandbox: Sandbox, command: str, user: str, limit: float | None, stdin: bytes | None
-    ) -> ExecResult:
-        result = await sandbox.exec(
-            command, user=user, cwd=self.workdir, env=self.env, timeout=limit, stdin=stdin
-        )
-        if result.exit_code == _PREPARE_FAILED:
-            raise VerifierError(f"placing the tests at {TESTS_DIR} failed: {result.stderr.strip()[-500:]}")
         return result
 
     @staticmethod

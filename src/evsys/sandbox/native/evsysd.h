@@ -162,6 +162,10 @@ void fast_drop_all(void);
 void fast_orphans(int root);
 void retire_all(void);
 
+/* ---- file operations (files.c, pack.c) */
+void files_op(const value_t *v, long long rid, const char *payload, size_t plen);
+void pack_op(const value_t *v, long long rid);
+
 /* ---- processes and privileges (procs.c) */
 void harden(void);
 int kill_all(void);

@@ -6,6 +6,7 @@
  *            {"op": "signal", "target", "sig", "tree"}
  *            {"op": "kill", "id"}  kill every process in the sandbox except the daemon
  *            {"op": "ping", "id"}
+ *            {"op": "files", ...}, {"op": "pack", ...}: placing and copying files without a process (files.c)
  * Replies:   {"op": "out", "id", "fd": 1|2}  payload = a chunk of output (large outputs and spawned processes)
  *            {"op": "exit", "id", "code", "timed_out", "out": n, "free": bytes}  payload = rest of stdout ([:n])
  *              + rest of stderr
@@ -162,6 +163,10 @@ static void dispatch(const value_t *v, const char *payload, size_t plen)
         feed_op(v, payload, plen);
     } else if (strcmp(op, "signal") == 0) {
         signal_op(v);
+    } else if (strcmp(op, "files") == 0) {
+        files_op(v, rid, payload, plen);
+    } else if (strcmp(op, "pack") == 0) {
+        pack_op(v, rid);
     } else if (strcmp(op, "ping") == 0) {
         send_simple("pong", rid, NULL, 0);
     } else if (strcmp(op, "kill") == 0) {

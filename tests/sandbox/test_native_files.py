@@ -1,0 +1,150 @@
+"""The daemon's own file operations (`files` and `pack`): placing trees, clearing logs, copying out — with no
+process started — and the same results through the shell fallback other sandboxes use."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import tarfile
+import time
+
+import pytest
+
+from evsys.sandbox.base import SandboxError, replace_tree
+
+
+def tar_of(members: list[tuple[tarfile.TarInfo, bytes | None]]) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for info, data in members:
+            tar.addfile(info, io.BytesIO(data) if data is not None else None)
+    return buf.getvalue()
+
+
+def member(name: str, kind: bytes = tarfile.REGTYPE, data: bytes = b"", **fields) -> tuple:
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    info.size = len(data) if kind == tarfile.REGTYPE else 0
+    info.mode = fields.pop("mode", 0o644)
+    for key, value in fields.items():
+        setattr(info, key, value)
+    return info, data if kind == tarfile.REGTYPE else None
+
+
+class ShellOnly:
+    """A sandbox seen without its `files` method: replace_tree takes the shell path."""
+
+    def __init__(self, sandbox) -> None:
+        self._sandbox = sandbox
+
+    async def exec(self, *args, **kwargs):
+        return await self._sandbox.exec(*args, **kwargs)
+
+
+LONG = "d" * 120 + "/" + "f" * 130 + ".txt"
+TREE = [
+    member("bin", tarfile.DIRTYPE, mode=0o750),
+    member("bin/run.sh", data=b"#!/bin/sh\necho run\n", mode=0o755, mtime=1_600_000_000),
+    member("data/nested/deep.bin", data=bytes(range(256)) * 4000),
+    member("link", tarfile.SYMTYPE, linkname="bin/run.sh"),
+    member(LONG, data=b"long name\n"),
+    member("uni-\u00e9\u4e2d.txt", data=b"unicode\n"),
+]
+
+
+@pytest.mark.parametrize("path", ["daemon", "shell"])
+async def test_replace_tree_places_a_fresh_tree_and_clears_logs(sandbox, path):
+    target = sandbox if path == "daemon" else ShellOnly(sandbox)
+    await sandbox.exec(
+        "mkdir -p /place/old /logs/verifier/sub && touch /place/old/stale /logs/verifier/reward.txt "
+        "/logs/verifier/sub/x",
+        user="root",
+    )
+    await replace_tree(target, tar_of(TREE), "/place", empty=["/logs/verifier"], mkdir=["/made/here"])
+    listing = await sandbox.exec(
+        "cd /place && find . -printf '%p %M %u\\n' | sort && ls -A /logs/verifier | wc -l && "
+        "test -d /made/here && readlink link && ./link && stat -c %Y bin/run.sh && "
+        "md5sum data/nested/deep.bin",
+        user="root",
+    )
+    lines = listing.stdout.splitlines()
+    assert "./old" not in listing.stdout  # removed first
+    assert "./bin drwxr-x--- root" in lines
+    assert "./bin/run.sh -rwxr-xr-x root" in lines
+    assert "./link lrwxrwxrwx root" in lines
+    assert f"./{LONG} -rw-r--r-- root" in lines
+    assert "./uni-\u00e9\u4e2d.txt -rw-r--r-- root" in lines
+    assert "0" in lines  # /logs/verifier emptied, kept
+    assert lines[-4:-1] == ["bin/run.sh", "run", "1600000000"]
+    assert lines[-1].split()[0] == hashlib.md5(bytes(range(256)) * 4000).hexdigest()
+
+
+@pytest.mark.parametrize(
+    ("bad", "named"),
+    [
+        ([member("../escape", data=b"x")], "../escape"),
+        ([member("/abs/file", data=b"x")], "/abs/file"),
+        (
+            [member("evil", tarfile.SYMTYPE, linkname="/etc"), member("evil/passwd", data=b"owned")],
+            "evil/passwd",
+        ),
+    ],
+)
+async def test_members_that_would_write_outside_are_refused(sandbox, bad, named):
+    with pytest.raises(SandboxError, match=r"refusing tar member|cannot create the parent") as info:
+        await sandbox.files(remove=["/place"], extract="/place", data=tar_of(bad))
+    assert named.lstrip("/") in str(info.value) or named in str(info.value)
+    check = await sandbox.exec("cat /etc/passwd | grep -c owned; ls /escape /abs 2>&1 | wc -l", user="root")
+    assert check.stdout.split()[0] == "0"
+
+
+async def test_replace_tree_removes_a_planted_symlink_instead_of_following_it(sandbox):
+    await sandbox.exec("mkdir -p /victim && echo keep > /victim/file && ln -s /victim /solution", user="root")
+    await replace_tree(sandbox, tar_of([member("solve.sh", data=b"echo ok\n")]), "/solution")
+    result = await sandbox.exec("cat /victim/file; test -L /solution || cat /solution/solve.sh", user="root")
+    assert result.stdout == "keep\necho ok\n"
+
+
+async def test_download_copies_trees_links_and_large_files_byte_exact(sandbox, tmp_path):
+    await sandbox.exec(
+        f"mkdir -p /out/a && head -c 3000000 /dev/urandom > /out/a/big && ln -s a/big /out/rel && "
+        f"ln -s /etc/passwd /out/abs && mkfifo /out/fifo && mkdir -p /out/{'x' * 150} && "
+        f"echo deep > /out/{'x' * 150}/{'y' * 120} && chmod 640 /out/a/big",
+        user="root",
+    )
+    digest = (await sandbox.exec("md5sum /out/a/big", user="root")).stdout.split()[0]
+    await sandbox.download("/out", tmp_path / "out")
+    got = tmp_path / "out"
+    assert hashlib.md5((got / "a" / "big").read_bytes()).hexdigest() == digest
+    assert oct((got / "a" / "big").stat().st_mode & 0o777) == "0o640"
+    assert os.readlink(got / "rel") == "a/big"
+    assert (got / ("x" * 150) / ("y" * 120)).read_text() == "deep\n"
+    assert not (got / "fifo").exists()
+
+
+async def test_download_of_a_missing_path_names_it(sandbox, tmp_path):
+    with pytest.raises(SandboxError, match=r"download /nope/here .* cannot pack /nope/here: No such file"):
+        await sandbox.download("/nope/here", tmp_path / "x")
+
+
+async def test_file_operations_start_no_process(sandbox, tmp_path):
+    await sandbox.exec("true")  # the user's first command, so later ones would have workers
+    before = await sandbox.exec("cat /proc/loadavg", user="root")
+    last_pid_before = int(before.stdout.split()[-1])
+    for _ in range(5):
+        await replace_tree(sandbox, tar_of(TREE), "/place", empty=["/logs/verifier"])
+        await sandbox.download("/place", tmp_path / f"copy-{time.monotonic_ns()}")
+    after = await sandbox.exec("cat /proc/loadavg", user="root")
+    # the forked `cat` itself takes a pid or two; 10 file operations through processes would take 30+
+    assert int(after.stdout.split()[-1]) - last_pid_before < 6
+
+
+async def test_upload_into_a_read_only_place_fails_clearly(sandbox, tmp_path):
+    src = tmp_path / "f.txt"
+    src.write_text("x")
+    with pytest.raises(
+        SandboxError, match=r"upload .* -> /usr/evsys-test.txt failed: .*(Read-only|read-only)"
+    ):
+        await sandbox.upload(src, "/usr/evsys-test.txt")
+    assert (await sandbox.exec("test -e /usr/evsys-test.txt")).exit_code == 1
