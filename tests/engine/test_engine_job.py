@@ -295,3 +295,27 @@ async def test_setup_timeout_bounds_prepare_sandbox_and_setup_together(task_fact
     assert "agent setup did not finish within 1 s" in slow.failure.message
     assert slow.timing.agent_setup >= 0.9  # both steps counted (0.7 s + the 0.3 s left)
     assert fast.reward == 1.0 and fast.timing.agent_setup >= 0.1
+
+
+async def test_logs_from_the_sandbox_cannot_replace_the_trials_own_files(task_factory):
+    solve = (
+        "#!/bin/bash\necho ok > /app/out.txt\n"
+        # beside agent/ verifier/ artifacts/, where the trial's own files would be
+        "echo forged > /logs/result.json; echo forged > /logs/config.json\n"
+        "mkdir -p /logs/agent/deep/er && echo kept > /logs/agent/deep/er/notes.txt\n"
+        "ln -s /etc/passwd /logs/agent/host-link; ln -s ../../result.json /logs/artifacts/up-link\n"
+        "echo art > /logs/artifacts/out.bin\n"
+    )
+    task_factory("logs", solve=solve)
+    result = await Job(job_config(task_factory.dataset)).run()
+    trial = result.trials[0]
+    assert trial.reward == 1.0
+    trial_dir = job_config(task_factory.dataset).job_dir / trial.trial_name
+    assert json.loads((trial_dir / "result.json").read_text())["trial_name"] == trial.trial_name
+    assert json.loads((trial_dir / "config.json").read_text())["trial_name"] == trial.trial_name
+    assert (trial_dir / "agent" / "deep" / "er" / "notes.txt").read_text() == "kept\n"
+    assert (trial_dir / "artifacts" / "out.bin").read_text() == "art\n"
+    assert (trial_dir / "agent" / "oracle.txt").exists()
+    assert not (trial_dir / "agent" / "host-link").exists()  # a link out of the trial dir is refused
+    assert not (trial_dir / "artifacts" / "up-link").exists()
+    assert any("host-link" in w for w in trial.warnings)

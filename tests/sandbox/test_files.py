@@ -56,10 +56,14 @@ async def test_download_file_and_directory_round_trip(sandbox, tmp_path):
 
 async def test_download_symlink_does_not_follow_to_host(sandbox, tmp_path):
     await sandbox.exec(
-        "mkdir -p /app/evil && ln -s /etc/passwd /app/evil/link && ln -s ../../../../etc /app/evil/up"
+        "mkdir -p /app/evil/sub && ln -s /etc/passwd /app/evil/link && ln -s ../../../../etc /app/evil/up "
+        "&& ln -s sub /app/evil/inside"
     )
     await sandbox.download("/app/evil", tmp_path / "evil")
-    assert os.path.islink(tmp_path / "evil" / "link")
+    # links that would point at the host's files once on the host are skipped; links inside are kept
+    assert not os.path.lexists(tmp_path / "evil" / "link")
+    assert not os.path.lexists(tmp_path / "evil" / "up")
+    assert os.readlink(tmp_path / "evil" / "inside") == "sub"
     with pytest.raises(OSError):
         (tmp_path / "evil" / "up" / "x").write_text("escape")
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from evsys.sandbox.base import SandboxError, replace_tree
+from evsys.sandbox.base import SandboxError, read_tail, replace_tree
 
 
 def tar_of(members: list[tuple[tarfile.TarInfo, bytes | None]]) -> bytes:
@@ -119,6 +119,7 @@ async def test_download_copies_trees_links_and_large_files_byte_exact(sandbox, t
     assert hashlib.md5((got / "a" / "big").read_bytes()).hexdigest() == digest
     assert oct((got / "a" / "big").stat().st_mode & 0o777) == "0o640"
     assert os.readlink(got / "rel") == "a/big"
+    assert "abs" not in os.listdir(got)  # it would point at the host's /etc/passwd
     assert (got / ("x" * 150) / ("y" * 120)).read_text() == "deep\n"
     assert not (got / "fifo").exists()
 
@@ -148,3 +149,25 @@ async def test_upload_into_a_read_only_place_fails_clearly(sandbox, tmp_path):
     ):
         await sandbox.upload(src, "/usr/evsys-test.txt")
     assert (await sandbox.exec("test -e /usr/evsys-test.txt")).exit_code == 1
+
+
+@pytest.mark.parametrize("path", ["daemon", "shell"])
+async def test_read_tail_gives_the_last_bytes_of_a_file(sandbox, path):
+    target = sandbox if path == "daemon" else ShellOnly(sandbox)
+    await sandbox.exec("seq 1 100000 > /tmp/numbers && printf 'short' > /tmp/short", user="root")
+    expected = (await sandbox.exec("tail -c 1000 /tmp/numbers")).stdout_bytes
+    assert await read_tail(target, "/tmp/numbers", 1000) == expected
+    assert await read_tail(target, "/tmp/short", 1000) == b"short"
+    assert await read_tail(target, "/tmp/missing", 1000) == b""
+
+
+async def test_read_file_refuses_what_is_not_a_regular_file(sandbox):
+    await sandbox.exec("ln -s /etc/hostname /tmp/link && mkfifo /tmp/fifo", user="root")
+    cases = (
+        ("/tmp/link", "Too many levels|symbolic link"),
+        ("/tmp", "not a regular file"),
+        ("/tmp/fifo", "not a"),
+    )
+    for bad, why in cases:  # a FIFO with no writer must not hang the daemon
+        with pytest.raises(SandboxError, match=rf"cannot read {bad}: ({why})"):
+            await sandbox.read_file(bad, 10)

@@ -5,14 +5,20 @@ from __future__ import annotations
 import asyncio
 
 from evsys.agent.base import AgentContext, AgentError, AgentResult, AgentTimeoutError
-from evsys.sandbox.base import AGENT_LOGS_DIR, SOLUTION_DIR, Sandbox, SandboxError, replace_tree
+from evsys.sandbox.base import (
+    AGENT_LOGS_DIR,
+    SOLUTION_DIR,
+    Sandbox,
+    SandboxError,
+    read_tail,
+    replace_tree,
+)
 from evsys.trajectory.models import StepMetrics, Usage
 from evsys.verify.script import pack_directory
 
-_SOLVE = (
-    f"bash {SOLUTION_DIR}/solve.sh > {AGENT_LOGS_DIR}/oracle.txt 2>&1 < /dev/null; rc=$?; "
-    f"tail -c 65536 {AGENT_LOGS_DIR}/oracle.txt; exit $rc"
-)
+# `exec`: bash -c becomes solve.sh's bash (no extra fork); its output stays in oracle.txt in full
+_SOLVE = f"exec bash {SOLUTION_DIR}/solve.sh > {AGENT_LOGS_DIR}/oracle.txt 2>&1 < /dev/null"
+_MESSAGE_BYTES = 65536
 
 
 class OracleAgent:
@@ -43,7 +49,8 @@ class OracleAgent:
         )
         if result.timed_out:
             raise AgentTimeoutError(f"solution/solve.sh ran past the agent timeout of {ctx.timeout_sec:g} s")
-        message = result.stdout
+        output = await read_tail(sandbox, f"{AGENT_LOGS_DIR}/oracle.txt", _MESSAGE_BYTES)
+        message = output.decode("utf-8", "replace")
         if result.exit_code != 0:
             message += f"\n[solve.sh exited with {result.exit_code}]"
         ctx.trajectory.add(

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import secrets
-import shutil
 import time
 import traceback
 from collections.abc import Awaitable, Callable
@@ -26,6 +25,7 @@ from typing import Any, TypeVar
 from evsys.agent.base import AgentContext, AgentResult
 from evsys.agent.registry import AgentNotFoundError, resolve_agent
 from evsys.engine.config import JobConfig, TrialConfig, slugify
+from evsys.engine.logs import extract_logs, place_logs
 from evsys.engine.results import FailureCause, TrialFailure, TrialResult
 from evsys.engine.store import JobStore
 from evsys.sandbox.base import LOGS_DIR, Sandbox, SandboxError, SandboxSpec
@@ -38,7 +38,6 @@ from evsys.verify.script import ScriptVerifier
 T = TypeVar("T")
 SETUP_FAILED = object()  # returned by Trial._agent_setup_step after it recorded the failure
 VERIFIER_GRACE_SEC = 30.0
-LOG_SUBDIRS = ("agent", "verifier", "artifacts")
 
 
 @dataclass
@@ -76,23 +75,6 @@ def classify_agent_exception(exc: BaseException) -> FailureCause:
         return FailureCause(declared) if declared else FailureCause.AGENT_ERROR
     except ValueError:
         return FailureCause.AGENT_ERROR
-
-
-def _place_logs(staging: Path, trial_dir: Path) -> None:
-    """Move agent/, verifier/ and artifacts/ from a copy of /logs into the trial dir (merging into agent/)."""
-    for name in LOG_SUBDIRS:
-        src, dst = staging / name, trial_dir / name
-        dst.mkdir(exist_ok=True)
-        if not src.is_dir() or src.is_symlink():
-            continue
-        for entry in src.iterdir():
-            target = dst / entry.name
-            if target.is_dir() and not target.is_symlink():
-                shutil.rmtree(target)
-            elif target.exists() or target.is_symlink():
-                target.unlink()
-            entry.rename(target)
-    shutil.rmtree(staging, ignore_errors=True)
 
 
 def _describe(exc: BaseException) -> str:
@@ -370,13 +352,18 @@ class Trial:
         """Copy the sandbox's /logs out in one go into the trial's agent/, verifier/ and artifacts/ dirs."""
         if not self.sandbox_alive or self.sandbox is None:
             return False
+        download_tar = getattr(self.sandbox, "download_tar", None)
         staging = trial_dir / ".logs"
         try:
+            if download_tar is not None:  # straight into the trial dir, no staging copy
+                data = await self._timed("logs_download", download_tar(LOGS_DIR))
+                self.result.warnings += await asyncio.to_thread(extract_logs, data, trial_dir)
+                return True
             await self._timed("logs_download", self.sandbox.download(LOGS_DIR, staging))
         except (SandboxError, OSError) as exc:
             self.result.warnings.append(f"copying /logs out failed: {exc}")
             return False
-        await asyncio.to_thread(_place_logs, staging, trial_dir)
+        await asyncio.to_thread(place_logs, staging, trial_dir)
         return True
 
     async def _stop_sandbox(self) -> None:

@@ -29,6 +29,7 @@ from evsys.sandbox.process import SandboxProcess
 from evsys.sandbox.seccomp import seccomp_fd
 from evsys.sandbox.shell import LocalShellSession
 from evsys.sandbox.spawn import SpawnedProcess, spawn
+from evsys.util.tarsafe import links_stay_inside
 
 BWRAP = "/usr/bin/bwrap"
 DAEMON_DIR = "/.evsys/daemon"
@@ -116,7 +117,7 @@ class LocalSandbox:
         spec = self.spec
         cache = self.scratch_root / "layers"
         lowers, daemon_file = await asyncio.to_thread(self._prepare_layers, cache)
-        layout = cgroups.detect_layout()
+        layout = _cgroup_layout()
         if "pids" not in layout.parents or "memory" not in layout.parents:
             raise SandboxError(
                 "the local sandbox needs the cgroup memory and pids controllers; run `evsys doctor`"
@@ -364,10 +365,24 @@ class LocalSandbox:
         if str(path) == "/":
             raise SandboxError("download of the whole sandbox root is not supported; name a directory")
         try:
-            reply = await self._running_client().request({"op": "pack", "path": str(path)})
+            data = await self.download_tar(src)
         except SandboxError as exc:
             raise SandboxError(f"download {src} -> {dst} failed: {exc}") from None
-        await asyncio.to_thread(_untar_to, reply.stdout, path.name, Path(dst))
+        await asyncio.to_thread(_untar_to, data, path.name, Path(dst))
+
+    async def download_tar(self, src: str) -> bytes:
+        """A tar holding the sandbox path `src` under its base name (like `tar -c -C dirname basename`),
+        written by the daemon without starting a process; symlinks are kept as links."""
+        path = rootfs.sandbox_path(src)
+        if str(path) == "/":
+            raise SandboxError("a tar of the whole sandbox root is not supported; name a directory")
+        return (await self._running_client().request({"op": "pack", "path": str(path)})).stdout
+
+    async def read_file(self, path: str, max_bytes: int = 1 << 20) -> bytes:
+        """The last `max_bytes` of a regular file in the sandbox (what `tail -c` gives), read by the daemon
+        as root without starting a process. `SandboxError` when it is missing or not a regular file."""
+        request = {"op": "read", "path": str(rootfs.sandbox_path(path)), "max": max_bytes}
+        return (await self._running_client().request(request)).stdout
 
     async def files(
         self,
@@ -387,6 +402,17 @@ class LocalSandbox:
         }
         request = {"op": "files", **paths, "extract": str(rootfs.sandbox_path(extract)) if extract else None}
         await self._running_client().request(request, data)
+
+
+_LAYOUT: tuple[int, cgroups.CgroupLayout] | None = None
+
+
+def _cgroup_layout() -> cgroups.CgroupLayout:
+    """The cgroup layout, detected once per process (it reads /proc/self/cgroup and the mounts)."""
+    global _LAYOUT
+    if _LAYOUT is None or _LAYOUT[0] != os.getpid():
+        _LAYOUT = (os.getpid(), cgroups.detect_layout())
+    return _LAYOUT[1]
 
 
 def check_bind(bind: Bind) -> None:
@@ -415,7 +441,7 @@ def _untar_to(data: bytes, name: str, dst: Path) -> None:
     dst.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".evsys-download-", dir=dst.parent) as tmp:
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
-            tar.extractall(tmp, filter="tar")
+            tar.extractall(tmp, filter=links_stay_inside)
         got = Path(tmp) / PurePosixPath(name).name
         if got.is_dir() and dst.is_dir():
             shutil.copytree(got, dst, symlinks=True, dirs_exist_ok=True)

@@ -8,6 +8,7 @@ into the sandbox cache (`<scratch>/layers/daemon-<hash>/evsysd`) and bound read-
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shutil
@@ -35,6 +36,7 @@ def _sources() -> list[Path]:
     return sorted(p for p in SOURCES_DIR.iterdir() if p.suffix in (".c", ".h"))
 
 
+@functools.cache
 def source_key() -> str:
     """A hash of the sources and flags: a changed source builds a new binary next to the old one."""
     digest = hashlib.sha256(" ".join(CFLAGS).encode())
@@ -45,9 +47,9 @@ def source_key() -> str:
 
 def daemon_dir(cache: Path) -> Path:
     """The directory holding the built `evsysd` for the current sources (built on first use)."""
-    cc = compiler()
 
     def fill(root: Path) -> None:
+        cc = compiler()
         if cc is None:
             raise SandboxError(
                 f"the local sandbox builds its exec daemon from C sources and no C compiler was found "

@@ -30,7 +30,8 @@ from evsys.sandbox.base import (
 )
 from evsys.verify.base import VerifierError, VerifierResult, VerifierTimeoutError, read_reward_files
 
-_RUN = f"bash {TESTS_DIR}/test.sh > {VERIFIER_LOGS_DIR}/test-stdout.txt 2>&1 < /dev/null"
+# `exec`: no extra fork; test.sh's exit code is ignored (the reward file decides)
+_RUN = f"exec bash {TESTS_DIR}/test.sh > {VERIFIER_LOGS_DIR}/test-stdout.txt 2>&1 < /dev/null"
 
 
 def _fingerprint(path: Path) -> tuple:
@@ -88,7 +89,7 @@ class ScriptVerifier:
             raise VerifierError(f"placing the tests at {TESTS_DIR} failed: {exc}") from None
         try:
             result = await sandbox.exec(
-                f"{_RUN}; exit 0", user=self.user, cwd=self.workdir, env=self.env, timeout=self.timeout_sec
+                _RUN, user=self.user, cwd=self.workdir, env=self.env, timeout=self.timeout_sec
             )
         except SandboxError as exc:
             raise VerifierError(f"the sandbox failed while verifying: {exc}") from exc

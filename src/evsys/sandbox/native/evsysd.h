@@ -165,6 +165,7 @@ void retire_all(void);
 /* ---- file operations (files.c, pack.c) */
 void files_op(const value_t *v, long long rid, const char *payload, size_t plen);
 void pack_op(const value_t *v, long long rid);
+void read_op(const value_t *v, long long rid);
 
 /* ---- processes and privileges (procs.c) */
 void harden(void);

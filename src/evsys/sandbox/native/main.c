@@ -6,7 +6,8 @@
  *            {"op": "signal", "target", "sig", "tree"}
  *            {"op": "kill", "id"}  kill every process in the sandbox except the daemon
  *            {"op": "ping", "id"}
- *            {"op": "files", ...}, {"op": "pack", ...}: placing and copying files without a process (files.c)
+ *            {"op": "files" | "pack" | "read", ...}: placing, copying and reading files without a process
+ *            (files.c, pack.c)
  * Replies:   {"op": "out", "id", "fd": 1|2}  payload = a chunk of output (large outputs and spawned processes)
  *            {"op": "exit", "id", "code", "timed_out", "out": n, "free": bytes}  payload = rest of stdout ([:n])
  *              + rest of stderr
@@ -167,6 +168,8 @@ static void dispatch(const value_t *v, const char *payload, size_t plen)
         files_op(v, rid, payload, plen);
     } else if (strcmp(op, "pack") == 0) {
         pack_op(v, rid);
+    } else if (strcmp(op, "read") == 0) {
+        read_op(v, rid);
     } else if (strcmp(op, "ping") == 0) {
         send_simple("pong", rid, NULL, 0);
     } else if (strcmp(op, "kill") == 0) {

@@ -1,5 +1,6 @@
 /* The "pack" op (see files.c): a tar of one sandbox path, written by the daemon without starting `tar`.
- * ustar headers, with a pax record for names or link targets that do not fit; no symlink is followed. */
+ * ustar headers, with a pax record for names or link targets that do not fit; no symlink is followed.
+ * And the "read" op: the tail of one file. */
 #include "evsysd.h"
 
 #include <dirent.h>
@@ -76,7 +77,7 @@ static void header(buf_t *b, const char *name, const struct stat *st, char type,
 
 static int pack_file(buf_t *b, int dirfd, const char *leaf, const char *name, const struct stat *st)
 {
-    int fd = openat(dirfd, leaf, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    int fd = openat(dirfd, leaf, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC); /* swapped for a FIFO: no block */
     if (fd < 0)
         return errno == ENOENT ? 0 : -1; /* gone since it was listed */
     header(b, name, st, '0', "", (unsigned long long)st->st_size);
@@ -178,5 +179,46 @@ void pack_op(const value_t *v, long long rid)
         send_frame(&h, b.p, b.n);
         buf_free(&h);
     }
+    buf_free(&b);
+}
+
+/* {"op": "read", "id", "path", "max"}: reply {"op": "data", "id", "out": n, "size": total}, payload = the
+ * last `max` bytes of a regular file (all of it when smaller); what `tail -c` gives, without a process */
+void read_op(const value_t *v, long long rid)
+{
+    const char *path = d_str(v, "path");
+    long long max = d_int(v, "max", 1 << 20);
+    char msg[600];
+    int fd = path ? open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) : -1; /* a FIFO must not block */
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || max < 0) {
+        snprintf(msg, sizeof msg, "cannot read %.400s: %s", path ? path : "(no path)",
+                 fd < 0 ? strerror(errno) : "not a regular file");
+        if (fd >= 0)
+            close(fd);
+        send_error(rid, 1, msg);
+        return;
+    }
+    size_t want = (unsigned long long)st.st_size < (unsigned long long)max ? (size_t)st.st_size : (size_t)max;
+    buf_t b = {0};
+    buf_add(&b, "", 0);
+    char chunk[CHUNK];
+    off_t off = st.st_size - (off_t)want;
+    while (b.n < want) {
+        ssize_t n = pread(fd, chunk, want - b.n < sizeof chunk ? want - b.n : sizeof chunk, off + (off_t)b.n);
+        if (n <= 0)
+            break;
+        buf_add(&b, chunk, (size_t)n);
+    }
+    close(fd);
+    buf_t h = {0};
+    m_begin(&h);
+    m_kstr(&h, "op", "data");
+    m_kint(&h, "id", rid);
+    m_kint(&h, "out", (long long)b.n);
+    m_kint(&h, "size", (long long)st.st_size);
+    m_end(&h);
+    send_frame(&h, b.p, b.n);
+    buf_free(&h);
     buf_free(&b);
 }
