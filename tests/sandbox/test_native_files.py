@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from evsys.sandbox.base import SandboxError, read_tail, replace_tree
+from evsys.sandbox.base import SandboxError, read_tail, replace_tree, run_script
 
 
 def tar_of(members: list[tuple[tarfile.TarInfo, bytes | None]]) -> bytes:
@@ -171,3 +171,37 @@ async def test_read_file_refuses_what_is_not_a_regular_file(sandbox):
     for bad, why in cases:  # a FIFO with no writer must not hang the daemon
         with pytest.raises(SandboxError, match=rf"cannot read {bad}: ({why})"):
             await sandbox.read_file(bad, 10)
+
+
+async def test_exec_program_runs_without_a_shell(sandbox):
+    result = await sandbox.exec_program(["printf", "%s|%s", "a b", "$HOME"])
+    assert (result.exit_code, result.stdout) == (0, "a b|$HOME")  # no word splitting, no expansion
+    missing = await sandbox.exec_program(["no-such-program"])
+    assert missing.exit_code == 127 and "cannot start no-such-program" in missing.stderr
+    own_path = await sandbox.exec_program(["tool"], env={"PATH": "/opt/tools"})
+    assert own_path.exit_code == 127  # looked up on the request's PATH only
+    slow = await sandbox.exec_program(["sleep", "5"], timeout=0.3)
+    assert slow.timed_out and slow.exit_code == 137
+    with pytest.raises(SandboxError, match="non-empty argv"):
+        await sandbox.exec_program([])
+
+
+async def test_exec_program_output_file_is_the_users_own(sandbox):
+    argv = ["bash", "-c", "echo out; echo err >&2; exit 3"]
+    result = await sandbox.exec_program(argv, output_file="/tmp/o.txt")
+    assert (result.exit_code, result.stdout, result.stderr) == (3, "", "")
+    check = await sandbox.exec("stat -c %U /tmp/o.txt; cat /tmp/o.txt")
+    assert check.stdout == "agent\nout\nerr\n"
+    denied = await sandbox.exec_program(["true"], output_file="/root/x.txt")
+    assert denied.exit_code == 126 and "cannot open output file '/root/x.txt'" in denied.stderr
+
+
+@pytest.mark.parametrize("path", ["daemon", "shell"])
+async def test_run_script_writes_all_output_to_the_file(sandbox, path):
+    target = sandbox if path == "daemon" else ShellOnly(sandbox)
+    await sandbox.exec("printf 'echo to-out\\necho to-err >&2\\npwd\\nexit 5\\n' > /tmp/s.sh", user="root")
+    result = await run_script(
+        target, "/tmp/s.sh", "/tmp/s.out", user="root", cwd="/app", env={"X": "1"}, timeout=10
+    )
+    assert result.exit_code == 5
+    assert (await sandbox.exec("cat /tmp/s.out", user="root")).stdout == "to-out\nto-err\n/app\n"

@@ -12,12 +12,12 @@ from evsys.sandbox.base import (
     SandboxError,
     read_tail,
     replace_tree,
+    run_script,
 )
 from evsys.trajectory.models import StepMetrics, Usage
 from evsys.verify.script import pack_directory
 
-# `exec`: bash -c becomes solve.sh's bash (no extra fork); its output stays in oracle.txt in full
-_SOLVE = f"exec bash {SOLUTION_DIR}/solve.sh > {AGENT_LOGS_DIR}/oracle.txt 2>&1 < /dev/null"
+_OUTPUT = f"{AGENT_LOGS_DIR}/oracle.txt"  # all of solve.sh's output; the trajectory gets its last 64 KiB
 _MESSAGE_BYTES = 65536
 
 
@@ -44,12 +44,18 @@ class OracleAgent:
             await replace_tree(sandbox, files, SOLUTION_DIR, mkdir=[AGENT_LOGS_DIR])
         except SandboxError as exc:
             raise AgentError(f"placing solution/ at {SOLUTION_DIR} failed: {exc}") from None
-        result = await sandbox.exec(
-            _SOLVE, user="root", cwd=ctx.workdir, env=ctx.task.config.solution.env, timeout=ctx.timeout_sec
+        result = await run_script(
+            sandbox,
+            f"{SOLUTION_DIR}/solve.sh",
+            _OUTPUT,
+            user="root",
+            cwd=ctx.workdir,
+            env=ctx.task.config.solution.env,
+            timeout=ctx.timeout_sec,
         )
         if result.timed_out:
             raise AgentTimeoutError(f"solution/solve.sh ran past the agent timeout of {ctx.timeout_sec:g} s")
-        output = await read_tail(sandbox, f"{AGENT_LOGS_DIR}/oracle.txt", _MESSAGE_BYTES)
+        output = await read_tail(sandbox, _OUTPUT, _MESSAGE_BYTES)
         message = output.decode("utf-8", "replace")
         if result.exit_code != 0:
             message += f"\n[solve.sh exited with {result.exit_code}]"

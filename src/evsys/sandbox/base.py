@@ -193,3 +193,24 @@ async def read_tail(sandbox: Sandbox, path: str, max_bytes: int) -> bytes:
     except SandboxError:
         return b""
     return result.stdout_bytes if result.exit_code == 0 else b""
+
+
+async def run_script(
+    sandbox: Sandbox,
+    script: str,
+    output_file: str,
+    *,
+    user: str,
+    cwd: str | None,
+    env: dict[str, str] | None,
+    timeout: float | None,  # noqa: ASYNC109 - the command's own limit
+) -> ExecResult:
+    """`bash script > output_file 2>&1 < /dev/null` inside the sandbox; its exit code in the result. Sandboxes
+    with an `exec_program` method start it without a shell in between."""
+    exec_program = getattr(sandbox, "exec_program", None)
+    if exec_program is not None:
+        return await exec_program(
+            ["bash", script], output_file=output_file, user=user, cwd=cwd, env=env, timeout=timeout
+        )
+    command = f"exec bash {shlex.quote(script)} > {shlex.quote(output_file)} 2>&1 < /dev/null"
+    return await sandbox.exec(command, user=user, cwd=cwd, env=env, timeout=timeout)

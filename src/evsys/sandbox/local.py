@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
 import os
-import shutil
-import tarfile
-import tempfile
 import time
 from pathlib import Path, PurePosixPath
 
@@ -24,12 +20,12 @@ from evsys.sandbox.base import (
     SandboxUnsupported,
 )
 from evsys.sandbox.client import DaemonClient
+from evsys.sandbox.local_files import LocalFilesMixin
 from evsys.sandbox.mounts import ChildSetup
 from evsys.sandbox.process import SandboxProcess
 from evsys.sandbox.seccomp import seccomp_fd
 from evsys.sandbox.shell import LocalShellSession
 from evsys.sandbox.spawn import SpawnedProcess, spawn
-from evsys.util.tarsafe import links_stay_inside
 
 BWRAP = "/usr/bin/bwrap"
 DAEMON_DIR = "/.evsys/daemon"
@@ -65,7 +61,7 @@ def default_scratch_root() -> Path:
     return Path(os.environ.get("EVSYS_SANDBOX_DIR", "/var/tmp/evsys-sandbox"))
 
 
-class LocalSandbox:
+class LocalSandbox(LocalFilesMixin):
     """A sandbox on this machine. Use `async with LocalSandbox(spec) as sb:` or call `start()`/`stop()`."""
 
     def __init__(self, spec: SandboxSpec, *, scratch_root: Path | None = None) -> None:
@@ -258,6 +254,18 @@ class LocalSandbox:
         stdin: bytes | None = None,
     ) -> ExecResult:
         """Run `bash -c command` inside the sandbox through the daemon; output before a timeout is kept."""
+        return await self._exec_request(command, cwd, env, timeout, user, stdin, {})
+
+    async def _exec_request(
+        self,
+        command: str,
+        cwd: str | None,
+        env: dict[str, str] | None,
+        timeout: float | None,  # noqa: ASYNC109
+        user: str | None,
+        stdin: bytes | None,
+        extra: dict,
+    ) -> ExecResult:
         client = self._running_client()
         user = user or self.spec.user
         if user not in USERS:
@@ -274,6 +282,7 @@ class LocalSandbox:
             "user": user,
             "timeout": timeout,
             "stdin": stdin is not None,
+            **extra,
         }
         t0 = time.perf_counter()
         reply = await client.request(request, stdin or b"")
@@ -287,6 +296,26 @@ class LocalSandbox:
             duration=duration,
             limits_hit=self._limits_hit(before, h.get("free")),
         )
+
+    async def exec_program(
+        self,
+        argv: list[str],
+        *,
+        output_file: str | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - the Sandbox protocol's per-command limit
+        user: str | None = None,
+    ) -> ExecResult:
+        """Run a program directly (no shell; `argv[0]` looked up on PATH), stdin empty. With `output_file`,
+        its stdout and stderr go to that file inside the sandbox (created or truncated as `user`), like
+        `exec prog > file 2>&1 < /dev/null` but one process fewer; else they come back as with `exec`."""
+        if not argv or not all(isinstance(a, str) for a in argv) or not argv[0]:
+            raise SandboxError(f"exec_program needs a non-empty argv of strings, got {argv!r}")
+        extra: dict = {"argv": list(argv)}
+        if output_file is not None:
+            extra["output"] = str(rootfs.sandbox_path(output_file))
+        return await self._exec_request("", cwd, env, timeout, user, None, extra)
 
     def _limits_hit(self, before: dict[str, int], free: int | None) -> list:
         hits: list = []
@@ -342,67 +371,6 @@ class LocalSandbox:
         reply = await self._running_client().request({"op": "kill"})
         return int(reply.header["count"])
 
-    # ---------------------------------------------------------------- files
-    async def upload(self, src: Path, dst: str) -> None:
-        """Copy a host file or directory into the sandbox at `dst` (root-owned, permissions kept)."""
-        src = Path(src)
-        path = rootfs.sandbox_path(dst)
-        if not src.exists():
-            raise SandboxError(f"upload source {src} does not exist")
-        if src.is_dir():
-            target_dir, arcname = str(path), "."
-        else:
-            target_dir, arcname = str(path.parent), path.name
-        data = await asyncio.to_thread(_tar_bytes, src, arcname)
-        try:
-            await self.files(mkdir=[target_dir], extract=target_dir, data=data)
-        except SandboxError as exc:
-            raise SandboxError(f"upload {src} -> {dst} failed: {exc}") from None
-
-    async def download(self, src: str, dst: Path) -> None:
-        """Copy a sandbox file or directory to the host path `dst` (permissions kept, no links out)."""
-        path = rootfs.sandbox_path(src)
-        if str(path) == "/":
-            raise SandboxError("download of the whole sandbox root is not supported; name a directory")
-        try:
-            data = await self.download_tar(src)
-        except SandboxError as exc:
-            raise SandboxError(f"download {src} -> {dst} failed: {exc}") from None
-        await asyncio.to_thread(_untar_to, data, path.name, Path(dst))
-
-    async def download_tar(self, src: str) -> bytes:
-        """A tar holding the sandbox path `src` under its base name (like `tar -c -C dirname basename`),
-        written by the daemon without starting a process; symlinks are kept as links."""
-        path = rootfs.sandbox_path(src)
-        if str(path) == "/":
-            raise SandboxError("a tar of the whole sandbox root is not supported; name a directory")
-        return (await self._running_client().request({"op": "pack", "path": str(path)})).stdout
-
-    async def read_file(self, path: str, max_bytes: int = 1 << 20) -> bytes:
-        """The last `max_bytes` of a regular file in the sandbox (what `tail -c` gives), read by the daemon
-        as root without starting a process. `SandboxError` when it is missing or not a regular file."""
-        request = {"op": "read", "path": str(rootfs.sandbox_path(path)), "max": max_bytes}
-        return (await self._running_client().request(request)).stdout
-
-    async def files(
-        self,
-        *,
-        remove: list[str] = (),
-        empty: list[str] = (),
-        mkdir: list[str] = (),
-        extract: str | None = None,
-        data: bytes = b"",
-    ) -> None:
-        """As root and without starting a process: remove paths (like `rm -rf`), empty directories, create
-        directories (like `mkdir -p`), then extract the tar `data` into `extract`. `SandboxError` names what
-        failed."""
-        paths = {
-            key: [str(rootfs.sandbox_path(p)) for p in value]
-            for key, value in (("remove", remove), ("empty", empty), ("mkdir", mkdir))
-        }
-        request = {"op": "files", **paths, "extract": str(rootfs.sandbox_path(extract)) if extract else None}
-        await self._running_client().request(request, data)
-
 
 _LAYOUT: tuple[int, cgroups.CgroupLayout] | None = None
 
@@ -425,25 +393,3 @@ def check_bind(bind: Bind) -> None:
         inside = dst == place or (place != "/" and dst.startswith(place + "/"))
         if inside or (dst != "/" and place.startswith(dst + "/")):
             raise SandboxError(f"bind target {bind.dst!r} would cover {place}; choose another path")
-
-
-def _tar_bytes(src: Path, arcname: str) -> bytes:
-    """An uncompressed tar of `src` (symlinks kept as links)."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
-        tar.add(src, arcname=arcname, recursive=True)
-    return buf.getvalue()
-
-
-def _untar_to(data: bytes, name: str, dst: Path) -> None:
-    """Extract a one-entry tar safely next to `dst` and move it into place."""
-    dst = dst.absolute()
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=".evsys-download-", dir=dst.parent) as tmp:
-        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
-            tar.extractall(tmp, filter=links_stay_inside)
-        got = Path(tmp) / PurePosixPath(name).name
-        if got.is_dir() and dst.is_dir():
-            shutil.copytree(got, dst, symlinks=True, dirs_exist_ok=True)
-        else:
-            os.replace(got, dst)

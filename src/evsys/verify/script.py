@@ -27,11 +27,11 @@ from evsys.sandbox.base import (
     Sandbox,
     SandboxError,
     replace_tree,
+    run_script,
 )
 from evsys.verify.base import VerifierError, VerifierResult, VerifierTimeoutError, read_reward_files
 
-# `exec`: no extra fork; test.sh's exit code is ignored (the reward file decides)
-_RUN = f"exec bash {TESTS_DIR}/test.sh > {VERIFIER_LOGS_DIR}/test-stdout.txt 2>&1 < /dev/null"
+_OUTPUT = f"{VERIFIER_LOGS_DIR}/test-stdout.txt"  # test.sh's exit code is ignored: the reward file decides
 
 
 def _fingerprint(path: Path) -> tuple:
@@ -88,8 +88,14 @@ class ScriptVerifier:
         except SandboxError as exc:
             raise VerifierError(f"placing the tests at {TESTS_DIR} failed: {exc}") from None
         try:
-            result = await sandbox.exec(
-                _RUN, user=self.user, cwd=self.workdir, env=self.env, timeout=self.timeout_sec
+            result = await run_script(
+                sandbox,
+                f"{TESTS_DIR}/test.sh",
+                _OUTPUT,
+                user=self.user,
+                cwd=self.workdir,
+                env=self.env,
+                timeout=self.timeout_sec,
             )
         except SandboxError as exc:
             raise VerifierError(f"the sandbox failed while verifying: {exc}") from exc

@@ -66,6 +66,8 @@ typedef struct {
     double timeout; /* seconds; <= 0: none */
     int stdin;
     int fd3; /* > 0: becomes fd 3 of the child (a fast worker's status pipe) */
+    int direct;   /* argv is the program and its arguments (looked up on the request's PATH), no shell */
+    char *output; /* stdout and stderr go to this file (created or truncated as the command's user) */
 } req_t;
 
 struct worker;

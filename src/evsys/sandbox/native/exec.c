@@ -13,8 +13,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static const char SPAWN_WRAPPER[] = "exec -- \"$@\""; /* bash -c: PATH lookup; not found is exit 127 */
-
 static int env_key_ok(const value_t *k)
 {
     return k->t == V_STR && k->len > 0 && strlen(k->s) == k->len && !strchr(k->s, '=');
@@ -29,6 +27,8 @@ void req_from(req_t *r, const value_t *v)
     r->root = user && strcmp(user, "root") == 0;
     r->timeout = d_num(v, "timeout", 0);
     r->stdin = d_true(v, "stdin");
+    const char *output = d_str(v, "output");
+    r->output = output ? xstrdup(output) : NULL;
     value_t *env = d_get(v, "env");
     size_t n = env && env->t == V_DICT ? env->n : 0, m = 0;
     r->envp = xmalloc((n + 1) * sizeof *r->envp);
@@ -47,6 +47,7 @@ void req_free(req_t *r)
 {
     free(r->cmd);
     free(r->cwd);
+    free(r->output);
     for (char **p = r->envp; p && *p; p++)
         free(*p);
     free(r->envp);
@@ -104,6 +105,8 @@ int is_tracked(const command_t *c)
     return 0;
 }
 
+static void exec_on_path(char **argv, char **envp);
+
 void exec_child(const req_t *r, int in_fd, int out_fd, int err_fd, char **argv)
 {
     char msg[600];
@@ -128,9 +131,46 @@ void exec_child(const req_t *r, int in_fd, int out_fd, int err_fd, char **argv)
         if (write(2, msg, strlen(msg)) < 0) { /* nothing more to do */ }
         _exit(126);
     }
-    execve("/bin/bash", argv, r->envp);
-    dprintf(2, "evsys: cannot start command: %s\n", strerror(errno));
-    _exit(127);
+    if (r->output) {
+        int out = open(r->output, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (out < 0 || dup2(out, 1) < 0 || dup2(out, 2) < 0) {
+            dprintf(2, "evsys: cannot open output file '%.400s': %s\n", r->output, strerror(errno));
+            _exit(126);
+        }
+    }
+    if (r->direct)
+        exec_on_path(argv, r->envp);
+    else
+        execve("/bin/bash", argv, r->envp);
+    dprintf(2, "evsys: cannot start %s: %s\n", r->direct ? argv[0] : "command", strerror(errno));
+    _exit(errno == ENOENT ? 127 : 126);
+}
+
+/* execve argv[0], searched on the PATH of envp when it has no slash (as a shell would) */
+static void exec_on_path(char **argv, char **envp)
+{
+    const char *path = "/usr/local/bin:/usr/bin:/bin";
+    for (char **e = envp; *e; e++)
+        if (!strncmp(*e, "PATH=", 5))
+            path = *e + 5;
+    if (strchr(argv[0], '/')) {
+        execve(argv[0], argv, envp);
+        return;
+    }
+    char full[4096];
+    int saved = ENOENT;
+    for (const char *p = path;; p++) {
+        const char *end = strchr(p, ':');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        snprintf(full, sizeof full, "%.*s/%s", (int)len, len ? p : ".", argv[0]);
+        execve(full, argv, envp);
+        if (errno != ENOENT && errno != ENOTDIR)
+            saved = errno;
+        if (!end)
+            break;
+        p = end;
+    }
+    errno = saved;
 }
 
 static int nonblocking_pipe(int fds[2])
@@ -159,10 +199,11 @@ command_t *start_forked(command_t *c, const char *payload, size_t plen)
     while (c->req.argv && c->req.argv[tail])
         tail++;
     char **argv = xmalloc((tail + 4) * sizeof *argv);
+    size_t head = c->req.direct ? 0 : 3;
     argv[0] = "bash", argv[1] = "-c", argv[2] = c->req.cmd;
     for (size_t k = 0; k < tail; k++)
-        argv[3 + k] = c->req.argv[k];
-    argv[3 + tail] = NULL;
+        argv[head + k] = c->req.argv[k];
+    argv[head + tail] = NULL;
     pid_t pid = fork();
     if (pid == 0)
         exec_child(&c->req, in[0], out[1], err[1], argv);
@@ -191,13 +232,38 @@ command_t *start_forked(command_t *c, const char *payload, size_t plen)
     return c;
 }
 
+/* an exec request's "argv" (run with no shell): copied into the request; 0 when it is malformed */
+static int direct_argv(req_t *r, const value_t *v)
+{
+    value_t *argv = d_get(v, "argv");
+    if (!argv || argv->t == V_NONE)
+        return 1;
+    if (argv->t != V_LIST || argv->n == 0)
+        return 0;
+    for (size_t k = 0; k < argv->n; k++)
+        if (argv->items[k]->t != V_STR || (k == 0 && argv->items[k]->len == 0))
+            return 0;
+    r->argv = xmalloc((argv->n + 1) * sizeof *r->argv);
+    for (size_t k = 0; k < argv->n; k++)
+        r->argv[k] = xstrdup(argv->items[k]->s);
+    r->argv[argv->n] = NULL;
+    r->direct = 1;
+    return 1;
+}
+
 void start_exec(const value_t *v, long long rid, const char *payload, size_t plen)
 {
     command_t *c = command_new(rid);
     req_from(&c->req, v);
+    if (!direct_argv(&c->req, v)) {
+        command_free(c);
+        send_error(rid, 1, "exec argv must be a non-empty list of strings");
+        return;
+    }
     struct stat st; /* a missing cwd: the forked path reports it with the reason */
     int cwd_ok = stat(c->req.cwd, &st) == 0 && S_ISDIR(st.st_mode);
-    if (cwd_ok && (run_fast(c) || (!c->req.stdin && run_on_worker(c))))
+    int plain = !c->req.direct && !c->req.output; /* the other paths run a shell command, output to pipes */
+    if (cwd_ok && plain && (run_fast(c) || (!c->req.stdin && run_on_worker(c))))
         return;
     if (!start_forked(c, payload, plen)) {
         char msg[300];
@@ -375,77 +441,4 @@ void run_forked_now(command_t *c)
     snprintf(msg, sizeof msg, "exec failed: %s", strerror(errno));
     send_error(c->rid, 1, msg);
     command_free(c);
-}
-
-/* ---- spawned processes: output streams as it comes, stdin stays open */
-void spawn_op(const value_t *v, long long rid, const char *payload, size_t plen)
-{
-    value_t *argv = d_get(v, "argv");
-    int ok = argv && argv->t == V_LIST && argv->n > 0;
-    for (size_t k = 0; ok && k < argv->n; k++)
-        ok = argv->items[k]->t == V_STR && argv->items[k]->len > 0;
-    if (!ok) {
-        send_error(rid, 1, "spawn needs a non-empty argv");
-        return;
-    }
-    command_t *c = command_new(rid);
-    req_from(&c->req, v);
-    free(c->req.cmd);
-    c->req.cmd = xstrdup(SPAWN_WRAPPER);
-    c->req.stdin = 1;
-    c->req.argv = xmalloc((argv->n + 2) * sizeof *c->req.argv);
-    c->req.argv[0] = xstrdup("evsys-spawn");
-    for (size_t k = 0; k < argv->n; k++)
-        c->req.argv[k + 1] = xstrdup(argv->items[k]->s);
-    c->req.argv[argv->n + 1] = NULL;
-    c->stream = 1;
-    if (!start_forked(c, payload, plen)) {
-        char msg[300];
-        snprintf(msg, sizeof msg, "spawn failed: %s", strerror(errno));
-        command_free(c);
-        send_error(rid, 1, msg);
-        return;
-    }
-    buf_t h = {0};
-    m_begin(&h);
-    m_kstr(&h, "op", "started");
-    m_kint(&h, "id", rid);
-    m_kint(&h, "pid", c->pid);
-    m_end(&h);
-    send_frame(&h, NULL, 0);
-    buf_free(&h);
-}
-
-static command_t *target_of(const value_t *v)
-{
-    command_t *c = find_command(d_int(v, "target", -1));
-    return c && c->stream ? c : NULL;
-}
-
-void feed_op(const value_t *v, const char *payload, size_t plen)
-{
-    command_t *c = target_of(v);
-    if (!c || c->stdin_fd < 0)
-        return;
-    const char *op = d_str(v, "op");
-    if (op && strcmp(op, "eof") == 0)
-        c->eof = 1;
-    buf_add(&c->in, payload, plen);
-    if (c->in.n)
-        watch_modify(c->stdin_fd, EPOLLOUT);
-    else if (c->eof)
-        close_stdin(c);
-}
-
-void signal_op(const value_t *v)
-{
-    command_t *c = find_command(d_int(v, "target", -1));
-    if (!c || !c->pid)
-        return;
-    if (d_true(v, "tree")) {
-        kill_tree(c->pid);
-        return;
-    }
-    int sig = (int)d_int(v, "sig", 0);
-    kill(-c->pid, sig > 0 ? sig : SIGKILL);
 }

@@ -34,7 +34,11 @@ static const char WORKER_SCRIPT[] =
     "[ \"$!\" = \"$__evsys_last\" ] && exit 1; __evsys_last=$!; echo \"R $!\"; wait $!; echo \"E $! $?\"; done";
 
 worker_t *workers;
-static int used[2]; /* a user ran a command without stdin since start or the last kill */
+/* commands without stdin a user ran since start or the last kill: the first FORKED_FIRST run forked (a worker
+ * costs a bash start plus a fork per command, so it pays off only for a user who runs many: an agent, not the
+ * oracle and verifier of a trial, which run one or two each) */
+static int used[2];
+#define FORKED_FIRST 2
 
 void prepare_job_dir(void)
 {
@@ -270,9 +274,9 @@ static void drop_job(command_t *c)
 int run_on_worker(command_t *c)
 {
     int root = c->req.root;
-    /* a user's first command runs forked: a one-off is cheaper that way; a worker pays off from the second */
-    int first = !used[root] && !has_idle(root);
-    used[root] = 1;
+    int first = used[root] < FORKED_FIRST && !has_idle(root);
+    if (used[root] < FORKED_FIRST)
+        used[root]++;
     if (first)
         return 0;
     for (;;) {

@@ -1,0 +1,104 @@
+"""File transfer for `LocalSandbox`: uploads, downloads and the daemon's own file operations.
+
+Everything here goes through the in-sandbox daemon without starting a process: `files` (remove, empty, create,
+extract a tar), `pack` (a tar of one path) and `read` (the tail of one file)."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+import shutil
+import tarfile
+import tempfile
+from pathlib import Path, PurePosixPath
+
+from evsys.sandbox import rootfs
+from evsys.sandbox.base import SandboxError
+from evsys.util.tarsafe import links_stay_inside
+
+
+class LocalFilesMixin:
+    """The file half of `LocalSandbox` (uses its `_running_client()`)."""
+
+    async def upload(self, src: Path, dst: str) -> None:
+        """Copy a host file or directory into the sandbox at `dst` (root-owned, permissions kept)."""
+        src = Path(src)
+        path = rootfs.sandbox_path(dst)
+        if not src.exists():
+            raise SandboxError(f"upload source {src} does not exist")
+        if src.is_dir():
+            target_dir, arcname = str(path), "."
+        else:
+            target_dir, arcname = str(path.parent), path.name
+        data = await asyncio.to_thread(_tar_bytes, src, arcname)
+        try:
+            await self.files(mkdir=[target_dir], extract=target_dir, data=data)
+        except SandboxError as exc:
+            raise SandboxError(f"upload {src} -> {dst} failed: {exc}") from None
+
+    async def download(self, src: str, dst: Path) -> None:
+        """Copy a sandbox file or directory to the host path `dst` (permissions kept, no links out)."""
+        path = rootfs.sandbox_path(src)
+        if str(path) == "/":
+            raise SandboxError("download of the whole sandbox root is not supported; name a directory")
+        try:
+            data = await self.download_tar(src)
+        except SandboxError as exc:
+            raise SandboxError(f"download {src} -> {dst} failed: {exc}") from None
+        await asyncio.to_thread(_untar_to, data, path.name, Path(dst))
+
+    async def download_tar(self, src: str) -> bytes:
+        """A tar holding the sandbox path `src` under its base name (like `tar -c -C dirname basename`),
+        written by the daemon without starting a process; symlinks are kept as links."""
+        path = rootfs.sandbox_path(src)
+        if str(path) == "/":
+            raise SandboxError("a tar of the whole sandbox root is not supported; name a directory")
+        return (await self._running_client().request({"op": "pack", "path": str(path)})).stdout
+
+    async def read_file(self, path: str, max_bytes: int = 1 << 20) -> bytes:
+        """The last `max_bytes` of a regular file in the sandbox (what `tail -c` gives), read by the daemon
+        as root without starting a process. `SandboxError` when it is missing or not a regular file."""
+        request = {"op": "read", "path": str(rootfs.sandbox_path(path)), "max": max_bytes}
+        return (await self._running_client().request(request)).stdout
+
+    async def files(
+        self,
+        *,
+        remove: list[str] = (),
+        empty: list[str] = (),
+        mkdir: list[str] = (),
+        extract: str | None = None,
+        data: bytes = b"",
+    ) -> None:
+        """As root and without starting a process: remove paths (like `rm -rf`), empty directories, create
+        directories (like `mkdir -p`), then extract the tar `data` into `extract`. `SandboxError` names what
+        failed."""
+        paths = {
+            key: [str(rootfs.sandbox_path(p)) for p in value]
+            for key, value in (("remove", remove), ("empty", empty), ("mkdir", mkdir))
+        }
+        request = {"op": "files", **paths, "extract": str(rootfs.sandbox_path(extract)) if extract else None}
+        await self._running_client().request(request, data)
+
+
+def _tar_bytes(src: Path, arcname: str) -> bytes:
+    """An uncompressed tar of `src` (symlinks kept as links)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        tar.add(src, arcname=arcname, recursive=True)
+    return buf.getvalue()
+
+
+def _untar_to(data: bytes, name: str, dst: Path) -> None:
+    """Extract a one-entry tar safely next to `dst` and move it into place."""
+    dst = dst.absolute()
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=".evsys-download-", dir=dst.parent) as tmp:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+            tar.extractall(tmp, filter=links_stay_inside)
+        got = Path(tmp) / PurePosixPath(name).name
+        if got.is_dir() and dst.is_dir():
+            shutil.copytree(got, dst, symlinks=True, dirs_exist_ok=True)
+        else:
+            os.replace(got, dst)
