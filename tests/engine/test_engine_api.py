@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from datetime import datetime, timedelta
 
 import pytest
 from engine_tasks import make_task
@@ -95,3 +96,21 @@ def test_agent_base_url_reaches_the_model_client():
         import asyncio
 
         asyncio.run(client.aclose())
+
+
+async def test_two_jobs_started_in_one_second_get_two_directories(tmp_path):
+    make_task(tmp_path / "dataset", "a")
+    common = {"datasets": [tmp_path / "dataset"], "jobs_dir": tmp_path / "jobs"}
+    now = datetime.now()
+    taken = {(now + timedelta(seconds=s)).strftime("%Y-%m-%d__%H-%M-%S") for s in (0, 1)}
+    for name in taken:  # jobs that started this second (and the next)
+        (tmp_path / "jobs" / name).mkdir(parents=True)
+    config = JobConfig(**common)
+    assert config.job_name not in taken and config.job_name.rsplit("-", 1)[0] in taken
+    assert config.job_name.endswith("-2")
+    result = await Job(config).run()
+    assert (tmp_path / "jobs" / result.job_name / "result.json").exists()
+    named = JobConfig(**common, job_name=result.job_name)
+    assert named.job_name == result.job_name  # a name the user gives is kept (and then refused as existing)
+    with pytest.raises(JobStoreError, match="already exists"):
+        await Job(named).run()

@@ -7,7 +7,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -66,6 +66,16 @@ class JobConfig(BaseModel):
     skip_build: bool = False
     sandbox: str = "local"
     task_names: list[str] = Field(default_factory=list, description="Glob patterns; empty = every task.")
+
+    @model_validator(mode="after")
+    def _unique_default_name(self) -> JobConfig:
+        """A defaulted name (the start time, to the second) gets `-2`, `-3`, ... when a job of that second
+        already has the directory, so two jobs started in one second never collide; a given name is kept."""
+        if "job_name" not in self.model_fields_set:
+            base, n = self.job_name, 2
+            while (self.jobs_dir / self.job_name).exists():
+                self.job_name, n = f"{base}-{n}", n + 1
+        return self
 
     @field_validator("job_name")
     @classmethod
