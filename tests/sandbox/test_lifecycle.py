@@ -110,3 +110,19 @@ async def test_public_network_shares_the_host_network_and_no_network_has_only_lo
             await sb.exec("ip -o link | cut -d: -f2; test -e /etc/resolv.conf || echo no-resolv")
         ).stdout.split()
         assert links == ["lo", "no-resolv"]
+
+
+async def test_a_failed_mount_setup_is_reported_and_leaves_nothing(monkeypatch, tmp_path):
+    real = LocalSandbox._prepare_layers
+
+    def missing_layer(self, cache):
+        lowers, daemon = real(self, cache)
+        return [str(tmp_path / "no-such-layer"), *lowers], daemon
+
+    monkeypatch.setattr(LocalSandbox, "_prepare_layers", missing_layer)
+    sb = LocalSandbox(spec())
+    with pytest.raises(SandboxError, match=r"cannot set up the sandbox: mount overlay on .*/merged: No such"):
+        await sb.start()
+    assert own_cgroup_dirs() == []
+    assert sandbox_processes() == []
+    await sb.stop()  # still idempotent after a failed start

@@ -129,6 +129,7 @@ class LocalSandbox(LocalFilesMixin):
             lowers=lowers,
             storage_bytes=(spec.storage_mb or DEFAULT_STORAGE_MB) * 1024 * 1024,
             cgroup_procs=self._cgroup.procs_files(),
+            helper=str(Path(daemon_file) / native.BINARY_NAME),
         )
         sfd = seccomp_fd()
         try:

@@ -169,6 +169,9 @@ void files_op(const value_t *v, long long rid, const char *payload, size_t plen)
 void pack_op(const value_t *v, long long rid);
 void read_op(const value_t *v, long long rid);
 
+/* ---- `evsysd --setup`: cgroups and mounts on the host before bwrap (setup.c) */
+int setup_main(int argc, char **argv);
+
 /* ---- processes and privileges (procs.c) */
 void harden(void);
 int kill_all(void);

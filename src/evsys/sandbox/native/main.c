@@ -251,8 +251,10 @@ static void serve(void)
     }
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "--setup") == 0) /* on the host, before bwrap: see setup.c */
+        return setup_main(argc, argv);
     harden();
     rfd = fcntl(0, F_DUPFD_CLOEXEC, 3);
     wfd = fcntl(1, F_DUPFD_CLOEXEC, 3);
