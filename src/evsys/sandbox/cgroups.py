@@ -161,6 +161,8 @@ class SandboxCgroup:
 
     def kill_all(self) -> None:
         """SIGKILL every process in the cgroup (freezing first on v1 so nothing forks in between)."""
+        if not self.pids():
+            return  # the usual case at stop(): the pid namespace died with its init
         freezer = self.dirs.get("freezer")
         if freezer is not None:
             with contextlib.suppress(OSError):

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 import shutil
@@ -53,6 +54,7 @@ def sandbox_path(dst: str) -> PurePosixPath:
     return path
 
 
+@functools.cache
 def host_system_entries() -> list[tuple[str, str | None]]:
     """Top-level system entries: (name, symlink target, or None for a directory bound read-only)."""
     entries = []
