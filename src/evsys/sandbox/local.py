@@ -172,8 +172,6 @@ class LocalSandbox(LocalFilesMixin):
         for name, target in rootfs.host_system_entries():
             if target is None:
                 argv += ["--ro-bind", f"/{name}", f"/{name}"]
-        for path in rootfs.etc_ro_binds():
-            argv += ["--ro-bind", path, path]
         tmp_mb = min(spec.storage_mb or DEFAULT_STORAGE_MB, DEFAULT_TMP_MB)
         argv += ["--ro-bind", daemon_file, DAEMON_DIR, "--proc", "/proc", "--dev", "/dev"]
         for name in PROC_RO:
