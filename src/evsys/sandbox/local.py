@@ -212,11 +212,13 @@ class LocalSandbox(LocalFilesMixin):
     async def _teardown(self) -> None:
         proc, client, cg = self._proc, self._client, self._cgroup
         self._proc = self._client = self._cgroup = None
+        killed = False
         if proc is not None and proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
-                proc.kill()
+                proc.kill()  # bwrap: its child, the daemon (the pid namespace's init), dies with it, and so
+                killed = True  # does every process in the namespace (no fork succeeds in a dying namespace)
         if cg is not None:
-            cg.kill_all()
+            cg.kill_all(freeze=not killed)
         if client is not None:
             await client.close()
         if proc is not None:
