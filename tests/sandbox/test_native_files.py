@@ -205,3 +205,15 @@ async def test_run_script_writes_all_output_to_the_file(sandbox, path):
     )
     assert result.exit_code == 5
     assert (await sandbox.exec("cat /tmp/s.out", user="root")).stdout == "to-out\nto-err\n/app\n"
+
+
+async def test_a_very_deep_tree_is_copied_to_a_bounded_depth_without_harm(sandbox, tmp_path):
+    deep = "/".join(["d"] * 400)
+    made = await sandbox.exec(
+        f"mkdir -p /app/out/{deep} && echo bottom > /app/out/{deep}/f && echo top > /app/out/top"
+    )
+    assert made.exit_code == 0, made.stderr
+    await sandbox.download("/app/out", tmp_path / "out")
+    assert (tmp_path / "out" / "top").read_text() == "top\n"
+    assert (tmp_path / "out" / "d" / "d" / "d").is_dir()
+    assert (await sandbox.exec("echo alive")).stdout == "alive\n"  # the daemon is fine

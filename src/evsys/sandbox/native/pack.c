@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #define MAX_PACK (1ull << 32) /* a reply frame's payload length is 32 bits */
+#define MAX_DEPTH 128          /* deeper directories are left out: each level costs stack and an open fd */
 
 static void pad(buf_t *b)
 {
@@ -82,7 +83,7 @@ static int pack_file(buf_t *b, int dirfd, const char *leaf, const char *name, co
         return errno == ENOENT ? 0 : -1; /* gone since it was listed */
     header(b, name, st, '0', "", (unsigned long long)st->st_size);
     size_t start = b->n, want = (size_t)st->st_size;
-    char chunk[CHUNK];
+    static char chunk[CHUNK]; /* not on the stack: pack_at recurses (the daemon is single-threaded) */
     while (b->n - start < want) {
         size_t left = want - (b->n - start);
         ssize_t n = read(fd, chunk, left < sizeof chunk ? left : sizeof chunk);
@@ -98,7 +99,7 @@ static int pack_file(buf_t *b, int dirfd, const char *leaf, const char *name, co
     return 0;
 }
 
-static int pack_at(buf_t *b, int dirfd, const char *leaf, const char *name)
+static int pack_at(buf_t *b, int dirfd, const char *leaf, const char *name, int depth)
 {
     struct stat st;
     if (fstatat(dirfd, leaf, &st, AT_SYMLINK_NOFOLLOW) != 0)
@@ -118,8 +119,8 @@ static int pack_at(buf_t *b, int dirfd, const char *leaf, const char *name)
         header(b, name, &st, '2', target, 0);
         return 0;
     }
-    if (!S_ISDIR(st.st_mode))
-        return 0; /* fifos, sockets, devices: not copied */
+    if (!S_ISDIR(st.st_mode) || depth > MAX_DEPTH)
+        return 0; /* fifos, sockets, devices, and trees deeper than MAX_DEPTH: not copied */
     char dname[4200];
     snprintf(dname, sizeof dname, "%s/", name);
     header(b, dname, &st, '5', "", 0);
@@ -134,7 +135,7 @@ static int pack_at(buf_t *b, int dirfd, const char *leaf, const char *name)
             continue;
         char child[4200];
         snprintf(child, sizeof child, "%s/%s", name, e->d_name);
-        rc = pack_at(b, fd, e->d_name, child);
+        rc = pack_at(b, fd, e->d_name, child, depth + 1);
     }
     closedir(d);
     return rc;
@@ -161,7 +162,7 @@ void pack_op(const value_t *v, long long rid)
         return;
     }
     buf_t b = {0};
-    int rc = pack_at(&b, dirfd, base, base);
+    int rc = pack_at(&b, dirfd, base, base, 0);
     int saved = errno;
     close(dirfd);
     if (rc != 0) {
