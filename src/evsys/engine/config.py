@@ -65,6 +65,11 @@ class JobConfig(BaseModel):
     setup_timeout_multiplier: float = Field(1.0, gt=0)
     skip_build: bool = False
     sandbox: str = "local"
+    reuse_sandboxes: bool = Field(
+        True,
+        description="Keep sandboxes between trials of the same environment and reset them (every process "
+        "killed, a fresh root, /tmp, /dev and IPC namespace) instead of stopping and starting one per trial.",
+    )
     task_names: list[str] = Field(default_factory=list, description="Glob patterns; empty = every task.")
 
     @model_validator(mode="after")

@@ -33,6 +33,8 @@ from evsys.engine.python_trial import PythonPlannedTrial, python_trial
 from evsys.engine.results import RETRYABLE_CAUSES, FailureCause, JobResult, TrialFailure, TrialResult
 from evsys.engine.store import JobStore, JobStoreError
 from evsys.engine.trial import PlannedTrial, Trial
+from evsys.sandbox.base import Sandbox, SandboxSpec
+from evsys.sandbox.pool import SandboxPool
 from evsys.trajectory.models import utc_now
 
 TrialCallback = Callable[[TrialResult], Awaitable[None] | None]
@@ -93,6 +95,7 @@ class Job:
         self._dirty = False
         self._writer: asyncio.Task | None = None
         self._closing = asyncio.Event()
+        self._pool: SandboxPool | None = None
 
     @classmethod
     def resume(cls, job_dir: Path | str, on_trial_done: TrialCallback | None = None, **kwargs: Any) -> Job:
@@ -133,9 +136,18 @@ class Job:
         """Run every trial not already finished; return the JobResult (also written to result.json)."""
         try:
             await self._prepare()
+            if self.config.reuse_sandboxes:
+                self._pool = SandboxPool(self._new_sandbox, max_idle=self.config.n_concurrent)
             return await self._run_planned_trials()
         finally:
+            if self._pool is not None:
+                await asyncio.shield(self._pool.close())
             await self._close_clients()
+
+    def _new_sandbox(self, spec: SandboxSpec) -> Sandbox:
+        from evsys.sandbox import create_sandbox
+
+        return create_sandbox(spec, backend=self.config.sandbox)
 
     async def _run_planned_trials(self) -> JobResult:
         self._schedule_job_result()
@@ -226,6 +238,7 @@ class Job:
                     model_client=self._clients.get(id(planned.config.agent)),
                     retries=failures,
                     on_event=self.on_agent_event,
+                    pool=self._pool,
                 )
                 try:
                     result = await trial.run()

@@ -126,6 +126,7 @@ class SingleTurnTrial:
         model_client: Any = None,
         retries: list[TrialFailure] | None = None,
         on_event: Any = None,  # single-turn trials have no agent events
+        pool: Any = None,  # nor a sandbox
     ) -> None:
         assert planned.python_task is not None
         self.planned = planned

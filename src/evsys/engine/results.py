@@ -78,6 +78,9 @@ class TrialResult(BaseModel):
     finished_at: str | None = None
     ran_on_host_image: bool = False
     sandbox_name: str | None = None
+    sandbox_reused: bool = Field(
+        False, description="The trial ran in a sandbox kept from an earlier trial of the job and reset."
+    )
     agent_metadata: dict = Field(
         default_factory=dict, description="What the agent reported (AgentResult.metadata)."
     )

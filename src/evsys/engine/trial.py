@@ -29,6 +29,7 @@ from evsys.engine.logs import extract_logs, place_logs
 from evsys.engine.results import FailureCause, TrialFailure, TrialResult
 from evsys.engine.store import JobStore
 from evsys.sandbox.base import LOGS_DIR, Sandbox, SandboxError, SandboxSpec
+from evsys.sandbox.pool import SandboxPool
 from evsys.task.models import Task
 from evsys.trajectory.models import AgentInfo, TrajectoryRecorder, utc_now
 from evsys.util.atomic import write_json_atomic
@@ -38,6 +39,8 @@ from evsys.verify.script import ScriptVerifier
 T = TypeVar("T")
 SETUP_FAILED = object()  # returned by Trial._agent_setup_step after it recorded the failure
 VERIFIER_GRACE_SEC = 30.0
+# a sandbox that failed, or whose trial was cancelled, is stopped rather than reset for the next trial
+NOT_REUSABLE = (FailureCause.SANDBOX_FAILED, FailureCause.CANCELLED)
 
 
 @dataclass
@@ -94,8 +97,10 @@ class Trial:
         model_client: Any = None,
         retries: list[TrialFailure] | None = None,
         on_event: Callable[[dict[str, Any]], None] | None = None,
+        pool: SandboxPool | None = None,
     ) -> None:
         self.planned = planned
+        self.pool = pool
         self.config = planned.config
         self.job = job
         self.store = store
@@ -232,8 +237,12 @@ class Trial:
         self.result.sandbox_name = spec.name
         timeout = self.config.sandbox_start_timeout_sec
         try:
-            self.sandbox = create_sandbox(spec, backend=self.job.sandbox)
-            await self._timed("sandbox_start", self.sandbox.start(), timeout)
+            if self.pool is not None:
+                self.sandbox = await self._timed("sandbox_start", self.pool.acquire(spec), timeout)
+                self.result.sandbox_reused = self.pool.was_reused(self.sandbox)
+            else:
+                self.sandbox = create_sandbox(spec, backend=self.job.sandbox)
+                await self._timed("sandbox_start", self.sandbox.start(), timeout)
         except TimeoutError:
             self.fail(FailureCause.SANDBOX_FAILED, f"the sandbox did not start within {timeout:g} s")
             return False
@@ -369,9 +378,14 @@ class Trial:
     async def _stop_sandbox(self) -> None:
         if self.sandbox is None:
             return
+        reusable = self.sandbox_alive and self.result.cause not in NOT_REUSABLE
         sandbox, self.sandbox, self.sandbox_alive = self.sandbox, None, False
+        if self.pool is not None:
+            stopping = self.pool.release(sandbox, reusable=reusable)
+        else:
+            stopping = sandbox.stop()
         try:
-            await self._timed("sandbox_stop", asyncio.shield(sandbox.stop()))
+            await self._timed("sandbox_stop", asyncio.shield(stopping))
         except asyncio.CancelledError:
             raise
         except Exception as exc:

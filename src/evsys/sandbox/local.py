@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import os
 import time
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from evsys.sandbox import cgroups, native, rootfs
 from evsys.sandbox.base import (
@@ -19,38 +19,24 @@ from evsys.sandbox.base import (
     SandboxSpec,
     SandboxUnsupported,
 )
+from evsys.sandbox.bwrap import (
+    JOBS_TMPFS_MB,
+    bwrap_argv,
+    storage_size_mb,
+    tmp_size_mb,
+)
 from evsys.sandbox.client import DaemonClient
 from evsys.sandbox.local_files import LocalFilesMixin
 from evsys.sandbox.mounts import ChildSetup
 from evsys.sandbox.process import SandboxProcess
+from evsys.sandbox.reset import ResetTarget, close_target, daemon_pid, run_reset_helper
 from evsys.sandbox.seccomp import seccomp_fd
 from evsys.sandbox.shell import LocalShellSession
 from evsys.sandbox.spawn import SpawnedProcess, spawn
 
-BWRAP = "/usr/bin/bwrap"
-DAEMON_DIR = "/.evsys/daemon"
-DAEMON_PATH = f"{DAEMON_DIR}/{native.BINARY_NAME}"
-DEFAULT_STORAGE_MB = 1024
-DEFAULT_TMP_MB = 512
-JOBS_DIR = "/.evsys/jobs"
-JOBS_TMPFS_MB = 64
 STORAGE_FULL_BYTES = 1 << 20
 START_TIMEOUT = 30.0
 USERS = ("agent", "root")
-# Capabilities kept by the daemon and by commands run as "root"; commands run as "agent" have none.
-ROOT_CAPS = (
-    "CAP_CHOWN",
-    "CAP_DAC_OVERRIDE",
-    "CAP_FOWNER",
-    "CAP_FSETID",
-    "CAP_KILL",
-    "CAP_SETGID",
-    "CAP_SETUID",
-)
-# CAP_SETPCAP lets the daemon shrink its bounding set to ROOT_CAPS; it then drops CAP_SETPCAP itself.
-DAEMON_EXTRA_CAPS = ("CAP_SETPCAP",)
-# Kernel knobs under /proc that a uid-0 process could write by file mode alone: covered read-only.
-PROC_RO = ("sys", "sysrq-trigger", "mtrr", "pressure", "acpi", "scsi", "fs", "irq", "bus")
 BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Where a bind may not go: the sandbox's own machinery, the host system dirs, and the verifier's places.
 BIND_FORBIDDEN = ("/", "/proc", "/dev", "/etc", "/tmp", "/.evsys", TESTS_DIR, SOLUTION_DIR, VERIFIER_LOGS_DIR)
@@ -72,6 +58,7 @@ class LocalSandbox(LocalFilesMixin):
         self._cgroup: cgroups.SandboxCgroup | None = None
         self._state = "new"
         self._shells = 0
+        self._reset_target: ResetTarget | None = None
 
     async def __aenter__(self) -> LocalSandbox:
         await self.start()
@@ -113,6 +100,7 @@ class LocalSandbox(LocalFilesMixin):
         spec = self.spec
         cache = self.scratch_root / "layers"
         lowers, daemon_file = await asyncio.to_thread(self._prepare_layers, cache)
+        self._lowers = tuple(lowers)
         layout = _cgroup_layout()
         if "pids" not in layout.parents or "memory" not in layout.parents:
             raise SandboxError(
@@ -127,13 +115,13 @@ class LocalSandbox(LocalFilesMixin):
         setup = ChildSetup(
             mount_point=str(mount_point),
             lowers=lowers,
-            storage_bytes=(spec.storage_mb or DEFAULT_STORAGE_MB) * 1024 * 1024,
+            storage_bytes=storage_size_mb(spec) * 1024 * 1024,
             cgroup_procs=self._cgroup.procs_files(),
             helper=str(Path(daemon_file) / native.BINARY_NAME),
         )
         sfd = seccomp_fd()
         try:
-            argv = self._bwrap_argv(setup.root, str(daemon_file), "@fd0")
+            argv = bwrap_argv(spec, setup.root, str(daemon_file), "@fd0")
             self._proc = await spawn(argv, setup=setup.params, pass_fds=(sfd,), limit=1 << 22)
         except SandboxError as exc:
             raise SandboxError(f"sandbox {spec.name}: {exc}") from None
@@ -156,40 +144,6 @@ class LocalSandbox(LocalFilesMixin):
         lowers = [str(files), str(base)] if files is not None else [str(base)]
         return lowers, native.daemon_dir(cache)
 
-    def _bwrap_argv(self, root: str, daemon_file: str, seccomp_fd_arg: str) -> list[str]:
-        spec = self.spec
-        argv = [
-            BWRAP,
-            "--unshare-ipc",
-            "--unshare-pid",
-            "--as-pid-1",
-            "--unshare-uts",
-            "--unshare-cgroup-try",
-        ]
-        if spec.network != "public":
-            argv.append("--unshare-net")
-        argv += ["--die-with-parent", "--new-session", "--hostname", "evsys", "--bind", root, "/"]
-        for name, target in rootfs.host_system_entries():
-            if target is None:
-                argv += ["--ro-bind", f"/{name}", f"/{name}"]
-        tmp_mb = min(spec.storage_mb or DEFAULT_STORAGE_MB, DEFAULT_TMP_MB)
-        argv += ["--ro-bind", daemon_file, DAEMON_DIR, "--proc", "/proc", "--dev", "/dev"]
-        for name in PROC_RO:
-            if os.path.lexists(f"/proc/{name}"):
-                argv += ["--ro-bind", f"/proc/{name}", f"/proc/{name}"]
-        argv += ["--size", str(tmp_mb * 1024 * 1024), "--tmpfs", "/tmp", "--chmod", "1777", "/tmp"]
-        # the daemon's per-command scripts and FIFOs live in memory, not on the overlay (cheaper)
-        argv += ["--size", str(JOBS_TMPFS_MB * 1024 * 1024), "--perms", "0711", "--tmpfs", JOBS_DIR]
-        for bind in spec.binds:
-            for parent in reversed(PurePosixPath(bind.dst).parents[:-1]):  # traversable mount-point parents
-                argv += ["--perms", "0755", "--dir", str(parent)]
-            argv += ["--ro-bind" if bind.read_only else "--bind", str(bind.src), bind.dst]
-        argv += ["--cap-drop", "ALL"]
-        for cap in ROOT_CAPS + DAEMON_EXTRA_CAPS:
-            argv += ["--cap-add", cap]
-        argv += ["--seccomp", seccomp_fd_arg, "--chdir", "/", DAEMON_PATH]
-        return argv
-
     async def _stderr_text(self) -> str:
         if self._proc is None or self._proc.stderr is None:
             return ""
@@ -201,6 +155,50 @@ class LocalSandbox(LocalFilesMixin):
             return data.decode("utf-8", "replace").strip()
         return ""
 
+    async def reset(self) -> None:
+        """Return the running sandbox to its just-started state: every process killed, a fresh root (the
+        cached layers and a new upper layer), fresh /tmp and /dev, an empty IPC namespace. Refused
+        (SandboxError) when TCP sockets linger in its network namespace, or for a sandbox on the host
+        network; after any error the sandbox is no longer usable: stop() it."""
+        client = self._running_client()
+        if self.spec.network == "public":
+            raise SandboxError(f"sandbox {self.spec.name}: a sandbox on the host network cannot be reset")
+        self._state = "resetting"
+        try:
+            await client.request({"op": "kill"})
+            target = self._target()
+            alive = set(self._cgroup.pids() if self._cgroup else ())
+            survivors = alive - {target.bwrap_pid, target.daemon_pid}
+            if survivors:
+                raise SandboxError(f"processes {sorted(survivors)} survived the kill")
+            await run_reset_helper(target)
+        except SandboxError as exc:
+            self._state = "broken"
+            raise SandboxError(f"sandbox {self.spec.name}: {exc}") from None
+        self._state = "running"
+
+    def _target(self) -> ResetTarget:
+        if self._reset_target is None:
+            assert self._proc is not None
+            bwrap, daemon = self._proc.pid, daemon_pid(self._proc.pid)
+            try:
+                pidfds = os.pidfd_open(bwrap), os.pidfd_open(daemon)
+            except OSError as exc:
+                raise SandboxError(f"the sandbox's processes are gone: {exc.strerror}") from None
+            self._reset_target = ResetTarget(
+                helper=str(native.daemon_dir(self.scratch_root / "layers") / native.BINARY_NAME),
+                bwrap_pid=bwrap,
+                daemon_pid=daemon,
+                bwrap_pidfd=pidfds[0],
+                daemon_pidfd=pidfds[1],
+                mount_point=str(self.scratch_root / "mnt"),
+                storage_bytes=storage_size_mb(self.spec) * 1024 * 1024,
+                lowers=self._lowers,
+                tmp_bytes=tmp_size_mb(self.spec) * 1024 * 1024,
+                jobs_bytes=JOBS_TMPFS_MB * 1024 * 1024,
+            )
+        return self._reset_target
+
     async def stop(self) -> None:
         """Kill every process, drop the mount namespace and remove the cgroups. Idempotent."""
         if self._state in ("stopped", "new"):
@@ -211,6 +209,8 @@ class LocalSandbox(LocalFilesMixin):
 
     async def _teardown(self) -> None:
         proc, client, cg = self._proc, self._client, self._cgroup
+        close_target(self._reset_target)
+        self._reset_target = None
         self._proc = self._client = self._cgroup = None
         killed = False
         if proc is not None and proc.returncode is None:

@@ -61,14 +61,15 @@ class SpawnedProcess:
     async def wait(self) -> int:
         """Wait until the child has exited (pidfd readiness, never blocking the loop); release the pidfd."""
         if self._pidfd >= 0:
-            await _readable(self._pidfd)
+            await wait_readable(self._pidfd)
             os.close(self._pidfd)
             self._pidfd = -1
         self._exited = True
         return -1
 
 
-async def _readable(fd: int) -> None:
+async def wait_readable(fd: int) -> None:
+    """Wait (on the event loop, never blocking it) until `fd` is readable."""
     loop = asyncio.get_running_loop()
     ready = loop.create_future()
     loop.add_reader(fd, lambda: ready.done() or ready.set_result(None))
@@ -86,7 +87,7 @@ async def _read_to_eof(fd: int) -> bytes:
         try:
             chunk = os.read(fd, 4096)
         except BlockingIOError:
-            await _readable(fd)
+            await wait_readable(fd)
             continue
         if not chunk:
             return bytes(data)
@@ -153,7 +154,7 @@ class _Spawner:
         msg = marshal.dumps({"argv": argv, "setup": setup})
         try:
             sock.sendmsg([msg], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", pass_fds))])
-            await _readable(sock.fileno())
+            await wait_readable(sock.fileno())
             data, fds, _, _ = socket.recv_fds(sock, MAX_REPLY, 8)
         except OSError as exc:
             raise SandboxError(f"the sandbox spawner failed: {exc}") from exc

@@ -172,6 +172,9 @@ void read_op(const value_t *v, long long rid);
 /* ---- `evsysd --setup`: cgroups and mounts on the host before bwrap (setup.c) */
 int setup_main(int argc, char **argv);
 
+/* ---- `evsysd --reset`: a fresh root for a running sandbox, between two trials (reset.c) */
+int reset_main(int argc, char **argv);
+
 /* ---- processes and privileges (procs.c) */
 void harden(void);
 int kill_all(void);

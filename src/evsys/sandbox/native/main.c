@@ -255,6 +255,8 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--setup") == 0) /* on the host, before bwrap: see setup.c */
         return setup_main(argc, argv);
+    if (argc > 1 && strcmp(argv[1], "--reset") == 0) /* on the host, between two trials: see reset.c */
+        return reset_main(argc, argv);
     harden();
     rfd = fcntl(0, F_DUPFD_CLOEXEC, 3);
     wfd = fcntl(1, F_DUPFD_CLOEXEC, 3);

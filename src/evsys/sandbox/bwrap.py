@@ -1,0 +1,76 @@
+"""The bubblewrap command line of a local sandbox, and the sizes and places it sets up (docs/sandbox.md)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import PurePosixPath
+
+from evsys.sandbox import native, rootfs
+from evsys.sandbox.base import SandboxSpec
+
+BWRAP = "/usr/bin/bwrap"
+DAEMON_DIR = "/.evsys/daemon"
+DAEMON_PATH = f"{DAEMON_DIR}/{native.BINARY_NAME}"
+DEFAULT_STORAGE_MB = 1024
+DEFAULT_TMP_MB = 512
+JOBS_DIR = "/.evsys/jobs"
+JOBS_TMPFS_MB = 64
+# Capabilities kept by the daemon and by commands run as "root"; commands run as "agent" have none.
+ROOT_CAPS = (
+    "CAP_CHOWN",
+    "CAP_DAC_OVERRIDE",
+    "CAP_FOWNER",
+    "CAP_FSETID",
+    "CAP_KILL",
+    "CAP_SETGID",
+    "CAP_SETUID",
+)
+# CAP_SETPCAP lets the daemon shrink its bounding set to ROOT_CAPS; it then drops CAP_SETPCAP itself.
+DAEMON_EXTRA_CAPS = ("CAP_SETPCAP",)
+# Kernel knobs under /proc that a uid-0 process could write by file mode alone: covered read-only.
+PROC_RO = ("sys", "sysrq-trigger", "mtrr", "pressure", "acpi", "scsi", "fs", "irq", "bus")
+
+
+def storage_size_mb(spec: SandboxSpec) -> int:
+    """The size of the sandbox's writable layer."""
+    return spec.storage_mb or DEFAULT_STORAGE_MB
+
+
+def tmp_size_mb(spec: SandboxSpec) -> int:
+    """The size of the sandbox's /tmp (a tmpfs)."""
+    return min(storage_size_mb(spec), DEFAULT_TMP_MB)
+
+
+def bwrap_argv(spec: SandboxSpec, root: str, daemon_file: str, seccomp_fd_arg: str) -> list[str]:
+    """The bwrap command line of a sandbox for `spec` whose root (the overlay) is mounted at `root`."""
+    argv = [
+        BWRAP,
+        "--unshare-ipc",
+        "--unshare-pid",
+        "--as-pid-1",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+    ]
+    if spec.network != "public":
+        argv.append("--unshare-net")
+    argv += ["--die-with-parent", "--new-session", "--hostname", "evsys", "--bind", root, "/"]
+    for name, target in rootfs.host_system_entries():
+        if target is None:
+            argv += ["--ro-bind", f"/{name}", f"/{name}"]
+    tmp_mb = tmp_size_mb(spec)
+    argv += ["--ro-bind", daemon_file, DAEMON_DIR, "--proc", "/proc", "--dev", "/dev"]
+    for name in PROC_RO:
+        if os.path.lexists(f"/proc/{name}"):
+            argv += ["--ro-bind", f"/proc/{name}", f"/proc/{name}"]
+    argv += ["--size", str(tmp_mb * 1024 * 1024), "--tmpfs", "/tmp", "--chmod", "1777", "/tmp"]
+    # the daemon's per-command scripts and FIFOs live in memory, not on the overlay (cheaper)
+    argv += ["--size", str(JOBS_TMPFS_MB * 1024 * 1024), "--perms", "0711", "--tmpfs", JOBS_DIR]
+    for bind in spec.binds:
+        for parent in reversed(PurePosixPath(bind.dst).parents[:-1]):  # traversable mount-point parents
+            argv += ["--perms", "0755", "--dir", str(parent)]
+        argv += ["--ro-bind" if bind.read_only else "--bind", str(bind.src), bind.dst]
+    argv += ["--cap-drop", "ALL"]
+    for cap in ROOT_CAPS + DAEMON_EXTRA_CAPS:
+        argv += ["--cap-add", cap]
+    argv += ["--seccomp", seccomp_fd_arg, "--chdir", "/", DAEMON_PATH]
+    return argv

@@ -1,0 +1,98 @@
+"""SandboxPool: started sandboxes kept between trials and reset in between ("slots", docs/sandbox.md).
+
+A trial acquires a sandbox for its spec: an idle one started for an equal spec (everything but the name) is
+handed out after its reset, otherwise a new one is started. At the end of the trial it is released: reset
+(every process killed, a fresh root, /tmp, /dev and IPC namespace; see reset.py) and kept for the next trial
+of the same spec, or stopped when it cannot be reset, when the trial went wrong in the sandbox, or when enough
+sandboxes are idle already. Only sandboxes with a `reset()` (the local backend) are kept; others are stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Callable
+
+from evsys.sandbox.base import Sandbox, SandboxError, SandboxSpec
+
+log = logging.getLogger(__name__)
+
+
+def reuse_key(spec: SandboxSpec) -> str | None:
+    """Specs with equal keys may share a sandbox one after the other; None: never reuse (host network)."""
+    if spec.network == "public":
+        return None
+    return json.dumps(spec.model_dump(mode="json", exclude={"name"}), sort_keys=True)
+
+
+class SandboxPool:
+    """Idle sandboxes by spec; `acquire` / `release` around each trial, `close` at the end of a job."""
+
+    def __init__(self, factory: Callable[[SandboxSpec], Sandbox], *, max_idle: int = 8) -> None:
+        self.factory = factory
+        self.max_idle = max_idle
+        self._idle: dict[str, list[Sandbox]] = {}
+        self._keys: dict[int, str | None] = {}  # id(sandbox) -> its reuse key
+        self._reused: set[int] = set()
+        self._closed = False
+        self.started = 0
+        self.reused = 0
+
+    @property
+    def idle_count(self) -> int:
+        """Sandboxes waiting for their next trial."""
+        return sum(len(v) for v in self._idle.values())
+
+    async def acquire(self, spec: SandboxSpec) -> Sandbox:
+        """A running sandbox for `spec`: an idle one of an equal spec, renamed, or a newly started one
+        (`was_reused(sandbox)` tells which)."""
+        if self._closed:
+            raise SandboxError("the sandbox pool is closed")
+        key = reuse_key(spec)
+        idle = self._idle.get(key or "")
+        if key is not None and idle:
+            sandbox = idle.pop()
+            sandbox.spec = spec  # the same sandbox under this trial's name
+            self.reused += 1
+            self._reused.add(id(sandbox))
+        else:
+            sandbox = self.factory(spec)
+            await sandbox.start()
+            self.started += 1
+            self._reused.discard(id(sandbox))
+        self._keys[id(sandbox)] = key
+        return sandbox
+
+    def was_reused(self, sandbox: Sandbox) -> bool:
+        """True when `sandbox` came out of `acquire` as a reset sandbox of an earlier trial."""
+        return id(sandbox) in self._reused
+
+    async def release(self, sandbox: Sandbox, *, reusable: bool = True) -> None:
+        """Reset `sandbox` and keep it for the next trial of its spec, or stop it (see the module doc)."""
+        key = self._keys.pop(id(sandbox), None)
+        self._reused.discard(id(sandbox))
+        reset = getattr(sandbox, "reset", None)
+        keep = reusable and key is not None and callable(reset) and not self._closed
+        if keep and self.idle_count < self.max_idle:
+            try:
+                await reset()
+            except SandboxError as exc:
+                log.debug("not reusing %s: %s", sandbox.spec.name, exc)
+            else:
+                if not self._closed:
+                    self._idle.setdefault(key, []).append(sandbox)
+                    return
+        await sandbox.stop()
+
+    async def close(self) -> None:
+        """Stop every idle sandbox; later releases stop theirs."""
+        self._closed = True
+        idle = [sb for group in self._idle.values() for sb in group]
+        self._idle.clear()
+        results = await asyncio.gather(*(sb.stop() for sb in idle), return_exceptions=True)
+        for sandbox, result in zip(idle, results, strict=True):
+            if isinstance(result, BaseException):
+                with contextlib.suppress(Exception):
+                    log.warning("stopping idle sandbox %s failed: %s", sandbox.spec.name, result)

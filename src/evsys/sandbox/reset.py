@@ -1,0 +1,104 @@
+"""Resetting a running local sandbox to its just-started state, for reuse by the next trial (a "slot").
+
+The daemon first kills every other process in the sandbox; then `evsysd --reset` (native/reset.c) runs on the
+host: it refuses when TCP sockets linger in the sandbox's network namespace, empties its IPC namespace, and
+pivots the sandbox onto a new overlay (fresh upper layer on the same cached lower layers) with fresh /tmp,
+/dev and job tmpfs, moving the read-only system binds, /proc and the task's binds over. Namespaces, cgroups,
+bwrap and the daemon are kept, which is what makes a reset several times cheaper than stop + start.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from evsys.sandbox.base import SandboxError
+from evsys.sandbox.spawn import wait_readable
+
+REPORT_FD, BWRAP_PIDFD, DAEMON_PIDFD = 3, 4, 5
+
+
+@dataclass(frozen=True)
+class ResetTarget:
+    """What the reset helper needs to know about one running sandbox."""
+
+    helper: str  # the evsysd binary on the host
+    bwrap_pid: int  # host pid of bwrap (its mount namespace holds the setup's storage mounts)
+    daemon_pid: int  # host pid of the daemon (the sandbox's pid 1)
+    bwrap_pidfd: int  # pidfds of both: namespaces are entered through them, never through a reusable pid
+    daemon_pidfd: int
+    mount_point: str
+    storage_bytes: int
+    lowers: tuple[str, ...]
+    tmp_bytes: int
+    jobs_bytes: int
+
+    def argv(self) -> list[str]:
+        """The helper's command line."""
+        return [
+            self.helper,
+            "--reset",
+            str(REPORT_FD),
+            str(BWRAP_PIDFD),
+            str(DAEMON_PIDFD),
+            str(self.daemon_pid),
+            self.mount_point,
+            str(self.storage_bytes),
+            ":".join(self.lowers),
+            str(self.tmp_bytes),
+            str(self.jobs_bytes),
+        ]
+
+
+def close_target(target: ResetTarget | None) -> None:
+    """Release the pidfds a ResetTarget holds."""
+    if target is not None:
+        for fd in (target.bwrap_pidfd, target.daemon_pidfd):
+            os.close(fd)
+
+
+def daemon_pid(bwrap_pid: int) -> int:
+    """The host pid of the sandbox's init (bwrap's only child)."""
+    try:
+        with open(f"/proc/{bwrap_pid}/task/{bwrap_pid}/children") as f:
+            children = f.read().split()
+    except OSError as exc:
+        raise SandboxError(f"cannot find the sandbox's daemon: {exc.strerror}") from None
+    if len(children) != 1:
+        raise SandboxError(f"bwrap {bwrap_pid} has {len(children)} children, expected the daemon alone")
+    return int(children[0])
+
+
+async def run_reset_helper(target: ResetTarget) -> None:
+    """Run `evsysd --reset` (posix_spawn, awaited through a pidfd); SandboxError with its report if it
+    fails."""
+    read_end, write_end = os.pipe()
+    try:
+        pid = os.posix_spawn(  # noqa: ASYNC221 - a vfork+exec: returns in microseconds
+            target.helper,
+            target.argv(),
+            {},
+            file_actions=[
+                (os.POSIX_SPAWN_DUP2, write_end, REPORT_FD),
+                (os.POSIX_SPAWN_DUP2, target.bwrap_pidfd, BWRAP_PIDFD),
+                (os.POSIX_SPAWN_DUP2, target.daemon_pidfd, DAEMON_PIDFD),
+            ],
+        )
+    except OSError as exc:
+        os.close(read_end)
+        raise SandboxError(f"cannot start the reset helper {target.helper}: {exc.strerror}") from None
+    finally:
+        os.close(write_end)
+    try:
+        pidfd = os.pidfd_open(pid)
+        try:
+            await wait_readable(pidfd)
+        finally:
+            os.close(pidfd)
+        _, status = os.waitpid(pid, 0)  # noqa: ASYNC222 - the pidfd said it has exited
+        code = os.waitstatus_to_exitcode(status)
+        report = os.read(read_end, 4096).decode("utf-8", "replace").strip() if code else ""
+    finally:
+        os.close(read_end)
+    if code != 0:
+        raise SandboxError(f"reset failed: {report or f'the reset helper exited with {code}'}")

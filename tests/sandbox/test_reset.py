@@ -1,0 +1,130 @@
+"""reset() and SandboxPool: a reset sandbox works like a new one, repeated resets leak nothing, the pool
+reuses only sandboxes of an equal spec and stops what it cannot reset."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from sandbox_helpers import own_cgroup_dirs, sandbox_mounts, sandbox_processes, spec
+
+from evsys.sandbox import LocalSandbox, SandboxError
+from evsys.sandbox.base import Bind
+from evsys.sandbox.pool import SandboxPool, reuse_key
+
+
+async def test_every_way_of_running_commands_works_after_a_reset(sandbox):
+    for _ in range(2):
+        await sandbox.exec("true; ls /; echo x > /app/x; cat /app/x")  # workers and fast shells exist
+        await sandbox.reset()
+        assert (await sandbox.exec("echo hi")).stdout == "hi\n"  # fork-free builtins
+        assert (await sandbox.exec("cat", stdin=b"in")).stdout == "in"  # forked with stdin
+        for _ in range(3):  # past the first two forked commands: the worker path
+            assert (await sandbox.exec("id -un; pwd; ls /app")).stdout == "agent\n/app\n"
+        assert (await sandbox.exec("id -un", user="root")).stdout == "root\n"
+        proc = await sandbox.spawn(["cat"], stdin=b"streamed")
+        proc.stdin.close()
+        assert await asyncio.wait_for(proc.stdout.read(), 10) == b"streamed"
+        assert await proc.wait() == 0
+        await sandbox.files(mkdir=["/app/d"])
+        assert (await sandbox.exec("ls -d /app/d")).stdout == "/app/d\n"
+
+
+async def test_binds_stay_and_stay_read_only(tmp_path):
+    (tmp_path / "shared.txt").write_text("host data\n")
+    sb = LocalSandbox(spec(binds=[Bind(src=tmp_path, dst="/data", read_only=True)]))
+    await sb.start()
+    try:
+        await sb.reset()
+        assert (await sb.exec("cat /data/shared.txt", user="root")).stdout == "host data\n"
+        denied = await sb.exec("echo x > /data/shared.txt", user="root")
+        assert denied.exit_code != 0 and "Read-only" in denied.stderr
+    finally:
+        await sb.stop()
+    assert (tmp_path / "shared.txt").read_text() == "host data\n"
+
+
+@pytest.mark.slow
+async def test_100_resets_leave_no_mount_or_process_behind():
+    sb = LocalSandbox(spec())
+    await sb.start()
+    try:
+        ns_mounts = Path(f"/proc/{sb._proc.pid}/mountinfo")
+        await sb.reset()
+        after_first = len(ns_mounts.read_bytes().splitlines())  # noqa: ASYNC240
+        for i in range(100):
+            await sb.exec(f"echo {i} > /app/f; sleep 100 & setsid sleep 100 &")
+            await sb.reset()
+        assert len(ns_mounts.read_bytes().splitlines()) == after_first  # noqa: ASYNC240
+        assert (await sb.exec("ls -A /app; ps -eo args=")).stdout == "/.evsys/daemon/evsysd\nps -eo args=\n"
+    finally:
+        await sb.stop()
+    assert sandbox_mounts() == []
+    assert sandbox_processes() == []
+    assert own_cgroup_dirs() == []
+
+
+async def test_reset_needs_a_running_sandbox():
+    sb = LocalSandbox(spec())
+    with pytest.raises(SandboxError, match="not running"):
+        await sb.reset()
+    public = LocalSandbox(spec(network="public"))
+    await public.start()
+    try:
+        with pytest.raises(SandboxError, match="host network"):
+            await public.reset()
+    finally:
+        await public.stop()
+
+
+def test_reuse_key_ignores_the_name_only():
+    assert reuse_key(spec()) == reuse_key(spec())
+    assert reuse_key(spec()) != reuse_key(spec(memory_mb=512))
+    assert reuse_key(spec()) != reuse_key(spec(env={"A": "1"}))
+    assert reuse_key(spec(network="public")) is None
+
+
+async def test_pool_reuses_sandboxes_of_an_equal_spec_only():
+    pool = SandboxPool(LocalSandbox, max_idle=2)
+    try:
+        first = await pool.acquire(spec())
+        await first.exec("echo left > /app/left")
+        await pool.release(first)
+        second = await pool.acquire(spec())
+        assert second is first and pool.was_reused(second)
+        assert (await second.exec("ls -A /app")).stdout == ""
+        other = await pool.acquire(spec(memory_mb=256))
+        assert other is not first and not pool.was_reused(other)
+        await asyncio.gather(pool.release(second), pool.release(other))
+        assert pool.idle_count == 2
+        third = await pool.acquire(spec())
+        await pool.release(third, reusable=False)  # e.g. its trial was cancelled: stopped, not kept
+        assert pool.idle_count == 1
+        assert (pool.started, pool.reused) == (2, 2)
+    finally:
+        await pool.close()
+    assert pool.idle_count == 0
+    assert sandbox_processes() == []
+    assert own_cgroup_dirs() == []
+
+
+async def test_pool_stops_a_sandbox_it_cannot_reset_and_caps_idle_ones():
+    pool = SandboxPool(LocalSandbox, max_idle=1)
+    try:
+        boxes = [await pool.acquire(spec()) for _ in range(3)]
+        await boxes[0].exec(
+            "python3 -c \"import socket; s = socket.create_server(('127.0.0.1', 8000)); "
+            "c = socket.create_connection(('127.0.0.1', 8000)); a, _ = s.accept(); a.close(); c.close()\"",
+            user="root",
+        )
+        for box in boxes:
+            await pool.release(box)
+        assert pool.idle_count == 1  # one refused (TIME_WAIT), one kept, one over the cap
+        kept = await pool.acquire(spec())
+        assert kept is boxes[1]
+        await pool.release(kept)
+    finally:
+        await pool.close()
+    assert sandbox_processes() == []
+    assert own_cgroup_dirs() == []
