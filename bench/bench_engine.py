@@ -3,7 +3,9 @@
 Task: solve.sh `echo ok > /app/out.txt`; test.sh writes reward 1 when the file holds `ok`. The baseline runs
 the same two scripts 100 times with `bash` in a temp dir (paths rewritten to the temp dir), 8 at a time.
 Prints total seconds (median of ROUNDS rounds of each, every round listed), per-trial overhead
-((evsys - baseline) / 100) and the ratio. Target on a 2-core machine: <= 1.3 s for all 100 trials.
+((evsys - baseline) / 100) and the ratio. evsys runs as a job does by default: sandboxes kept between the
+trials and reset; the same 100 trials with a fresh sandbox each (`reuse_sandboxes=False`) are printed
+beside. Target on a 2-core machine: <= 1.3 s for all 100 trials.
 Set EVSYS_BENCH_PROFILE=1 to print the engine's cProfile top functions (first round).
 
 Usage: `python bench/bench_engine.py` or `python bench/run_all.py engine`.
@@ -75,9 +77,9 @@ async def baseline(root: Path) -> tuple[float, float]:
 
 
 async def evsys_run(
-    root: Path, dataset: Path, *, profile: bool, job_name: str = "bench"
+    root: Path, dataset: Path, *, profile: bool, job_name: str = "bench", reuse: bool = True
 ) -> tuple[float, object]:
-    """Seconds for the 100 trials through Job.run(), and the JobResult."""
+    """Seconds for the 100 trials through Job.run() and the JobResult; `reuse`: JobConfig.reuse_sandboxes."""
     from evsys.engine import AgentSpec, Job, JobConfig
 
     config = JobConfig(
@@ -87,6 +89,7 @@ async def evsys_run(
         n_concurrent=N_CONCURRENT,
         jobs_dir=root / "jobs",
         job_name=job_name,
+        reuse_sandboxes=reuse,
     )
     job = Job(config)
     profiler = cProfile.Profile() if profile else None
@@ -155,13 +158,15 @@ async def main() -> dict:
     root = _bench_root()
     try:
         dataset = _write_task(root / "dataset")
-        base_runs, ev_runs = [], []
+        base_runs, ev_runs, fresh_runs = [], [], []
         for i in range(ROUNDS):
             base_sec, base_reward = await baseline(root / f"baseline-{i}")
             base_runs.append(base_sec)
             profile = bool(os.environ.get("EVSYS_BENCH_PROFILE")) and i == 0
             ev_sec, run_result = await evsys_run(root, dataset, profile=profile, job_name=f"bench-{i}")
             ev_runs.append((ev_sec, run_result))
+            fresh_sec, _ = await evsys_run(root, dataset, profile=False, job_name=f"fresh-{i}", reuse=False)
+            fresh_runs.append(fresh_sec)
         base_sec = statistics.median(base_runs)
         ev_sec, result = sorted(ev_runs, key=lambda run: run[0])[len(ev_runs) // 2]
         writes = await asyncio.to_thread(fsync_cost, root / "writes")
@@ -173,6 +178,8 @@ async def main() -> dict:
         "baseline_sec": round(base_sec, 3),
         "evsys_sec": round(ev_sec, 3),
         "evsys_rounds_sec": [round(sec, 3) for sec, _ in ev_runs],
+        "evsys_fresh_sandboxes_sec": round(statistics.median(fresh_runs), 3),
+        "evsys_fresh_rounds_sec": [round(sec, 3) for sec in fresh_runs],
         "baseline_rounds_sec": [round(sec, 3) for sec in base_runs],
         "overhead_per_trial_ms": round((ev_sec - base_sec) / N_TRIALS * 1000, 2),
         "ratio": round(ev_sec / base_sec, 2) if base_sec else None,
@@ -190,6 +197,11 @@ async def main() -> dict:
     print(
         f"evsys Job.run(), -n {N_CONCURRENT}:        {ev_sec:.3f} s median of {ROUNDS} ({rounds}; "
         f"mean reward {result.mean_reward}, {result.n_errors} errors)"
+    )
+    fresh = ", ".join(f"{sec:.3f}" for sec in fresh_runs)
+    print(
+        f"  the same, a fresh sandbox per trial (reuse_sandboxes=False): "
+        f"{figures['evsys_fresh_sandboxes_sec']:.3f} s median ({fresh})"
     )
     print(
         f"overhead per trial: {figures['overhead_per_trial_ms']} ms; evsys/baseline: {figures['ratio']}x; "

@@ -2,7 +2,9 @@
 
 Baselines: (a) `asyncio.create_subprocess_exec("bash", "-c", ...)` per command, no isolation at all; (b) a
 persistent bash fed commands over a pipe, reading output up to a sentinel (16 of them for 16 in flight).
-Measured: median and p95 latency of `echo hi`, commands/s with 16 in flight, sandbox start+stop (median, 20).
+Measured: median and p95 latency of `echo hi`, commands/s with 16 in flight, sandbox start+stop (median, 20),
+and reset() of a running sandbox that just ran a command (median, 50): what a reused sandbox ("slot") pays
+between two trials instead of a stop and a start.
 Run: `.venv/bin/python bench/bench_sandbox.py` (as root), or through bench/run_all.py.
 """
 
@@ -19,6 +21,7 @@ LATENCY_N = 400
 THROUGHPUT_N = 2000
 IN_FLIGHT = 16
 START_STOP_N = 20
+RESET_N = 50
 COMMAND = "echo hi"
 # A command that must start a program: no shell builtin, so no fork-free path (see docs/sandbox.md).
 EXTERNAL = "/bin/true"
@@ -103,6 +106,19 @@ async def start_stop(n: int = START_STOP_N) -> dict:
     return {"median_ms": statistics.median(samples), "p95_ms": samples[int(0.95 * len(samples)) - 1]}
 
 
+async def reset_cost(n: int = RESET_N) -> dict:
+    """Median and p95 of reset() of a running sandbox after a command that wrote a file, in milliseconds."""
+    samples = []
+    async with LocalSandbox(SandboxSpec(name="bench-reset")) as sb:
+        for _ in range(n):
+            await sb.exec("echo x > /app/f")
+            t0 = time.perf_counter()
+            await sb.reset()
+            samples.append((time.perf_counter() - t0) * 1000)
+    samples.sort()
+    return {"median_ms": statistics.median(samples), "p95_ms": samples[int(0.95 * len(samples)) - 1]}
+
+
 async def measure() -> dict:
     """Every figure: evsys and both baselines."""
     results: dict = {}
@@ -133,6 +149,7 @@ async def measure() -> dict:
         [lambda: subprocess_exec(EXTERNAL)] * IN_FLIGHT, n=THROUGHPUT_N // 4
     )
     results["evsys_local"]["start_stop"] = await start_stop()
+    results["evsys_local"]["reset"] = await reset_cost()
     return results
 
 
@@ -157,6 +174,10 @@ def print_table(results: dict) -> None:
     ss = ev["start_stop"]
     print(f"{'sandbox start+stop, median (ms)':34} {ss['median_ms']:12.1f}")
     print(f"{'sandbox start+stop, p95 (ms)':34} {ss['p95_ms']:12.1f}")
+    rs = ev["reset"]
+    ratio = ss["median_ms"] / rs["median_ms"]
+    print(f"{'sandbox reset, median (ms)':34} {rs['median_ms']:12.1f}  ({ratio:.1f}x faster than start+stop)")
+    print(f"{'sandbox reset, p95 (ms)':34} {rs['p95_ms']:12.1f}")
     print("(vs subproc: how many times better evsys is than a fresh unisolated `bash -c`)")
 
 

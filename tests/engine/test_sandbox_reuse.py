@@ -3,9 +3,13 @@ processes or solution, a trial that broke its sandbox gets it replaced, and noth
 
 from __future__ import annotations
 
+import json
 import secrets
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 from engine_tasks import make_task
 
 from evsys.engine import Job, JobConfig
@@ -64,3 +68,14 @@ async def test_a_trial_whose_agent_timed_out_leaves_a_clean_sandbox_for_the_next
     assert trials["b-leak-check"].sandbox_reused
     assert trials["b-leak-check"].reward == 1.0
     assert processes_of(config.job_name) == []
+
+
+@pytest.mark.parametrize(("flag", "reused"), [([], 2), (["--fresh-sandboxes"], 0)])
+def test_cli_reuses_sandboxes_unless_told_not_to(tmp_path, flag, reused):
+    dataset = make_task(tmp_path / "tasks", "leak-check", solve=LEAK_CHECK_SOLVE)
+    args = [sys.executable, "-m", "evsys.cli.main", "run", str(dataset), "-a", "oracle", "-k", "3", "-n", "1"]
+    args += ["--jobs-dir", str(tmp_path / "jobs"), "--job-name", "cli", *flag]
+    subprocess.run(args, check=True, capture_output=True, timeout=120)
+    results = [json.loads(p.read_text()) for p in (tmp_path / "jobs" / "cli").glob("*/result.json")]
+    assert [r["rewards"]["reward"] for r in results] == [1.0] * 3
+    assert sum(r["sandbox_reused"] for r in results) == reused

@@ -110,6 +110,14 @@ def run(
         bool, typer.Option("--skip-build", help="Run image-needing tasks on the host image.")
     ] = False,
     sandbox: Annotated[str, typer.Option("--sandbox", help="Sandbox backend.")] = "local",
+    reuse_sandboxes: Annotated[
+        bool,
+        typer.Option(
+            "--reuse-sandboxes/--fresh-sandboxes",
+            help="Keep sandboxes between trials of one environment and reset them (default), or start a "
+            "fresh sandbox for every trial.",
+        ),
+    ] = True,
     task: Annotated[
         list[str] | None, typer.Option("--task", help="Only tasks whose name matches (glob).")
     ] = None,
@@ -133,6 +141,7 @@ def run(
         "setup_timeout_multiplier": setup_timeout_multiplier,
         "skip_build": skip_build,
         "sandbox": sandbox,
+        "reuse_sandboxes": reuse_sandboxes,
         "task_names": task or [],
     }
     job = _build_job(
