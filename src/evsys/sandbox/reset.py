@@ -9,13 +9,17 @@ bwrap and the daemon are kept, which is what makes a reset several times cheaper
 
 from __future__ import annotations
 
+import asyncio
 import os
+import signal
+import threading
 from dataclasses import dataclass
 
 from evsys.sandbox.base import SandboxError
 from evsys.sandbox.spawn import wait_readable
 
 REPORT_FD, BWRAP_PIDFD, DAEMON_PIDFD = 3, 4, 5
+HELPER_TIMEOUT = 30.0  # seconds; a reset takes milliseconds
 
 
 @dataclass(frozen=True)
@@ -92,7 +96,13 @@ async def run_reset_helper(target: ResetTarget) -> None:
     try:
         pidfd = os.pidfd_open(pid)
         try:
-            await wait_readable(pidfd)
+            await asyncio.wait_for(wait_readable(pidfd), HELPER_TIMEOUT)
+        except BaseException as exc:  # a timeout, or the caller was cancelled: the helper must not linger
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            threading.Thread(target=os.waitpid, args=(pid, 0), daemon=True).start()
+            if isinstance(exc, TimeoutError):
+                raise SandboxError(f"reset helper did not finish within {HELPER_TIMEOUT:g} s") from None
+            raise
         finally:
             os.close(pidfd)
         _, status = os.waitpid(pid, 0)  # noqa: ASYNC222 - the pidfd said it has exited
