@@ -165,12 +165,10 @@ class LocalSandbox(LocalFilesMixin):
             raise SandboxError(f"sandbox {self.spec.name}: a sandbox on the host network cannot be reset")
         self._state = "resetting"
         try:
-            await client.request({"op": "kill"})
+            killed = await client.request({"op": "kill"})
+            if killed.header.get("left"):
+                raise SandboxError(f"{killed.header['left']} processes survived SIGKILL")
             target = self._target()
-            alive = set(self._cgroup.pids() if self._cgroup else ())
-            survivors = alive - {target.bwrap_pid, target.daemon_pid}
-            if survivors:
-                raise SandboxError(f"processes {sorted(survivors)} survived the kill")
             await run_reset_helper(target)
         except SandboxError as exc:
             self._state = "broken"

@@ -177,7 +177,7 @@ int reset_main(int argc, char **argv);
 
 /* ---- processes and privileges (procs.c) */
 void harden(void);
-int kill_all(void);
+int kill_all(int *left);
 void kill_tree(pid_t root);
 void killpg_quiet(pid_t pgid);
 unsigned long long free_bytes(const char *path);

@@ -11,7 +11,7 @@
  * Replies:   {"op": "out", "id", "fd": 1|2}  payload = a chunk of output (large outputs and spawned processes)
  *            {"op": "exit", "id", "code", "timed_out", "out": n, "free": bytes}  payload = rest of stdout ([:n])
  *              + rest of stderr
- *            {"op": "started", "id", "pid"}, {"op": "killed", "id", "count"}, {"op": "pong", "id"},
+ *            {"op": "started", "id", "pid"}, {"op": "killed", "id", "count", "left"}, {"op": "pong", "id"},
  *            {"op": "error", "id", "message"}, and once at start {"op": "ready", "pid"}
  * The daemon is the pid namespace's init (bwrap --as-pid-1): nothing inside can kill it, and it reaps every
  * child and orphan (SIGCHLD through a signalfd). Timeouts are the epoll timeout, never polled. */
@@ -141,9 +141,17 @@ command_t *find_command(long long rid)
 
 static void kill_op(long long rid)
 {
-    int count = kill_all();
+    int left = 0, count = kill_all(&left);
     retire_all(); /* killed too; their commands end as killed */
-    send_simple("killed", rid, "count", count);
+    buf_t h = {0};
+    m_begin(&h);
+    m_kstr(&h, "op", "killed");
+    m_kint(&h, "id", rid);
+    m_kint(&h, "count", count);
+    m_kint(&h, "left", left);
+    m_end(&h);
+    send_frame(&h, NULL, 0);
+    buf_free(&h);
 }
 
 static void dispatch(const value_t *v, const char *payload, size_t plen)

@@ -104,10 +104,11 @@ static void sleep_ms(void)
     nanosleep(&ts, NULL);
 }
 
-/* SIGKILL every other process in this pid namespace; wait until they are gone; return the count (the
- * persistent workers, killed too, are not counted) */
-int kill_all(void)
+/* SIGKILL every other process in this pid namespace; wait (5 s at most) until they are gone; return the count
+ * (the persistent workers, killed too, are not counted); *left: how many are still alive after that */
+int kill_all(int *left_out)
 {
+    *left_out = 0;
     pid_t me = getpid();
     size_t n = process_table(table, MAX_PROCS);
     int victims = 0;
@@ -126,6 +127,7 @@ int kill_all(void)
         int left = 0;
         for (size_t k = 0; k < n; k++)
             left += table[k].pid != 1 && table[k].pid != me;
+        *left_out = left;
         if (!left)
             break;
         sleep_ms();
