@@ -99,17 +99,30 @@ async def test_limits_are_written_to_the_sandbox_cgroups():
         assert len(in_cgroup) >= 2  # the daemon and at least one worker are inside the limits
 
 
-async def test_public_network_shares_the_host_network_and_no_network_has_only_lo():
+async def test_public_network_has_its_own_namespace_behind_slirp_and_no_network_has_only_lo():
     async with LocalSandbox(spec(network="public")) as sb:
-        links = (
-            await sb.exec("ip -o link | cut -d: -f2; test -s /etc/resolv.conf && echo resolv")
-        ).stdout.split()
-        assert "lo" in links and len(links) > 2 and links[-1] == "resolv"
+        out = await sb.exec("ip -o -4 addr show tap0 | awk '{print $4}'; ip route; cat /etc/resolv.conf")
+        assert out.stdout.splitlines() == [
+            "10.0.2.100/24",
+            "default via 10.0.2.2 dev tap0 ",
+            "10.0.2.0/24 dev tap0 proto kernel scope link src 10.0.2.100 ",
+            "nameserver 10.0.2.3",
+        ]
+        slirp = sb._network.pid
+        assert os.path.exists(f"/proc/{slirp}")  # noqa: ASYNC240
+    assert not os.path.exists(f"/proc/{slirp}")  # noqa: ASYNC240 - stopped with the sandbox
     async with LocalSandbox(spec()) as sb:
         links = (
             await sb.exec("ip -o link | cut -d: -f2; test -e /etc/resolv.conf || echo no-resolv")
         ).stdout.split()
         assert links == ["lo", "no-resolv"]
+
+
+async def test_public_network_without_slirp4netns_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr("shutil.which", lambda *a, **k: None)
+    with pytest.raises(SandboxError, match="apt-get install slirp4netns"):
+        await LocalSandbox(spec(network="public")).start()
+    assert own_cgroup_dirs() == []
 
 
 async def test_a_failed_mount_setup_is_reported_and_leaves_nothing(monkeypatch, tmp_path):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import subprocess
 import threading
 
 import pytest
@@ -45,6 +46,37 @@ def _accept(server: socket.socket, accepted: list) -> None:
         accepted.append(server.accept())
     except OSError:
         pass
+
+
+def _host_address() -> str | None:
+    """A non-loopback IPv4 address of this host, if it has one."""
+    argv = ["ip", "-4", "-o", "addr", "show", "scope", "global"]
+    out = subprocess.run(argv, capture_output=True, text=True, check=False)
+    fields = out.stdout.split()
+    return fields[fields.index("inet") + 1].split("/")[0] if "inet" in fields else None
+
+
+async def test_public_network_reaches_out_but_not_the_host_loopback(make_sandbox):
+    sb = await make_sandbox(network="public")
+    loopback = socket.socket()
+    loopback.bind(("127.0.0.1", 0))
+    loopback.listen()
+    port = loopback.getsockname()[1]
+    try:
+        for host in ("10.0.2.2", "127.0.0.1"):  # slirp's gateway (the host with loopback disabled), own lo
+            r = await sb.exec(CONNECT.format(host=host, port=port), user="root")
+            assert "CONNECTED" not in r.stdout, host
+        address = _host_address()
+        if address is not None:  # outbound NAT works: a server on the host's own address answers
+            public = socket.create_server(("0.0.0.0", 0))
+            try:
+                r = await sb.exec(CONNECT.format(host=address, port=public.getsockname()[1]))
+                assert r.stdout.split() == ["CONNECTED"]
+            finally:
+                public.close()
+    finally:
+        loopback.close()
+        await sb.stop()
 
 
 async def test_no_route_to_any_other_address(sandbox):

@@ -51,8 +51,7 @@ def bwrap_argv(spec: SandboxSpec, root: str, daemon_file: str, seccomp_fd_arg: s
         "--unshare-uts",
         "--unshare-cgroup-try",
     ]
-    if spec.network != "public":
-        argv.append("--unshare-net")
+    argv.append("--unshare-net")  # always: `public` attaches slirp4netns to this namespace (slirp.py)
     argv += ["--die-with-parent", "--new-session", "--hostname", "evsys", "--bind", root, "/"]
     for name, target in rootfs.host_system_entries():
         if target is None:

@@ -62,6 +62,18 @@ def check_daemon() -> Check:
     return Check("exec daemon", True, f"built with {native.compiler()}: {built}")
 
 
+def check_slirp() -> Check:
+    """`public` networking runs slirp4netns on the host (optional: no-network sandboxes do not need it)."""
+    from evsys.sandbox.base import SandboxError
+    from evsys.sandbox.slirp import INSTALL_HINT, slirp_binary
+
+    try:
+        path = slirp_binary()
+    except SandboxError:
+        return Check("slirp4netns", False, "not found: public networking fails", INSTALL_HINT, required=False)
+    return Check("slirp4netns", True, f"{path} (public networking)", required=False)
+
+
 def check_overlay() -> Check:
     """overlayfs must be available to the kernel."""
     filesystems = Path("/proc/filesystems").read_text()
@@ -148,6 +160,7 @@ def check_smoke() -> Check:
 def run_checks(*, smoke: bool = True) -> list[Check]:
     """Every check, in display order; the smoke test only when the basics pass."""
     checks = [check_root(), check_bwrap(), check_python(), check_daemon(), check_overlay(), *check_cgroups()]
+    checks.append(check_slirp())
     checks.append(check_seccomp())
     checks.append(check_user_namespaces())
     if smoke and all(c.ok for c in checks if c.required):

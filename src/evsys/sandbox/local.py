@@ -32,6 +32,7 @@ from evsys.sandbox.process import SandboxProcess
 from evsys.sandbox.reset import ResetTarget, close_target, daemon_pid, run_reset_helper
 from evsys.sandbox.seccomp import seccomp_fd
 from evsys.sandbox.shell import LocalShellSession
+from evsys.sandbox.slirp import SlirpNetwork, slirp_binary
 from evsys.sandbox.spawn import SpawnedProcess, spawn
 
 STORAGE_FULL_BYTES = 1 << 20
@@ -59,6 +60,7 @@ class LocalSandbox(LocalFilesMixin):
         self._state = "new"
         self._shells = 0
         self._reset_target: ResetTarget | None = None
+        self._network: SlirpNetwork | None = None
 
     async def __aenter__(self) -> LocalSandbox:
         await self.start()
@@ -99,6 +101,8 @@ class LocalSandbox(LocalFilesMixin):
     async def _launch(self) -> None:
         spec = self.spec
         cache = self.scratch_root / "layers"
+        if spec.network == "public":
+            slirp_binary()  # fail before starting anything when public networking cannot work here
         lowers, daemon_file = await asyncio.to_thread(self._prepare_layers, cache)
         self._lowers = tuple(lowers)
         layout = _cgroup_layout()
@@ -136,6 +140,8 @@ class LocalSandbox(LocalFilesMixin):
             raise SandboxError(
                 f"sandbox {spec.name} failed to start: {detail or type(exc).__name__}"
             ) from None
+        if spec.network == "public":
+            self._network = await SlirpNetwork.attach(daemon_pid(self._proc.pid))
 
     def _prepare_layers(self, cache: Path) -> tuple[list[str], Path]:
         spec = self.spec
@@ -158,11 +164,11 @@ class LocalSandbox(LocalFilesMixin):
     async def reset(self) -> None:
         """Return the running sandbox to its just-started state: every process killed, a fresh root (the
         cached layers and a new upper layer), fresh /tmp and /dev, an empty IPC namespace. Refused
-        (SandboxError) when TCP sockets linger in its network namespace, or for a sandbox on the host
-        network; after any error the sandbox is no longer usable: stop() it."""
+        (SandboxError) when TCP sockets linger in its network namespace, or for public networking; after any
+        error the sandbox is no longer usable: stop() it."""
         client = self._running_client()
         if self.spec.network == "public":
-            raise SandboxError(f"sandbox {self.spec.name}: a sandbox on the host network cannot be reset")
+            raise SandboxError(f"sandbox {self.spec.name}: a sandbox with public networking cannot be reset")
         self._state = "resetting"
         try:
             killed = await client.request({"op": "kill"})
@@ -208,7 +214,7 @@ class LocalSandbox(LocalFilesMixin):
     async def _teardown(self) -> None:
         proc, client, cg = self._proc, self._client, self._cgroup
         close_target(self._reset_target)
-        self._reset_target = None
+        network, self._reset_target, self._network = self._network, None, None
         self._proc = self._client = self._cgroup = None
         killed = False
         if proc is not None and proc.returncode is None:
@@ -221,6 +227,8 @@ class LocalSandbox(LocalFilesMixin):
             await client.close()
         if proc is not None:
             await proc.wait()
+        if network is not None:
+            await network.close()
         if cg is not None and not cg.try_remove():
             if not await asyncio.to_thread(cgroups.remove_cgroup_dirs, cg):
                 raise SandboxError(

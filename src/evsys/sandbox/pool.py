@@ -21,7 +21,8 @@ log = logging.getLogger(__name__)
 
 
 def reuse_key(spec: SandboxSpec) -> str | None:
-    """Specs with equal keys may share a sandbox one after the other; None: never reuse (host network)."""
+    """Specs with equal keys may share a sandbox one after the other; None: never reuse (`public` network:
+    connections through its slirp4netns NAT may outlive the trial's processes)."""
     if spec.network == "public":
         return None
     return json.dumps(spec.model_dump(mode="json", exclude={"name"}), sort_keys=True)

@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path, PurePosixPath
 
 from evsys.sandbox.base import AGENT_LOGS_DIR, ARTIFACTS_DIR, VERIFIER_LOGS_DIR, FileCopy, SandboxError
+from evsys.sandbox.slirp import DNS_SERVER as SLIRP_DNS
 
 AGENT_UID = 1000
 SANDBOX_PYTHON = "/usr/bin/python3"
@@ -36,7 +37,7 @@ ETC_COPIES = (
     "ld.so.conf.d",
     "ld.so.cache",
 )
-LAYER_VERSION = "4"
+LAYER_VERSION = "5"
 
 PASSWD = (
     "root:x:0:0:root:/root:/bin/bash\n"
@@ -163,8 +164,8 @@ def base_layer(cache: Path, *, workdir: str, public_network: bool) -> Path:
         (etc / "nsswitch.conf").write_text(NSSWITCH)
         (etc / "shadow").write_text("root:*:19000:0:99999:7:::\nagent:*:19000:0:99999:7:::\n")
         os.chmod(etc / "shadow", 0o640)
-        if public_network and os.path.exists("/etc/resolv.conf"):
-            shutil.copyfile("/etc/resolv.conf", etc / "resolv.conf")
+        if public_network:  # slirp4netns's DNS forwarder, which asks the host's resolvers
+            (etc / "resolv.conf").write_text(f"nameserver {SLIRP_DNS}\n")
 
     return _build(cache / f"base-{key}", fill)
 
