@@ -132,6 +132,15 @@ def test_install_spec_validation_names_the_problem(tmp_path):
     assert npm.key() != HarnessInstall(manager="npm", packages=["@openai/codex@0.2.0"]).key()
 
 
+def test_a_changed_install_procedure_gets_a_new_cache_key(monkeypatch):
+    """A tree cached by an older install command is never handed out for a newer one."""
+    install = HarnessInstall(manager="npm", packages=["@openai/codex@0.1.0"])
+    before = install.key()
+    original = HarnessInstall.command
+    monkeypatch.setattr(HarnessInstall, "command", lambda self: original(self) + " --ignore-scripts")
+    assert install.key() != before
+
+
 async def test_npm_install_is_cached_and_its_bin_runs_in_a_trial(tmp_path):
     """An npm package installs into the prefix once; its bin runs in a no-network trial sandbox."""
     install = HarnessInstall(manager="npm", local_packages=[build_npm_tarball(tmp_path)])

@@ -74,9 +74,11 @@ class HarnessInstall(BaseModel):
                 raise ValueError(f"local_packages: {path} is not a file")
 
     def key(self) -> str:
-        """A hash of everything that determines the installed tree (inputs, local files, platform)."""
+        """A hash of everything that determines the installed tree: inputs, local files, platform, and the
+        install command itself (a change to how evsys installs gives a new key, never a stale tree)."""
         digest = hashlib.sha256()
         digest.update(self.model_dump_json(exclude={"local_packages", "timeout_s"}).encode())
+        digest.update(self.command().encode())
         digest.update(f"{platform.machine()}|{sys.version_info[:2]}".encode())
         for path in self.local_packages:
             digest.update(path.name.encode() + hashlib.sha256(path.read_bytes()).digest())
