@@ -98,7 +98,8 @@ def test_config_points_at_the_proxy_and_declares_the_mcp_server():
 
 
 async def run_turns(proxy, messages: list[str]):
-    """Run `messages` as consecutive turns of Codex in a no-network sandbox with the create-file task."""
+    """Run `messages` as consecutive turns of Codex in a no-network sandbox with the create-file task; return
+    the proxy session, the turns, `ps` after stop() and the native steps."""
     task = load_task(TASK_DIR)
     spec = SandboxSpec(name="codex-harness", workdir=task.environment.workdir, files=task.environment.files)
     async with HarnessSandbox(proxy, spec, install=DEFINITION.install, model="tiny") as hs:
@@ -111,14 +112,15 @@ async def run_turns(proxy, messages: list[str]):
         finally:
             await adapter.stop()
         ps = await hs.sandbox.exec("ps -eo args", timeout=20)
-        return hs.session, turns, ps.stdout
+        native = await adapter.native_steps()  # Codex's own rollout log, read out of the sandbox
+        return hs.session, turns, ps.stdout, native
 
 
 async def test_codex_runs_a_turn_in_the_sandbox_through_the_proxy(harness_proxy):
     """Installed from npm, Codex runs in a no-network sandbox, calls the model through /v1/responses (token
     ids recorded), the turn ends with TURN_COMPLETE, and no codex process survives stop()."""
     instruction = load_task(TASK_DIR).instruction
-    session, [turn], ps = await run_turns(harness_proxy, [instruction])
+    session, [turn], ps, native = await run_turns(harness_proxy, [instruction])
     assert turn.events[-1].type == HarnessEventType.TURN_COMPLETE and turn.ok, turn.error
     assert session.calls and all(c.dialect == "responses" for c in session.calls)
     completion = session.calls[0].completion
@@ -126,11 +128,13 @@ async def test_codex_runs_a_turn_in_the_sandbox_through_the_proxy(harness_proxy)
     assert instruction.strip() in [m["content"].strip() for m in session.calls[0].messages]
     assert turn.of_type(HarnessEventType.LLM_RESPONSE) and turn.text
     assert "codex" not in ps
+    assert instruction.strip() in [(s.message or "").strip() for s in native if s.source == "user"]
+    assert any(s.source == "agent" for s in native)
 
 
 async def test_second_turn_resumes_the_first(harness_proxy):
     """Turn 2 (`codex exec resume --last`) sends the first turn's message and reply along with the new one."""
-    session, turns, _ = await run_turns(
+    session, turns, _, _ = await run_turns(
         harness_proxy, ["First: remember the word kumquat.", "Second: say it."]
     )
     assert all(t.ok for t in turns), [t.error for t in turns]

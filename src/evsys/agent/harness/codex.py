@@ -11,12 +11,14 @@ URL and its bearer header.
 `codex exec --json` prints one JSON event per line (`thread.started`, `turn.started`, `item.started` /
 `item.completed` for agent messages, command executions, MCP tool calls, file changes, ..., `turn.completed`
 with usage, `turn.failed`, `error`); `parse_line` maps them onto `HarnessEvent`s. `native_log_to_steps`
-converts Codex's own session log (`$CODEX_HOME/sessions/**/rollout-*.jsonl`) into ATIF steps.
+converts Codex's own session log (`$CODEX_HOME/sessions/**/rollout-*.jsonl`) into ATIF steps; `native_steps`
+reads the thread's log out of the sandbox for the trial's `agent/` directory.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from typing import Any
 
@@ -153,6 +155,18 @@ class CodexAdapter(PerTurnHarnessAdapter):
             mcp_headers=mcp.headers if mcp else None,
         )
         await self.launcher.write_file(f"{self.codex_home}/config.toml", text.encode())
+
+    async def native_steps(self) -> list[Step]:
+        """This thread's own rollout log (`$CODEX_HOME/sessions/YYYY/MM/DD/rollout-*-<thread id>.jsonl`, every
+        turn of the thread) as ATIF steps; [] before the first turn started a thread."""
+        thread, home = self.thread_id or "", self.codex_home
+        if not re.fullmatch(r"[0-9A-Za-z-]+", thread) or re.search(r"[\s*?\[]", home):
+            return []
+        pattern = f"{home}/sessions/*/*/*/rollout-*-{thread}.jsonl"
+        process = await self.launcher.launch(["/bin/sh", "-c", "cat -- $1", "sh", pattern], env={}, cwd="/")
+        data = await process.stdout.read()
+        await process.wait()
+        return native_log_to_steps(data.splitlines())
 
     def parse_line(self, line: bytes, turn: int) -> list[HarnessEvent]:
         """One `codex exec --json` line as events; ProtocolViolation if it is not a JSON event."""
