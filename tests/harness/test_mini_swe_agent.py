@@ -157,6 +157,10 @@ async def test_mini_runs_a_turn_in_the_sandbox_through_the_proxy(harness_proxy):
     assert adapter.trajectory is not None and adapter.exit_status
     assert turn.events[-1].data["exit_status"] == adapter.exit_status  # e.g. LimitsExceeded
     steps = native_log_to_steps(adapter.trajectory)
+    native = await adapter.native_steps()  # what a trial writes to agent/native-trajectory.json
+    assert [s.model_dump(exclude={"timestamp"}) for s in native] == [
+        s.model_dump(exclude={"timestamp"}) for s in steps
+    ]
     agent_steps = [s for s in steps if s.source == "agent"]
     assert len(agent_steps) == len(session.calls)
     assert [s.metrics.completion_tokens for s in agent_steps] == [

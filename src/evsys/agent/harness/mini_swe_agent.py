@@ -202,6 +202,10 @@ class MiniSweAgentAdapter(PerTurnHarnessAdapter):
         submission = info.get("submission", "") if isinstance(info, dict) else ""
         return {"exit_status": self.exit_status, "submission": submission}
 
+    async def native_steps(self) -> list[Step]:
+        """mini's own trajectory file of the turn as ATIF steps ([] before a turn wrote one)."""
+        return native_log_to_steps(self.trajectory) if self.trajectory is not None else []
+
     def parse_line(self, line: bytes, turn: int) -> list[HarnessEvent]:
         """mini's console text: kept in `stdout_tail`, no events (they come from the trajectory)."""
         self._stdout.append(line.decode("utf-8", "replace").rstrip())
