@@ -128,3 +128,14 @@ async def test_pool_stops_a_sandbox_it_cannot_reset_and_caps_idle_ones():
         await pool.close()
     assert sandbox_processes() == []
     assert own_cgroup_dirs() == []
+
+
+async def test_close_waits_for_a_release_in_flight():
+    pool = SandboxPool(LocalSandbox, max_idle=2)
+    sb = await pool.acquire(spec())
+    releasing = asyncio.create_task(pool.release(sb))
+    await asyncio.sleep(0)  # the release is under way (resetting)
+    await pool.close()
+    assert releasing.done() and pool.idle_count == 0
+    assert sandbox_processes() == []
+    assert own_cgroup_dirs() == []

@@ -37,6 +37,7 @@ class SandboxPool:
         self._idle: dict[str, list[Sandbox]] = {}
         self._keys: dict[int, str | None] = {}  # id(sandbox) -> its reuse key
         self._reused: set[int] = set()
+        self._releasing: set[asyncio.Task] = set()
         self._closed = False
         self.started = 0
         self.reused = 0
@@ -72,24 +73,39 @@ class SandboxPool:
 
     async def release(self, sandbox: Sandbox, *, reusable: bool = True) -> None:
         """Reset `sandbox` and keep it for the next trial of its spec, or stop it (see the module doc)."""
+        task = asyncio.current_task()
+        if task is not None:
+            self._releasing.add(task)
+        try:
+            if not await self._keep(sandbox, reusable):
+                await sandbox.stop()
+        finally:
+            self._releasing.discard(task)
+
+    async def _keep(self, sandbox: Sandbox, reusable: bool) -> bool:
         key = self._keys.pop(id(sandbox), None)
         self._reused.discard(id(sandbox))
         reset = getattr(sandbox, "reset", None)
-        keep = reusable and key is not None and callable(reset) and not self._closed
-        if keep and self.idle_count < self.max_idle:
-            try:
-                await reset()
-            except SandboxError as exc:
-                log.debug("not reusing %s: %s", sandbox.spec.name, exc)
-            else:
-                if not self._closed:
-                    self._idle.setdefault(key, []).append(sandbox)
-                    return
-        await sandbox.stop()
+        if not reusable or key is None or not callable(reset) or self._closed:
+            return False
+        if self.idle_count >= self.max_idle:
+            return False
+        try:
+            await reset()
+        except SandboxError as exc:
+            log.debug("not reusing %s: %s", sandbox.spec.name, exc)
+            return False
+        if self._closed:
+            return False
+        self._idle.setdefault(key, []).append(sandbox)
+        return True
 
     async def close(self) -> None:
-        """Stop every idle sandbox; later releases stop theirs."""
+        """Wait for releases in flight, then stop every idle sandbox; later releases stop theirs."""
         self._closed = True
+        pending = self._releasing - {asyncio.current_task()}
+        if pending:
+            await asyncio.wait(pending)
         idle = [sb for group in self._idle.values() for sb in group]
         self._idle.clear()
         results = await asyncio.gather(*(sb.stop() for sb in idle), return_exceptions=True)
