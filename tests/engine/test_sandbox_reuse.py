@@ -75,7 +75,8 @@ def test_cli_reuses_sandboxes_unless_told_not_to(tmp_path, flag, reused):
     dataset = make_task(tmp_path / "tasks", "leak-check", solve=LEAK_CHECK_SOLVE)
     args = [sys.executable, "-m", "evsys.cli.main", "run", str(dataset), "-a", "oracle", "-k", "3", "-n", "1"]
     args += ["--jobs-dir", str(tmp_path / "jobs"), "--job-name", "cli", *flag]
-    subprocess.run(args, check=True, capture_output=True, timeout=120)
+    done = subprocess.run(args, check=True, capture_output=True, text=True, timeout=120)
+    assert (f"sandboxes: {reused} of 3 trials" in done.stdout) == bool(reused)
     results = [json.loads(p.read_text()) for p in (tmp_path / "jobs" / "cli").glob("*/result.json")]
     assert [r["rewards"]["reward"] for r in results] == [1.0] * 3
     assert sum(r["sandbox_reused"] for r in results) == reused

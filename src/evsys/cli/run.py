@@ -303,6 +303,13 @@ def print_summary(out: Console, result: JobResult, job: Job) -> None:
                 highlight=False,
             )
     print_task_table(out, result)
+    reused = sum(1 for t in result.trials if t.sandbox_reused)
+    if reused:
+        out.print(
+            f"sandboxes: {reused} of {len(result.trials)} trials ran in a sandbox reset after an earlier "
+            "trial (--fresh-sandboxes to start one per trial)",
+            highlight=False,
+        )
     missing = result.n_planned - result.n_done
     if missing:
         out.print(f"{missing} of {result.n_planned} planned trials did not run", highlight=False)
