@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(bubblewrap slirp4netns python3 gcc libc6-dev iproute2 util-linux procps psmisc git ca-certificates)
+APT_PACKAGES=(bubblewrap slirp4netns nftables python3 gcc libc6-dev iproute2 util-linux procps psmisc git ca-certificates)
 PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}
 EXTRAS=${EXTRAS:-local,rl,harness,dev}

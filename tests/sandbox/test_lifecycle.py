@@ -53,14 +53,6 @@ async def test_cannot_start_twice(sandbox):
         await sandbox.start()
 
 
-async def test_allowlist_network_is_refused_clearly():
-    sb = create_sandbox(spec(network="allowlist", allowed_hosts=["example.com"]))
-    with pytest.raises(
-        SandboxUnsupported, match="allowlist networking is not supported by the local sandbox yet"
-    ):
-        await sb.start()
-
-
 async def test_unknown_backend_and_bad_default_user():
     with pytest.raises(SandboxUnsupported, match="unknown sandbox backend 'docker'"):
         create_sandbox(spec(), backend="docker")

@@ -72,7 +72,7 @@ async def test_reset_needs_a_running_sandbox():
     public = LocalSandbox(spec(network="public"))
     await public.start()
     try:
-        with pytest.raises(SandboxError, match="public networking"):
+        with pytest.raises(SandboxError, match="network access"):
             await public.reset()
     finally:
         await public.stop()

@@ -8,6 +8,8 @@ import threading
 
 import pytest
 
+from evsys.sandbox import SandboxError
+
 pytestmark = pytest.mark.security
 
 CONNECT_PY = """
@@ -77,6 +79,42 @@ async def test_public_network_reaches_out_but_not_the_host_loopback(make_sandbox
     finally:
         loopback.close()
         await sb.stop()
+
+
+async def test_allowlist_network_reaches_only_the_allowed_hosts(make_sandbox):
+    address = _host_address()
+    if address is None:
+        pytest.skip("this host has no non-loopback address to serve from")
+    server = socket.create_server(("0.0.0.0", 0))
+    port = server.getsockname()[1]
+    boxes = []
+    try:
+        allowed = await make_sandbox(network="allowlist", allowed_hosts=[address])
+        boxes.append(allowed)
+        other = await make_sandbox(network="allowlist", allowed_hosts=["pypi.org"])
+        boxes.append(other)
+        r = await allowed.exec(CONNECT.format(host=address, port=port))
+        assert r.stdout.split() == ["CONNECTED"]
+        r = await other.exec(CONNECT.format(host=address, port=port))
+        assert r.stdout.split()[0] == "ERR"  # rejected by the filter, at once
+        for sb in (allowed, other):  # the host's loopback stays out of reach
+            r = await sb.exec(CONNECT.format(host="10.0.2.2", port=port), user="root")
+            assert "CONNECTED" not in r.stdout
+        tamper = await other.exec("nft flush ruleset", user="root")
+        assert tamper.exit_code != 0  # no CAP_NET_ADMIN inside: the filter stays
+        pinned = await other.exec("getent hosts pypi.org | awk '{print $1}'; grep -c pypi.org /etc/hosts")
+        assert pinned.stdout.split()[-1] != "0"  # the allowed name is pinned to the filtered addresses
+    finally:
+        server.close()
+        for sb in boxes:
+            await sb.stop()
+
+
+async def test_bad_allowed_hosts_are_refused_naming_the_entry(make_sandbox):
+    for entry, message in (("*.github.com", "wildcards"), ("no-such-host.invalid", "cannot resolve")):
+        with pytest.raises(SandboxError, match=message) as raised:
+            await make_sandbox(network="allowlist", allowed_hosts=[entry])
+        assert entry in str(raised.value)
 
 
 async def test_no_route_to_any_other_address(sandbox):

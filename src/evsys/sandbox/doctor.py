@@ -74,6 +74,18 @@ def check_slirp() -> Check:
     return Check("slirp4netns", True, f"{path} (public networking)", required=False)
 
 
+def check_nftables() -> Check:
+    """`allowlist` networking filters with nftables (optional: other modes do not need it)."""
+    from evsys.sandbox.allowlist import INSTALL_HINT, nft_binary
+    from evsys.sandbox.base import SandboxError
+
+    try:
+        path = nft_binary()
+    except SandboxError:
+        return Check("nftables", False, "not found: allowlist networking fails", INSTALL_HINT, required=False)
+    return Check("nftables", True, f"{path} (allowlist networking)", required=False)
+
+
 def check_overlay() -> Check:
     """overlayfs must be available to the kernel."""
     filesystems = Path("/proc/filesystems").read_text()
@@ -160,7 +172,7 @@ def check_smoke() -> Check:
 def run_checks(*, smoke: bool = True) -> list[Check]:
     """Every check, in display order; the smoke test only when the basics pass."""
     checks = [check_root(), check_bwrap(), check_python(), check_daemon(), check_overlay(), *check_cgroups()]
-    checks.append(check_slirp())
+    checks += [check_slirp(), check_nftables()]
     checks.append(check_seccomp())
     checks.append(check_user_namespaces())
     if smoke and all(c.ok for c in checks if c.required):

@@ -8,7 +8,7 @@ import os
 import time
 from pathlib import Path
 
-from evsys.sandbox import cgroups, native, rootfs
+from evsys.sandbox import allowlist, cgroups, native, rootfs
 from evsys.sandbox.base import (
     SOLUTION_DIR,
     TESTS_DIR,
@@ -17,7 +17,6 @@ from evsys.sandbox.base import (
     ExecResult,
     SandboxError,
     SandboxSpec,
-    SandboxUnsupported,
 )
 from evsys.sandbox.bwrap import (
     JOBS_TMPFS_MB,
@@ -61,6 +60,7 @@ class LocalSandbox(LocalFilesMixin):
         self._shells = 0
         self._reset_target: ResetTarget | None = None
         self._network: SlirpNetwork | None = None
+        self._allowed: dict[str, list[str]] = {}
 
     async def __aenter__(self) -> LocalSandbox:
         await self.start()
@@ -76,11 +76,6 @@ class LocalSandbox(LocalFilesMixin):
             raise SandboxError(f"sandbox {self.spec.name} was already started")
         self._state = "starting"
         spec = self.spec
-        if spec.network == "allowlist":
-            self._state = "stopped"
-            raise SandboxUnsupported(
-                "allowlist networking is not supported by the local sandbox yet; use public or no-network"
-            )
         if spec.user not in USERS:
             self._state = "stopped"
             raise SandboxError(f"sandbox {spec.name}: spec.user must be one of {USERS}, got {spec.user!r}")
@@ -92,17 +87,22 @@ class LocalSandbox(LocalFilesMixin):
             raise SandboxError(f"sandbox {spec.name}: {exc}") from None
         try:
             await self._launch()
+            self._state = "running"
+            if spec.network == "allowlist":
+                await allowlist.restrict(self, daemon_pid(self._proc.pid), self._allowed)
         except BaseException:
             self._state = "stopped"
             await self._teardown()
             raise
-        self._state = "running"
 
     async def _launch(self) -> None:
         spec = self.spec
         cache = self.scratch_root / "layers"
-        if spec.network == "public":
-            slirp_binary()  # fail before starting anything when public networking cannot work here
+        if spec.network != "no-network":  # fail before starting anything when networking cannot work here
+            slirp_binary()
+        if spec.network == "allowlist":
+            allowlist.nft_binary()
+            self._allowed = await asyncio.to_thread(allowlist.resolve, spec.allowed_hosts)
         lowers, daemon_file = await asyncio.to_thread(self._prepare_layers, cache)
         self._lowers = tuple(lowers)
         layout = _cgroup_layout()
@@ -140,12 +140,12 @@ class LocalSandbox(LocalFilesMixin):
             raise SandboxError(
                 f"sandbox {spec.name} failed to start: {detail or type(exc).__name__}"
             ) from None
-        if spec.network == "public":
+        if spec.network != "no-network":
             self._network = await SlirpNetwork.attach(daemon_pid(self._proc.pid))
 
     def _prepare_layers(self, cache: Path) -> tuple[list[str], Path]:
         spec = self.spec
-        base = rootfs.base_layer(cache, workdir=spec.workdir, public_network=spec.network == "public")
+        base = rootfs.base_layer(cache, workdir=spec.workdir, public_network=spec.network != "no-network")
         files = rootfs.files_layer(cache, spec.files, spec.workdir)
         lowers = [str(files), str(base)] if files is not None else [str(base)]
         return lowers, native.daemon_dir(cache)
@@ -167,8 +167,8 @@ class LocalSandbox(LocalFilesMixin):
         (SandboxError) when TCP sockets linger in its network namespace, or for public networking; after any
         error the sandbox is no longer usable: stop() it."""
         client = self._running_client()
-        if self.spec.network == "public":
-            raise SandboxError(f"sandbox {self.spec.name}: a sandbox with public networking cannot be reset")
+        if self.spec.network != "no-network":
+            raise SandboxError(f"sandbox {self.spec.name}: a sandbox with network access cannot be reset")
         self._state = "resetting"
         try:
             killed = await client.request({"op": "kill"})

@@ -21,9 +21,9 @@ log = logging.getLogger(__name__)
 
 
 def reuse_key(spec: SandboxSpec) -> str | None:
-    """Specs with equal keys may share a sandbox one after the other; None: never reuse (`public` network:
+    """Specs with equal keys may share a sandbox one after the other; None: never reuse (network access:
     connections through its slirp4netns NAT may outlive the trial's processes)."""
-    if spec.network == "public":
+    if spec.network != "no-network":
         return None
     return json.dumps(spec.model_dump(mode="json", exclude={"name"}), sort_keys=True)
 
