@@ -62,28 +62,22 @@ def check_daemon() -> Check:
     return Check("exec daemon", True, f"built with {native.compiler()}: {built}")
 
 
-def check_slirp() -> Check:
-    """`public` networking runs slirp4netns on the host (optional: no-network sandboxes do not need it)."""
-    from evsys.sandbox.base import SandboxError
-    from evsys.sandbox.slirp import INSTALL_HINT, slirp_binary
-
-    try:
-        path = slirp_binary()
-    except SandboxError:
-        return Check("slirp4netns", False, "not found: public networking fails", INSTALL_HINT, required=False)
-    return Check("slirp4netns", True, f"{path} (public networking)", required=False)
-
-
-def check_nftables() -> Check:
-    """`allowlist` networking filters with nftables (optional: other modes do not need it)."""
-    from evsys.sandbox.allowlist import INSTALL_HINT, nft_binary
+def check_network_tools() -> list[Check]:
+    """Host tools of the networking modes (optional: no-network sandboxes need neither): slirp4netns for
+    `public` and `allowlist`, nftables for `allowlist`."""
+    from evsys.sandbox import allowlist, slirp
     from evsys.sandbox.base import SandboxError
 
-    try:
-        path = nft_binary()
-    except SandboxError:
-        return Check("nftables", False, "not found: allowlist networking fails", INSTALL_HINT, required=False)
-    return Check("nftables", True, f"{path} (allowlist networking)", required=False)
+    checks = []
+    for name, find, hint, modes in (
+        ("slirp4netns", slirp.slirp_binary, slirp.INSTALL_HINT, "public and allowlist networking"),
+        ("nftables", allowlist.nft_binary, allowlist.INSTALL_HINT, "allowlist networking"),
+    ):
+        try:
+            checks.append(Check(name, True, f"{find()} ({modes})", required=False))
+        except SandboxError:
+            checks.append(Check(name, False, f"not found: {modes} fails", hint, required=False))
+    return checks
 
 
 def check_overlay() -> Check:
@@ -172,7 +166,7 @@ def check_smoke() -> Check:
 def run_checks(*, smoke: bool = True) -> list[Check]:
     """Every check, in display order; the smoke test only when the basics pass."""
     checks = [check_root(), check_bwrap(), check_python(), check_daemon(), check_overlay(), *check_cgroups()]
-    checks += [check_slirp(), check_nftables()]
+    checks += check_network_tools()
     checks.append(check_seccomp())
     checks.append(check_user_namespaces())
     if smoke and all(c.ok for c in checks if c.required):
