@@ -112,7 +112,7 @@ async def test_allowlist_network_reaches_only_the_allowed_hosts(make_sandbox):
 
 async def test_allowed_names_are_pinned_to_the_addresses_the_filter_allows(make_sandbox):
     try:
-        expected = sorted({info[4][0] for info in socket.getaddrinfo("pypi.org", None, socket.AF_INET)})
+        expected = sorted({i[4][0] for i in socket.getaddrinfo("pypi.org", None, type=socket.SOCK_STREAM)})
     except OSError:
         pytest.skip("pypi.org does not resolve on this host")
     sb = await make_sandbox(network="allowlist", allowed_hosts=["pypi.org"])
