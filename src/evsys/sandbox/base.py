@@ -41,6 +41,9 @@ class FileCopy(BaseModel):
 
     src: Path
     dst: str  # absolute path inside the sandbox
+    exclude: tuple[str, ...] = Field(
+        (), description="Paths under a directory `src` (relative to it) left out (the task's .dockerignore)."
+    )
 
 
 class Bind(BaseModel):

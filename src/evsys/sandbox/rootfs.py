@@ -177,7 +177,7 @@ def _fingerprint(files: list[FileCopy], workdir: str) -> str:
         src = Path(fc.src)
         if not src.exists():
             raise SandboxError(f"sandbox file source {src} does not exist (destination {fc.dst})")
-        h.update(f"\0{src.resolve()}\0{fc.dst}".encode())
+        h.update(f"\0{src.resolve()}\0{fc.dst}\0{'|'.join(fc.exclude)}".encode())
         walk = [src] if not src.is_dir() else [src, *sorted(src.rglob("*"))]
         for p in walk:
             st = p.lstat()
@@ -192,7 +192,12 @@ def _place(root: Path, fc: FileCopy, workdir: str) -> None:
     src = Path(fc.src)
     target = root / str(dst).lstrip("/")
     if src.is_dir():
-        shutil.copytree(src, target, symlinks=True, dirs_exist_ok=True)
+        excluded = {src / rel for rel in fc.exclude}
+
+        def left_out(directory: str, names: list[str]) -> set[str]:
+            return {n for n in names if Path(directory) / n in excluded}
+
+        shutil.copytree(src, target, symlinks=True, dirs_exist_ok=True, ignore=left_out if excluded else None)
     else:
         if fc.dst.endswith("/"):
             target = target / src.name

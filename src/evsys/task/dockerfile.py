@@ -1,7 +1,8 @@
 """Read a task's `environment/Dockerfile` and apply the directives that need no image build.
 
 The local sandbox runs on the host's own `/usr`, so evsys honours only what it can reproduce without
-building an image: `WORKDIR`, `ENV`, `ARG`, `COPY`/`ADD` of files under `environment/`, and `FROM` of a plain
+building an image: `WORKDIR`, `ENV`, `ARG`, `COPY`/`ADD` of files under `environment/` (minus what
+`environment/.dockerignore` excludes, see dockerignore.py), and `FROM` of a plain
 base image (see `TRIVIAL_BASE_IMAGES`). `RUN`, an unknown base image, multi-stage builds, `ADD` of a URL or an
 archive and docker-compose files mark the environment as `needs_image`, with one reason per line.
 """
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from evsys.sandbox.base import FileCopy
+from evsys.task.dockerignore import DockerIgnore
 from evsys.task.models import CopyOptions, Problem, ResolvedEnvironment
 
 DOCKERFILE = "environment/Dockerfile"
@@ -71,6 +73,7 @@ class _State:
     """What the directives seen so far have built up."""
 
     context: Path
+    ignore: DockerIgnore = field(default_factory=lambda: DockerIgnore([]))
     workdir: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     args: dict[str, str] = field(default_factory=dict)
@@ -280,12 +283,16 @@ def _resolve_sources(state: _State, ins: Instruction, sources: list[str]) -> lis
         if _has_glob(relative):
             hits = sorted(Path(p) for p in glob.glob(str(context / relative)))
             hits = [h for h in hits if h.resolve() == context or context in h.resolve().parents]
+            hits = [h for h in hits if not state.ignore.ignored(str(h.relative_to(context)))]
             if not hits:
                 state.error(ins.line, f"{ins.keyword} source '{source}' matches no file in environment/")
                 return None
             found.extend(h.resolve() for h in hits)
         elif not candidate.exists():
             state.error(ins.line, f"{ins.keyword} source '{source}' does not exist in environment/")
+            return None
+        elif state.ignore.ignored(str(candidate.relative_to(context))):
+            state.error(ins.line, f"{ins.keyword} source '{source}' is excluded by environment/.dockerignore")
             return None
         else:
             found.append(candidate)
@@ -320,7 +327,8 @@ def _place(state: _State, ins: Instruction, sources: list[Path], dest: str, *, m
     into_dir = dest.endswith("/") or dest in {".", "./"} or many or target in state.known_dirs
     for source in sources:
         if source.is_dir():
-            state.result.files.append(FileCopy(src=source, dst=target))
+            exclude = state.ignore.excluded_under(source, state.context.resolve())
+            state.result.files.append(FileCopy(src=source, dst=target, exclude=exclude))
             state.known_dirs.add(target)
         elif into_dir:
             state.result.files.append(FileCopy(src=source, dst=posixpath.join(target, source.name)))
@@ -338,7 +346,7 @@ def _do_user(state: _State, ins: Instruction) -> None:
 
 def parse_dockerfile(text: str, context: Path) -> tuple[ResolvedEnvironment, list[Problem]]:
     """Apply the image-free directives of a Dockerfile; `context` is the task's `environment/` directory."""
-    state = _State(context=context)
+    state = _State(context=context, ignore=DockerIgnore.of_context(context))
     instructions = split_instructions(text)
     for ins in instructions:
         if ins.keyword == "FROM":
