@@ -84,12 +84,46 @@ class HostProcess:
         return await self._process.wait()
 
     async def kill(self) -> None:
-        """SIGKILL the whole process group, then reap the leader."""
+        """SIGKILL the process and every descendant (also those that started a session of their own), then
+        reap the leader. Descendants are stopped first, so none forks or escapes while the tree is walked."""
+        tree = await asyncio.to_thread(_stop_tree, self._process.pid)
+        for pid in tree:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self._process.pid, signal.SIGKILL)
-        with contextlib.suppress(ProcessLookupError):
-            self._process.kill()
         await self._process.wait()
+
+
+def _children(pid: int) -> list[int]:
+    """Direct children of `pid` (every thread's children file)."""
+    found: list[int] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                found += [int(c) for c in f.read().split()]
+        except OSError:
+            continue
+    return found
+
+
+def _stop_tree(root: int) -> list[int]:
+    """SIGSTOP `root` and its descendants, walking until no new one appears; return them all."""
+    seen: list[int] = []
+    pending = [root]
+    while pending:
+        pid = pending.pop()
+        if pid in seen:
+            continue
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGSTOP)
+        seen.append(pid)
+        pending += _children(pid)
+    return seen
 
 
 class HostProcessLauncher:
