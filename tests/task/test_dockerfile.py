@@ -288,3 +288,23 @@ def test_a_dockerfile_without_from_warns(tmp_path):
     assert [(p.severity, str(p)) for p in problems] == [
         ("warning", "environment/Dockerfile:1: no FROM line; the local sandbox uses the host's /usr")
     ]
+
+
+def test_heredocs_stay_with_their_instruction_and_the_escape_directive_is_honoured(tmp_path):
+    text = (
+        "# escape=`\n"
+        "FROM ubuntu\n"
+        "RUN <<EOF\napt-get update\nWORKDIR /not-an-instruction\nEOF\n"
+        "COPY <<-CONF /etc/x.conf\n\ta=1\n\tCONF\n"
+        "ENV A=1 `\n    B=2\n"
+        "WORKDIR /srv\n"
+    )
+    ins = split_instructions(text)
+    keywords = [(i.line, i.keyword) for i in ins]
+    assert keywords == [(2, "FROM"), (3, "RUN"), (7, "COPY"), (10, "ENV"), (12, "WORKDIR")]
+    assert ins[1].args == "<<EOF\napt-get update\nWORKDIR /not-an-instruction\nEOF"
+    env, problems = parse_dockerfile(text, tmp_path)
+    assert [p for p in problems if p.severity == "error"] == []
+    assert env.workdir == "/srv" and env.env == {"A": "1", "B": "2"}
+    assert env.needs_image and any("inline file (heredoc)" in r for r in env.image_reasons)
+    assert any(r.startswith("environment/Dockerfile:3: RUN") for r in env.image_reasons)

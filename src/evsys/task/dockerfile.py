@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from evsys.sandbox.base import FileCopy
+from evsys.task.dockerfile_syntax import HEREDOC, Instruction, split_instructions
 from evsys.task.dockerignore import DockerIgnore
 from evsys.task.models import CopyOptions, Problem, ResolvedEnvironment
 
@@ -60,15 +61,6 @@ _VAR = re.compile(
 
 
 @dataclass
-class Instruction:
-    """One Dockerfile instruction: its keyword, raw arguments and the line it starts on."""
-
-    line: int
-    keyword: str
-    args: str
-
-
-@dataclass
 class _State:
     """What the directives seen so far have built up."""
 
@@ -96,33 +88,6 @@ class _State:
         """Mark the environment as needing an image build."""
         self.result.needs_image = True
         self.result.image_reasons.append(f"{DOCKERFILE}:{line}: {reason}")
-
-
-def split_instructions(text: str) -> list[Instruction]:
-    """Split Dockerfile text into instructions: join `\\` continuations, drop comments and blanks."""
-    out: list[Instruction] = []
-    pending: list[str] = []
-    start = 0
-    for number, raw in enumerate(text.splitlines(), start=1):
-        stripped = raw.strip()
-        if stripped.startswith("#") or (not stripped and not pending):
-            continue
-        if not pending:
-            start = number
-        if stripped.endswith("\\"):
-            pending.append(stripped[:-1])
-            continue
-        pending.append(stripped)
-        _append_instruction(out, start, " ".join(p.strip() for p in pending if p.strip()))
-        pending = []
-    if pending:
-        _append_instruction(out, start, " ".join(p.strip() for p in pending if p.strip()))
-    return out
-
-
-def _append_instruction(out: list[Instruction], line: int, text: str) -> None:
-    keyword, _, args = text.partition(" ")
-    out.append(Instruction(line=line, keyword=keyword.upper(), args=args.strip()))
 
 
 def expand_vars(text: str, values: dict[str, str]) -> str:
@@ -230,6 +195,9 @@ def _copy_flags(state: _State, ins: Instruction, words: list[str]) -> tuple[dict
 
 
 def _do_copy(state: _State, ins: Instruction) -> None:
+    if HEREDOC.search(ins.args.split("\n", 1)[0]):
+        state.needs_image(ins.line, f"{ins.keyword} of an inline file (heredoc) needs an image build")
+        return
     words = _json_or_shell(ins.args)
     if words is None:
         state.error(ins.line, f"{ins.keyword} arguments cannot be parsed: {ins.args}")
