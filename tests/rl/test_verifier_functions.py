@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import math
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -267,3 +268,13 @@ def test_two_different_callable_objects_under_one_name_conflict(names):
     register_verifier("t_obj", first)
     with pytest.raises(ValueError, match="already registered"):
         register_verifier("t_obj", RubricVerifier(WeightedSum([Const(0.0)])))
+
+
+def test_a_verifier_file_imported_from_many_threads_at_once_is_complete_in_each(tmp_path):
+    """Concurrent trials load one task's verifier file from worker threads: none may get a half-imported
+    module (it sat in sys.modules while it ran, and a second thread took it without `verifier` defined)."""
+    slow = tmp_path / "slow_verifier.py"
+    slow.write_text("import time\ntime.sleep(0.3)\n\ndef verifier(completion):\n    return 1.0\n")
+    with ThreadPoolExecutor(4) as pool:
+        found = list(pool.map(lambda _: get_verifier(f"{slow}:verifier"), range(4)))
+    assert all(callable(fn) for fn in found) and len({id(fn) for fn in found}) == 1

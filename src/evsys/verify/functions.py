@@ -21,6 +21,7 @@ import inspect
 import math
 import numbers
 import sys
+import threading
 import traceback
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -121,6 +122,9 @@ def _source_key(fn: Any) -> tuple[Any, ...]:
     return ("object", id(fn))
 
 
+_FILE_IMPORTS = threading.RLock()  # reentrant: a verifier module may import another by file
+
+
 def import_verifier_module(spec: str | Path, base_dir: Path | None = None) -> Any:
     """Import a module so its `@verifier` functions register: a dotted module name or a `.py` file path.
 
@@ -138,19 +142,22 @@ def import_verifier_module(spec: str | Path, base_dir: Path | None = None) -> An
         raise FileNotFoundError(f"verifier module {path} does not exist")
     digest = hashlib.sha1(str(path).encode()).hexdigest()[:10]
     module_name = f"evsys_user_verifiers.{path.stem}_{digest}"
-    if module_name in sys.modules:
-        return sys.modules[module_name]
-    module_spec = importlib.util.spec_from_file_location(module_name, path)
-    if module_spec is None or module_spec.loader is None:
-        raise ImportError(f"cannot import verifier module {path}")
-    module = importlib.util.module_from_spec(module_spec)
-    sys.modules[module_name] = module
-    try:
-        module_spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[module_name]
-        raise
-    return module
+    # one import at a time: concurrent trials load the same file from worker threads, and a module is in
+    # sys.modules (half-initialised) while it runs
+    with _FILE_IMPORTS:
+        if module_name in sys.modules:
+            return sys.modules[module_name]
+        module_spec = importlib.util.spec_from_file_location(module_name, path)
+        if module_spec is None or module_spec.loader is None:
+            raise ImportError(f"cannot import verifier module {path}")
+        module = importlib.util.module_from_spec(module_spec)
+        sys.modules[module_name] = module
+        try:
+            module_spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[module_name]
+            raise
+        return module
 
 
 def get_verifier(name_or_path: str, base_dir: Path | None = None) -> VerifierFn:
