@@ -1,10 +1,11 @@
 """SandboxPool: started sandboxes kept between trials and reset in between ("slots", docs/sandbox.md).
 
-A trial acquires a sandbox for its spec: an idle one started for an equal spec (everything but the name) is
-handed out after its reset, otherwise a new one is started. At the end of the trial it is released: reset
-(every process killed, a fresh root, /tmp, /dev and IPC namespace; see reset.py) and kept for the next trial
-of the same spec, or stopped when it cannot be reset, when the trial went wrong in the sandbox, or when enough
-sandboxes are idle already. Only sandboxes with a `reset()` (the local backend) are kept; others are stopped.
+A trial acquires a sandbox for its spec: an idle one started for an equal spec (everything but the name),
+already reset when its previous trial ended, or else a newly started one. At the end of the trial it is
+released: reset (every process killed, a fresh root, /tmp, /dev and IPC namespace; see reset.py) and kept
+for the next trial of the same spec, or stopped when it cannot be reset, when the trial went wrong in the
+sandbox, or when enough sandboxes are idle already. Only sandboxes with a `reset()` (the local backend) are
+kept; others are stopped.
 """
 
 from __future__ import annotations
