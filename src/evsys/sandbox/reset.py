@@ -9,14 +9,11 @@ bwrap and the daemon are kept, which is what makes a reset several times cheaper
 
 from __future__ import annotations
 
-import asyncio
 import os
-import signal
-import threading
 from dataclasses import dataclass
 
 from evsys.sandbox.base import SandboxError
-from evsys.sandbox.spawn import wait_readable
+from evsys.sandbox.spawn import wait_child
 
 REPORT_FD, BWRAP_PIDFD, DAEMON_PIDFD = 3, 4, 5
 HELPER_TIMEOUT = 30.0  # seconds; a reset takes milliseconds
@@ -94,19 +91,9 @@ async def run_reset_helper(target: ResetTarget) -> None:
     finally:
         os.close(write_end)
     try:
-        pidfd = os.pidfd_open(pid)
-        try:
-            await asyncio.wait_for(wait_readable(pidfd), HELPER_TIMEOUT)
-        except BaseException as exc:  # a timeout, or the caller was cancelled: the helper must not linger
-            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-            threading.Thread(target=os.waitpid, args=(pid, 0), daemon=True).start()
-            if isinstance(exc, TimeoutError):
-                raise SandboxError(f"reset helper did not finish within {HELPER_TIMEOUT:g} s") from None
-            raise
-        finally:
-            os.close(pidfd)
-        _, status = os.waitpid(pid, 0)  # noqa: ASYNC222 - the pidfd said it has exited
-        code = os.waitstatus_to_exitcode(status)
+        code = await wait_child(pid, os.pidfd_open(pid), HELPER_TIMEOUT)
+        if code is None:
+            raise SandboxError(f"reset helper did not finish within {HELPER_TIMEOUT:g} s")
         report = os.read(read_end, 4096).decode("utf-8", "replace").strip() if code else ""
     finally:
         os.close(read_end)

@@ -12,10 +12,9 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import signal
 
 from evsys.sandbox.base import SandboxError
-from evsys.sandbox.spawn import wait_readable
+from evsys.sandbox.spawn import wait_child, wait_readable
 
 INSTALL_HINT = "apt-get install slirp4netns"
 READY_FD, EXIT_FD = 3, 4
@@ -86,11 +85,4 @@ class SlirpNetwork:
             return
         os.close(self._exit_w)
         self._exit_w = -1
-        try:
-            await asyncio.wait_for(wait_readable(self._pidfd), 2.0)
-        except TimeoutError:
-            signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
-            await wait_readable(self._pidfd)
-        finally:
-            os.close(self._pidfd)
-        os.waitpid(self.pid, 0)  # noqa: ASYNC222 - the pidfd said it has exited
+        await wait_child(self.pid, self._pidfd, 2.0)

@@ -20,6 +20,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import weakref
 from pathlib import Path
 
@@ -77,6 +78,28 @@ async def wait_readable(fd: int) -> None:
         await ready
     finally:
         loop.remove_reader(fd)
+
+
+async def wait_child(pid: int, pidfd: int, kill_after: float) -> int | None:
+    """Wait for a child this process started (posix_spawn) to exit, through its pidfd, never blocking the
+    loop; reap it and return its exit code, or None when it ran past `kill_after` s and was SIGKILLed. A
+    cancelled caller SIGKILLs it too (reaped by a thread): no helper is left behind. Closes `pidfd`."""
+    try:
+        try:
+            await asyncio.wait_for(wait_readable(pidfd), kill_after)
+            timed_out = False
+        except TimeoutError:
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            await wait_readable(pidfd)
+            timed_out = True
+        except BaseException:
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            threading.Thread(target=os.waitpid, args=(pid, 0), daemon=True).start()
+            raise
+    finally:
+        os.close(pidfd)
+    _, status = os.waitpid(pid, 0)  # noqa: ASYNC222 - the pidfd said it has exited
+    return None if timed_out else os.waitstatus_to_exitcode(status)
 
 
 async def _read_to_eof(fd: int) -> bytes:
