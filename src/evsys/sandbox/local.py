@@ -61,6 +61,7 @@ class LocalSandbox(LocalFilesMixin):
         self._reset_target: ResetTarget | None = None
         self._network: SlirpNetwork | None = None
         self._allowed: dict[str, list[str]] = {}
+        self._daemon: int | None = None
 
     async def __aenter__(self) -> LocalSandbox:
         await self.start()
@@ -89,7 +90,7 @@ class LocalSandbox(LocalFilesMixin):
             await self._launch()
             self._state = "running"
             if spec.network == "allowlist":
-                await allowlist.restrict(self, daemon_pid(self._proc.pid), self._allowed)
+                await allowlist.restrict(self, self._daemon_pid(), self._allowed)
         except BaseException:
             self._state = "stopped"
             await self._teardown()
@@ -141,7 +142,7 @@ class LocalSandbox(LocalFilesMixin):
                 f"sandbox {spec.name} failed to start: {detail or type(exc).__name__}"
             ) from None
         if spec.network != "no-network":
-            self._network = await SlirpNetwork.attach(daemon_pid(self._proc.pid))
+            self._network = await SlirpNetwork.attach(self._daemon_pid())
 
     def _prepare_layers(self, cache: Path) -> tuple[list[str], Path]:
         spec = self.spec
@@ -181,10 +182,17 @@ class LocalSandbox(LocalFilesMixin):
             raise SandboxError(f"sandbox {self.spec.name}: {exc}") from None
         self._state = "running"
 
+    def _daemon_pid(self) -> int:
+        """The host pid of the sandbox's daemon (read once from /proc)."""
+        if self._daemon is None:
+            assert self._proc is not None
+            self._daemon = daemon_pid(self._proc.pid)
+        return self._daemon
+
     def _target(self) -> ResetTarget:
         if self._reset_target is None:
             assert self._proc is not None
-            bwrap, daemon = self._proc.pid, daemon_pid(self._proc.pid)
+            bwrap, daemon = self._proc.pid, self._daemon_pid()
             try:
                 pidfds = os.pidfd_open(bwrap), os.pidfd_open(daemon)
             except OSError as exc:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from evsys.sandbox.base import SandboxError
 from evsys.sandbox.spawn import wait_child
+from evsys.util.procfs import children
 
 REPORT_FD, BWRAP_PIDFD, DAEMON_PIDFD = 3, 4, 5
 HELPER_TIMEOUT = 30.0  # seconds; a reset takes milliseconds
@@ -60,14 +61,10 @@ def close_target(target: ResetTarget | None) -> None:
 
 def daemon_pid(bwrap_pid: int) -> int:
     """The host pid of the sandbox's init (bwrap's only child)."""
-    try:
-        with open(f"/proc/{bwrap_pid}/task/{bwrap_pid}/children") as f:
-            children = f.read().split()
-    except OSError as exc:
-        raise SandboxError(f"cannot find the sandbox's daemon: {exc.strerror}") from None
-    if len(children) != 1:
-        raise SandboxError(f"bwrap {bwrap_pid} has {len(children)} children, expected the daemon alone")
-    return int(children[0])
+    found = children(bwrap_pid)
+    if len(found) != 1:
+        raise SandboxError(f"bwrap {bwrap_pid} has {len(found)} children, expected the daemon alone")
+    return found[0]
 
 
 async def run_reset_helper(target: ResetTarget) -> None:

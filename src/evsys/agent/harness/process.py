@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from evsys.util.atomic import write_bytes_atomic
+from evsys.util.procfs import children
 
 BASE_ENV = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONUNBUFFERED": "1"}
 STREAM_LIMIT = 16 * 1024 * 1024  # longest stdout line the adapter accepts (JSON events can be large)
@@ -95,22 +96,6 @@ class HostProcess:
         await self._process.wait()
 
 
-def _children(pid: int) -> list[int]:
-    """Direct children of `pid` (every thread's children file)."""
-    found: list[int] = []
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return found
-    for tid in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/children") as f:
-                found += [int(c) for c in f.read().split()]
-        except OSError:
-            continue
-    return found
-
-
 def _stop_tree(root: int) -> list[int]:
     """SIGSTOP `root` and its descendants, walking until no new one appears; return them all."""
     seen: list[int] = []
@@ -122,7 +107,7 @@ def _stop_tree(root: int) -> list[int]:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGSTOP)
         seen.append(pid)
-        pending += _children(pid)
+        pending += children(pid)
     return seen
 
 
