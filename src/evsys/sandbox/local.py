@@ -192,17 +192,10 @@ class LocalSandbox(LocalFilesMixin):
     def _target(self) -> ResetTarget:
         if self._reset_target is None:
             assert self._proc is not None
-            bwrap, daemon = self._proc.pid, self._daemon_pid()
-            try:
-                pidfds = os.pidfd_open(bwrap), os.pidfd_open(daemon)
-            except OSError as exc:
-                raise SandboxError(f"the sandbox's processes are gone: {exc.strerror}") from None
-            self._reset_target = ResetTarget(
+            self._reset_target = ResetTarget.open(
+                self._proc.pid,
+                self._daemon_pid(),
                 helper=str(native.daemon_dir(self.scratch_root / "layers") / native.BINARY_NAME),
-                bwrap_pid=bwrap,
-                daemon_pid=daemon,
-                bwrap_pidfd=pidfds[0],
-                daemon_pidfd=pidfds[1],
                 mount_point=str(self.scratch_root / "mnt"),
                 storage_bytes=storage_size_mb(self.spec) * 1024 * 1024,
                 lowers=self._lowers,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 from evsys.sandbox.base import SandboxError
 from evsys.sandbox.spawn import wait_child
@@ -25,15 +26,30 @@ class ResetTarget:
     """What the reset helper needs to know about one running sandbox."""
 
     helper: str  # the evsysd binary on the host
-    bwrap_pid: int  # host pid of bwrap (its mount namespace holds the setup's storage mounts)
-    daemon_pid: int  # host pid of the daemon (the sandbox's pid 1)
-    bwrap_pidfd: int  # pidfds of both: namespaces are entered through them, never through a reusable pid
+    daemon_pid: int  # host pid of the daemon (the sandbox's pid 1), for its /proc entries
+    # pidfds of bwrap (whose mount namespace holds the setup's storage mounts) and of the daemon: namespaces
+    # are entered through them, never through a pid that could have been reused
+    bwrap_pidfd: int
     daemon_pidfd: int
     mount_point: str
     storage_bytes: int
     lowers: tuple[str, ...]
     tmp_bytes: int
     jobs_bytes: int
+
+    @classmethod
+    def open(cls, bwrap_pid: int, daemon_pid: int, **fields: Any) -> ResetTarget:
+        """A target for the sandbox of bwrap `bwrap_pid`, with pidfds of both processes (`close_target`)."""
+        try:
+            bwrap_fd = os.pidfd_open(bwrap_pid)
+        except OSError as exc:
+            raise SandboxError(f"the sandbox's processes are gone: {exc.strerror}") from None
+        try:
+            daemon_fd = os.pidfd_open(daemon_pid)
+        except OSError as exc:
+            os.close(bwrap_fd)
+            raise SandboxError(f"the sandbox's processes are gone: {exc.strerror}") from None
+        return cls(daemon_pid=daemon_pid, bwrap_pidfd=bwrap_fd, daemon_pidfd=daemon_fd, **fields)
 
     def argv(self) -> list[str]:
         """The helper's command line."""
