@@ -33,7 +33,6 @@ from evsys.engine.python_trial import PythonPlannedTrial, python_trial
 from evsys.engine.results import RETRYABLE_CAUSES, FailureCause, JobResult, TrialFailure, TrialResult
 from evsys.engine.store import JobStore, JobStoreError
 from evsys.engine.trial import PlannedTrial, Trial
-from evsys.sandbox.base import Sandbox, SandboxSpec
 from evsys.sandbox.pool import SandboxPool
 from evsys.trajectory.models import utc_now
 
@@ -136,18 +135,13 @@ class Job:
         """Run every trial not already finished; return the JobResult (also written to result.json)."""
         try:
             await self._prepare()
-            if self.config.reuse_sandboxes:
-                self._pool = SandboxPool(self._new_sandbox, max_idle=self.config.n_concurrent)
+            max_idle = self.config.n_concurrent if self.config.reuse_sandboxes else 0
+            self._pool = SandboxPool.for_backend(self.config.sandbox, max_idle=max_idle)
             return await self._run_planned_trials()
         finally:
             if self._pool is not None:
                 await asyncio.shield(self._pool.close())
             await self._close_clients()
-
-    def _new_sandbox(self, spec: SandboxSpec) -> Sandbox:
-        from evsys.sandbox import create_sandbox
-
-        return create_sandbox(spec, backend=self.config.sandbox)
 
     async def _run_planned_trials(self) -> JobResult:
         self._schedule_job_result()

@@ -100,7 +100,8 @@ class Trial:
         pool: SandboxPool | None = None,
     ) -> None:
         self.planned = planned
-        self.pool = pool
+        # without a job's pool, a pool that keeps nothing: every sandbox is started and stopped
+        self.pool = pool or SandboxPool.for_backend(job.sandbox, max_idle=0)
         self.config = planned.config
         self.job = job
         self.store = store
@@ -232,17 +233,11 @@ class Trial:
         return None if prepared is SETUP_FAILED else prepared
 
     async def _start_sandbox(self, spec: SandboxSpec) -> bool:
-        from evsys.sandbox import create_sandbox
-
         self.result.sandbox_name = spec.name
         timeout = self.config.sandbox_start_timeout_sec
         try:
-            if self.pool is not None:
-                self.sandbox = await self._timed("sandbox_start", self.pool.acquire(spec), timeout)
-                self.result.sandbox_reused = self.pool.was_reused(self.sandbox)
-            else:
-                self.sandbox = create_sandbox(spec, backend=self.job.sandbox)
-                await self._timed("sandbox_start", self.sandbox.start(), timeout)
+            self.sandbox = await self._timed("sandbox_start", self.pool.acquire(spec), timeout)
+            self.result.sandbox_reused = self.pool.was_reused(self.sandbox)
         except TimeoutError:
             self.fail(FailureCause.SANDBOX_FAILED, f"the sandbox did not start within {timeout:g} s")
             return False
@@ -380,12 +375,8 @@ class Trial:
             return
         reusable = self.sandbox_alive and self.result.cause not in NOT_REUSABLE
         sandbox, self.sandbox, self.sandbox_alive = self.sandbox, None, False
-        if self.pool is not None:
-            stopping = self.pool.release(sandbox, reusable=reusable)
-        else:
-            stopping = sandbox.stop()
         try:
-            await self._timed("sandbox_stop", asyncio.shield(stopping))
+            await self._timed("sandbox_stop", asyncio.shield(self.pool.release(sandbox, reusable=reusable)))
         except asyncio.CancelledError:
             raise
         except Exception as exc:

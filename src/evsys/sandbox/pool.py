@@ -43,6 +43,17 @@ class SandboxPool:
         self.started = 0
         self.reused = 0
 
+    @classmethod
+    def for_backend(cls, backend: str, *, max_idle: int) -> SandboxPool:
+        """A pool starting sandboxes with `create_sandbox(spec, backend)`; `max_idle=0` keeps none."""
+
+        def start_new(spec: SandboxSpec) -> Sandbox:
+            from evsys.sandbox import create_sandbox  # the backends, imported on first use
+
+            return create_sandbox(spec, backend=backend)
+
+        return cls(start_new, max_idle=max_idle)
+
     @property
     def idle_count(self) -> int:
         """Sandboxes waiting for their next trial."""
