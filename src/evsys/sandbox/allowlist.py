@@ -13,13 +13,12 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import re
-import shutil
 import socket
 from typing import Any
 
 from evsys.sandbox.base import SandboxError
 from evsys.sandbox.rootfs import HOSTS
-from evsys.sandbox.slirp import DNS_SERVER
+from evsys.sandbox.slirp import DNS_SERVER, host_tool
 
 INSTALL_HINT = "apt-get install nftables"
 _HOSTNAME = re.compile(
@@ -29,10 +28,7 @@ _HOSTNAME = re.compile(
 
 def nft_binary() -> str:
     """The nft executable; SandboxError naming the package when it is missing."""
-    path = shutil.which("nft") or shutil.which("nft", path="/usr/sbin:/sbin")
-    if path is None:
-        raise SandboxError(f"allowlist networking needs nftables, which is not installed: {INSTALL_HINT}")
-    return path
+    return host_tool("nft", "allowlist networking", INSTALL_HINT)
 
 
 def _check_entry(entry: str) -> str:

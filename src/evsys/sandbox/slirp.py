@@ -22,12 +22,17 @@ READY_TIMEOUT = 10.0
 DNS_SERVER = "10.0.2.3"
 
 
+def host_tool(program: str, needed_for: str, install_hint: str) -> str:
+    """The path of a host program (on PATH, else in the system dirs); SandboxError naming the package."""
+    path = shutil.which(program) or shutil.which(program, path="/usr/sbin:/usr/bin:/sbin:/bin")
+    if path is None:
+        raise SandboxError(f"{needed_for} needs {program}, which is not installed: {install_hint}")
+    return path
+
+
 def slirp_binary() -> str:
     """The slirp4netns executable; SandboxError naming the package when it is missing."""
-    path = shutil.which("slirp4netns") or shutil.which("slirp4netns", path="/usr/bin:/usr/sbin")
-    if path is None:
-        raise SandboxError(f"public networking needs slirp4netns, which is not installed: {INSTALL_HINT}")
-    return path
+    return host_tool("slirp4netns", "public networking", INSTALL_HINT)
 
 
 class SlirpNetwork:
