@@ -7,6 +7,7 @@
 #define EVSYSD_H
 
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -28,6 +29,8 @@ void buf_free(buf_t *b);
 void *xmalloc(size_t n);
 char *xstrdup(const char *s);
 double now_mono(void);
+DIR *dir_at(int dirfd, const char *name, int flags); /* flags: extra open flags (O_NOFOLLOW); NULL + errno */
+struct dirent *next_entry(DIR *d);                  /* the next entry other than "." and "..", or NULL */
 void die(const char *what);
 
 /* ---- marshal values (marshal.c) */

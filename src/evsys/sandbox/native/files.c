@@ -28,28 +28,27 @@ static int fail(const char *what, const char *path)
     return -1;
 }
 
-/* remove `name` under dirfd and everything below it, following no symlink */
-static int remove_at(int dirfd, const char *name)
+/* remove `name` under the directory fd `at` and everything below it, following no symlink */
+static int remove_at(int at, const char *name)
 {
     struct stat st;
-    if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+    if (fstatat(at, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
         return errno == ENOENT ? 0 : -1;
     if (S_ISDIR(st.st_mode)) {
-        int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+        DIR *d = dir_at(at, name, O_NOFOLLOW);
         if (!d)
             return -1;
         struct dirent *e;
         int rc = 0;
-        while ((e = readdir(d)))
-            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && remove_at(fd, e->d_name) != 0)
+        while ((e = next_entry(d)))
+            if (remove_at(dirfd(d), e->d_name) != 0)
                 rc = -1;
         closedir(d);
         if (rc != 0)
             return -1;
-        return unlinkat(dirfd, name, AT_REMOVEDIR) == 0 || errno == ENOENT ? 0 : -1;
+        return unlinkat(at, name, AT_REMOVEDIR) == 0 || errno == ENOENT ? 0 : -1;
     }
-    return unlinkat(dirfd, name, 0) == 0 || errno == ENOENT ? 0 : -1;
+    return unlinkat(at, name, 0) == 0 || errno == ENOENT ? 0 : -1;
 }
 
 static int remove_path(const char *path)
@@ -59,17 +58,15 @@ static int remove_path(const char *path)
 
 static int empty_dir(const char *path)
 {
-    int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0)
+    DIR *d = dir_at(AT_FDCWD, path, 0);
+    if (!d)
         return errno == ENOENT ? 0 : fail("cannot open", path);
-    DIR *d = fdopendir(fd);
     struct dirent *e;
     int rc = 0;
-    while (d && (e = readdir(d)))
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && remove_at(fd, e->d_name) != 0)
+    while ((e = next_entry(d)))
+        if (remove_at(dirfd(d), e->d_name) != 0)
             rc = fail("cannot empty", path);
-    if (d)
-        closedir(d);
+    closedir(d);
     return rc;
 }
 

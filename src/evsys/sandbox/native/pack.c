@@ -99,20 +99,20 @@ static int pack_file(buf_t *b, int dirfd, const char *leaf, const char *name, co
     return 0;
 }
 
-static int pack_at(buf_t *b, int dirfd, const char *leaf, const char *name, int depth)
+static int pack_at(buf_t *b, int at, const char *leaf, const char *name, int depth)
 {
     struct stat st;
-    if (fstatat(dirfd, leaf, &st, AT_SYMLINK_NOFOLLOW) != 0)
+    if (fstatat(at, leaf, &st, AT_SYMLINK_NOFOLLOW) != 0)
         return errno == ENOENT ? 0 : -1;
     if (b->n > MAX_PACK) {
         errno = EFBIG;
         return -1;
     }
     if (S_ISREG(st.st_mode))
-        return pack_file(b, dirfd, leaf, name, &st);
+        return pack_file(b, at, leaf, name, &st);
     if (S_ISLNK(st.st_mode)) {
         char target[4096];
-        ssize_t n = readlinkat(dirfd, leaf, target, sizeof target - 1);
+        ssize_t n = readlinkat(at, leaf, target, sizeof target - 1);
         if (n < 0)
             return -1;
         target[n] = 0;
@@ -124,18 +124,15 @@ static int pack_at(buf_t *b, int dirfd, const char *leaf, const char *name, int 
     char dname[4200];
     snprintf(dname, sizeof dname, "%s/", name);
     header(b, dname, &st, '5', "", 0);
-    int fd = openat(dirfd, leaf, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    DIR *d = dir_at(at, leaf, O_NOFOLLOW);
     if (!d)
         return -1;
     struct dirent *e;
     int rc = 0;
-    while (rc == 0 && (e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
+    while (rc == 0 && (e = next_entry(d))) {
         char child[4200];
         snprintf(child, sizeof child, "%s/%s", name, e->d_name);
-        rc = pack_at(b, fd, e->d_name, child, depth + 1);
+        rc = pack_at(b, dirfd(d), e->d_name, child, depth + 1);
     }
     closedir(d);
     return rc;

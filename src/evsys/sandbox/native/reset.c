@@ -172,11 +172,9 @@ static void empty_ipc(void)
             msgctl(id, IPC_RMID, NULL);
     }
     int mq = detached("mqueue", "", 0);
-    int dfd = mq >= 0 ? openat(mq, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC) : -1;
-    DIR *d = dfd >= 0 ? fdopendir(dfd) : NULL;
-    for (struct dirent *e; d && (e = readdir(d));)
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
-            unlinkat(dfd, e->d_name, 0);
+    DIR *d = mq >= 0 ? dir_at(mq, ".", 0) : NULL;
+    for (struct dirent *e; d && (e = next_entry(d));)
+        unlinkat(dirfd(d), e->d_name, 0);
     if (d)
         closedir(d);
     if (mq >= 0)

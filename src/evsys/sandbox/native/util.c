@@ -1,6 +1,7 @@
 /* Small helpers: growable buffers, allocation that cannot fail quietly, the monotonic clock. */
 #include "evsysd.h"
 
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -68,4 +69,21 @@ double now_mono(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+DIR *dir_at(int dirfd, const char *name, int flags)
+{
+    int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | flags);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!d && fd >= 0)
+        close(fd);
+    return d;
+}
+
+struct dirent *next_entry(DIR *d)
+{
+    struct dirent *e;
+    while ((e = readdir(d)) && (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")))
+        ;
+    return e;
 }
