@@ -9,6 +9,7 @@ import pytest
 
 from evsys import load_repo_tasks, run_rollouts
 from evsys.model.base import Completion, ToolCall
+from evsys.sandbox.slots import SlotPool
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -39,7 +40,17 @@ class ScriptedModel:
         return Completion(text="", tool_calls=[call], finish_reason="tool_calls")
 
 
-async def test_run_rollouts_groups_repository_samples_per_instance(image_tools, calc_rows_file, tmp_path):
+async def test_run_rollouts_groups_repository_samples_per_instance(
+    image_tools, calc_rows_file, tmp_path, monkeypatch
+):
+    slots: dict[str, object] = {}  # trajectory id -> the slot the job's SlotPool handed out
+    acquire = SlotPool.acquire
+
+    async def recording_acquire(pool, trajectory_id, *args, **kwargs):
+        slots[trajectory_id] = slot = await acquire(pool, trajectory_id, *args, **kwargs)
+        return slot
+
+    monkeypatch.setattr(SlotPool, "acquire", recording_acquire)
     rows = [r for r in load_repo_tasks(calc_rows_file) if r.instance_id in ("calc-neg", "calc-sub")]
     rows.sort(key=lambda r: r.instance_id != "calc-sub")  # input order: calc-sub first
     groups = await run_rollouts(
@@ -56,3 +67,6 @@ async def test_run_rollouts_groups_repository_samples_per_instance(image_tools, 
     assert sub == [0.0, 1.0]  # the sample that ran the fix passes; the other does not
     assert [t.reward for t in groups[1].trajectories] == [0.0, 0.0]
     assert (tmp_path / "r" / "tasks" / "rows.jsonl").is_file()
+    # every sample's loop agent ran in a slot of the job's slot pool, one slot per sample
+    trial_names = {t.trial_name for g in groups for t in g.trajectories}
+    assert set(slots) == trial_names and len(trial_names) == 4

@@ -37,8 +37,8 @@ from evsys.engine.results import RETRYABLE_CAUSES, FailureCause, JobResult, Tria
 from evsys.engine.run import MODEL_FREE_AGENTS, TrialResources
 from evsys.engine.spec import PlannedTrial
 from evsys.engine.store import JobStore, JobStoreError
-from evsys.sandbox.pool import SandboxPool
 from evsys.sandbox.registry import sandbox_class
+from evsys.sandbox.slots import SlotPool
 from evsys.trajectory.models import utc_now
 
 TrialCallback = Callable[[TrialResult], Awaitable[None] | None]
@@ -103,7 +103,7 @@ class Job:
         self._dirty = False
         self._writer: asyncio.Task | None = None
         self._closing = asyncio.Event()
-        self._pool: SandboxPool | None = None
+        self._slots: SlotPool | None = None
 
     @classmethod
     def resume(
@@ -167,20 +167,20 @@ class Job:
         try:
             await self._prepare()
             max_idle = self.config.n_concurrent if self.config.reuse_sandboxes else 0
-            self._pool = SandboxPool.for_backend(self.config.sandbox, max_idle=max_idle)
+            self._slots = SlotPool.for_backend(self.config.sandbox, max_idle=max_idle)
             self._executor = create_executor(self.executor_name, self._executor_context())
             return await self._run_planned_trials()
         finally:
             if self._executor is not None:
                 await asyncio.shield(self._executor.aclose())
-            if self._pool is not None:
-                await asyncio.shield(self._pool.close())
+            if self._slots is not None:
+                await asyncio.shield(self._slots.close())
             await self._close_clients()
 
     def _executor_context(self) -> ExecutorContext:
         def resources(planned: PlannedTrial) -> TrialResources:
             return TrialResources(
-                pool=self._pool,
+                slots=self._slots,
                 model_client=self._clients.get(id(planned.config.agent)),
                 on_event=self.on_agent_event,
                 task=planned.task,

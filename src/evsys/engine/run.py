@@ -1,7 +1,7 @@
 """`run_trial(spec)`: one `TrialSpec` in, its `TrialResult` out — in this process, or on a worker elsewhere.
 
 In the driver's process (the local executor) a trial writes straight into the job directory through the
-driver's `JobStore`, and may borrow live resources the driver already holds (`TrialResources`: the sandbox
+driver's `JobStore`, and may borrow live resources the driver already holds (`TrialResources`: the slot
 pool, the model client, an event callback). A worker in another process or on another machine has none of
 them: `run_trial_packed(spec)` runs the trial in a scratch directory, rebuilds the model client from the
 spec's model string, and returns a `PackedTrial` — the result plus a tar of the trial's files — which the
@@ -26,7 +26,7 @@ from evsys.engine.results import TrialResult
 from evsys.engine.spec import TrialSpec
 from evsys.engine.store import JobStore
 from evsys.engine.trial import Trial
-from evsys.sandbox.pool import SandboxPool
+from evsys.sandbox.slots import SlotPool
 from evsys.task.models import Task
 
 MODEL_FREE_AGENTS = frozenset({"oracle", "nop"})
@@ -36,7 +36,7 @@ MODEL_FREE_AGENTS = frozenset({"oracle", "nop"})
 class TrialResources:
     """Live objects a trial in the driver's process may borrow (never serialised, never closed by it)."""
 
-    pool: SandboxPool | None = None
+    slots: SlotPool | None = None  # the job's: every trial's sandbox is one of its slots
     model_client: Any = None
     on_event: Callable[[dict[str, Any]], None] | None = None
     task: Task | None = None  # the task as the planner loaded it
@@ -62,15 +62,15 @@ async def run_trial(spec: TrialSpec, store: JobStore, resources: TrialResources 
     client, owned = resources.model_client, None
     if client is None and needs_model(spec):
         client = owned = await asyncio.to_thread(build_model_client, spec)
-    pool = resources.pool or SandboxPool.for_backend(spec.sandbox, max_idle=0)
+    slots = resources.slots or SlotPool.for_backend(spec.sandbox, max_idle=0)
     trial = Trial(
-        spec, store, task=resources.task, model_client=client, on_event=resources.on_event, pool=pool
+        spec, store, task=resources.task, model_client=client, on_event=resources.on_event, slots=slots
     )
     try:
         return await trial.run()
     finally:
-        if resources.pool is None:
-            await asyncio.shield(pool.close())
+        if resources.slots is None:
+            await asyncio.shield(slots.close())
         close = getattr(owned, "aclose", None)
         if close is not None:
             with contextlib.suppress(Exception):

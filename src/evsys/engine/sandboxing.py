@@ -110,8 +110,11 @@ class EnvironmentPhaseMixin:
         self.result.sandbox_name = spec.name
         timeout = self.config.sandbox_start_timeout_sec
         try:
-            self.sandbox = await self._timed("sandbox_start", self.pool.acquire_within(spec, timeout))
-            self.result.sandbox_reused = self.pool.was_reused(self.sandbox)
+            self.slot = await self._timed(
+                "sandbox_start", self.slots.acquire(self.spec.trial_name, spec, timeout=timeout)
+            )
+            self.sandbox = self.slots.as_sandbox(self.slot)
+            self.result.sandbox_reused = self.slots.was_reused(self.slot)
         except TimeoutError:
             self.fail(FailureCause.SANDBOX_FAILED, f"the sandbox did not start within {timeout:g} s")
             return False
@@ -189,12 +192,12 @@ class EnvironmentPhaseMixin:
         return True
 
     async def _stop_sandbox(self) -> None:
-        if self.sandbox is None:
+        if self.slot is None:
             return
         reusable = self.sandbox_alive and self.result.cause not in NOT_REUSABLE
-        sandbox, self.sandbox, self.sandbox_alive = self.sandbox, None, False
+        slot, self.slot, self.sandbox, self.sandbox_alive = self.slot, None, None, False
         try:
-            await self._timed("sandbox_stop", asyncio.shield(self.pool.release(sandbox, reusable=reusable)))
+            await self._timed("sandbox_stop", asyncio.shield(self.slots.release(slot, reusable=reusable)))
         except asyncio.CancelledError:
             raise
         except Exception as exc:

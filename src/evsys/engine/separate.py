@@ -68,15 +68,17 @@ class SeparateVerifierMixin:
         )
         try:
             limit = self.config.sandbox_start_timeout_sec
-            sandbox = await self._timed("sandbox_start", self.pool.acquire_within(spec, limit))
+            slot = await self._timed(
+                "sandbox_start", self.slots.acquire(self.spec.trial_name, spec, timeout=limit)
+            )
         except (TimeoutError, SandboxError, OSError, ValueError) as exc:
             self.fail(FailureCause.SANDBOX_FAILED, f"the separate verifier's sandbox could not start: {exc}")
             return
         reusable = False
         try:
-            reusable = await self._verify_in(sandbox, chain, vctx, artifacts, trial_dir)
+            reusable = await self._verify_in(self.slots.as_sandbox(slot), chain, vctx, artifacts, trial_dir)
         finally:
-            await self.pool.release(sandbox, reusable=reusable)
+            await self.slots.release(slot, reusable=reusable)
 
     async def _verify_in(
         self, sandbox: Sandbox, chain: Any, vctx: Any, artifacts: list[tuple[str, Path]], trial_dir: Path

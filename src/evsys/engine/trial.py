@@ -44,7 +44,7 @@ from evsys.engine.steps import StepsMixin
 from evsys.engine.store import JobStore
 from evsys.repo.report import read_tests_summary
 from evsys.sandbox.base import LOGS_DIR, Sandbox, SandboxError, SandboxSpec
-from evsys.sandbox.pool import SandboxPool
+from evsys.sandbox.slots import Slot, SlotPool
 from evsys.task.models import Task
 from evsys.task.network import NetworkPlan, NetworkPolicy, resolve_network_plan
 from evsys.trajectory.models import AgentInfo, TrajectoryRecorder, utc_now
@@ -80,13 +80,15 @@ class Trial(EnvironmentPhaseMixin, StepsMixin, SeparateVerifierMixin, SidecarsMi
         task: Task | None = None,
         model_client: Any = None,
         on_event: Callable[[dict[str, Any]], None] | None = None,
-        pool: SandboxPool | None = None,
+        slots: SlotPool | None = None,
     ) -> None:
         self.spec = spec
         self.config = spec.config
         self.task = task
-        # without a job's pool, a pool that keeps nothing: every sandbox is started and stopped
-        self.pool = pool or SandboxPool.for_backend(spec.sandbox, max_idle=0)
+        # the trial's sandbox is a slot of the job's SlotPool (one slot per sandbox); without a job's, a
+        # pool that keeps nothing: every sandbox is started and stopped
+        self.slots = slots or SlotPool.for_backend(spec.sandbox, max_idle=0)
+        self.slot: Slot | None = None
         self.store = store
         self.model_client = model_client
         self.on_event = on_event

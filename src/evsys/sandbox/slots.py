@@ -97,45 +97,76 @@ class Slot:
 class _Shared:
     sandbox: Sandbox
     free: list[int]
+    key: str
+
+
+def _share_key(spec: SandboxSpec) -> str:
+    """Slots of specs equal in everything but the name may share a sandbox."""
+    return json.dumps(spec.model_dump(mode="json", exclude={"name"}), sort_keys=True)
 
 
 class SlotPool:
-    """Slots over any sandbox backend (see the module docstring)."""
+    """Slots over any sandbox backend (see the module docstring). The engine takes every trial's sandbox
+    from one (`for_backend`, one slot per sandbox); `acquire` then gets the trial's own spec."""
 
     def __init__(
         self,
-        spec: SandboxSpec,
+        spec: SandboxSpec | None = None,
         *,
         backend: str = "local",
         slots_per_sandbox: int = 1,
         max_idle: int = 8,
         command_timeout: float = 600.0,
+        sandboxes: SandboxPool | None = None,
     ) -> None:
         if slots_per_sandbox < 1:
             raise ValueError(f"slots_per_sandbox must be >= 1, got {slots_per_sandbox}")
         self.spec = spec
         self.slots_per_sandbox = slots_per_sandbox
         self.command_timeout = command_timeout
-        self._pool = SandboxPool.for_backend(backend, max_idle=max_idle)
+        self._pool = sandboxes or SandboxPool.for_backend(backend, max_idle=max_idle)
         self._shared: list[_Shared] = []
         self._lock = asyncio.Lock()
         self._count = 0
 
-    def _spec(self) -> SandboxSpec:
+    @classmethod
+    def for_backend(cls, backend: str, *, max_idle: int) -> SlotPool:
+        """One slot per sandbox on `backend`, keeping up to `max_idle` reset sandboxes (0: none)."""
+        return cls(backend=backend, max_idle=max_idle)
+
+    @property
+    def idle_count(self) -> int:
+        """Reset sandboxes waiting for their next slot."""
+        return self._pool.idle_count
+
+    def _spec(self, spec: SandboxSpec | None) -> SandboxSpec:
+        if spec is not None:
+            return spec
+        if self.spec is None:
+            raise ValueError("SlotPool.acquire: no spec given and the pool has no default spec")
         self._count += 1
         return self.spec.model_copy(update={"name": f"{self.spec.name}-{self._count}"})
 
-    async def acquire(self, trajectory_id: str) -> Slot:
-        """A slot for `trajectory_id`: its own sandbox, or a free place in a shared one (started when none
-        has room)."""
+    async def acquire(
+        self,
+        trajectory_id: str,
+        spec: SandboxSpec | None = None,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 - bounds starting a sandbox
+    ) -> Slot:
+        """A slot for `trajectory_id` (on a sandbox of `spec`, default the pool's): its own sandbox, or a
+        free place in a shared one (started when none has room). Starting a sandbox is bounded by
+        `timeout` seconds (TimeoutError) and never leaves one running when cancelled."""
+        spec = self._spec(spec)
         if self.slots_per_sandbox == 1:
-            sandbox = await self._pool.acquire(self._spec())
-            return Slot(f"{sandbox.spec.name}", trajectory_id, sandbox, sandbox.spec.workdir)
+            sandbox = await self._pool.acquire_within(spec, timeout)
+            return Slot(sandbox.spec.name, trajectory_id, sandbox, sandbox.spec.workdir)
+        key = _share_key(spec)
         async with self._lock:
-            shared = next((s for s in self._shared if s.free), None)
+            shared = next((s for s in self._shared if s.key == key and s.free), None)
             if shared is None:
-                sandbox = await self._pool.acquire(self._spec())
-                shared = _Shared(sandbox, list(range(self.slots_per_sandbox)))
+                sandbox = await self._pool.acquire_within(spec, timeout)
+                shared = _Shared(sandbox, list(range(self.slots_per_sandbox)), key)
                 self._shared.append(shared)
             index = shared.free.pop(0)
         uid = SLOT_UID_BASE + index
@@ -144,6 +175,10 @@ class SlotPool:
         )
         await self._reset_workspace(slot)
         return slot
+
+    def was_reused(self, slot: Slot) -> bool:
+        """True when the slot's own sandbox is a reset sandbox of an earlier slot (shared slots: False)."""
+        return not slot.shared and self._pool.was_reused(slot.sandbox)
 
     async def _reset_workspace(self, slot: Slot) -> None:
         q = shlex.quote(slot.workspace)
@@ -154,15 +189,15 @@ class SlotPool:
                 f"slot {slot.slot_id}: resetting its workspace failed: {result.stderr.strip()}"
             )
 
-    async def release(self, slot: Slot, reset_workspace: bool = True) -> None:
+    async def release(self, slot: Slot, reset_workspace: bool = True, *, reusable: bool = True) -> None:
         """Give the slot back: its processes are killed; with `reset_workspace` its files are gone too (an
-        own sandbox is reset to its started state; a shared one's workspace emptied)."""
+        own sandbox is reset to its started state and kept for the next slot; a shared one's workspace
+        emptied). An own sandbox is stopped instead when `reusable` is False (its trial went wrong in it)
+        or when it keeps its files (`reset_workspace=False`)."""
         if not slot.shared:
-            if reset_workspace:
-                await self._pool.release(slot.sandbox)
-            else:
+            if not reset_workspace:
                 await slot.sandbox.kill_processes()
-                await self._pool.release(slot.sandbox, reusable=False)
+            await self._pool.release(slot.sandbox, reusable=reusable and reset_workspace)
             return
         await slot.sandbox.exec(f"pkill -KILL -U {slot.uid}; true", cwd="/", user="root", env=HELPER_ENV)
         if reset_workspace:

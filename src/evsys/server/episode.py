@@ -27,7 +27,7 @@ from evsys.engine import JobStore, TrialResult
 from evsys.engine.trial import Trial
 from evsys.model.base import ToolCall as ModelToolCall
 from evsys.sandbox.base import Sandbox
-from evsys.sandbox.pool import SandboxPool
+from evsys.sandbox.slots import SlotPool
 from evsys.server.catalog import SERVED_AGENT, ServedTask
 from evsys.server.protocol import (
     CallToolAction,
@@ -206,7 +206,7 @@ class Episode:
         spec: Any,
         *,
         store: JobStore,
-        pool: SandboxPool,
+        pool: SlotPool,
         limits: EpisodeLimits,
         episode_id: str | None = None,
         agent: Any = None,
@@ -215,7 +215,7 @@ class Episode:
         """An episode of `task` (not started yet) recording into `store`; its agent phase is `agent` (default:
         a `ServedAgent` running tool actions)."""
         agent = agent or ServedAgent(limits)
-        trial = EpisodeTrial(spec, store, task=task.task, pool=pool, agent=agent, model_client=model_client)
+        trial = EpisodeTrial(spec, store, task=task.task, slots=pool, agent=agent, model_client=model_client)
         return cls(task, trial, agent, episode_id or spec.trial_name, limits)
 
     @property

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from evsys.engine import JobResult, JobStore, TrialResult, compute_metrics
-from evsys.sandbox.pool import SandboxPool
+from evsys.sandbox.slots import SlotPool
 from evsys.server.catalog import EPISODE_NUMBER, TaskCatalog
 from evsys.server.episode import Episode, EpisodeLimits
 from evsys.server.protocol import (
@@ -111,11 +111,11 @@ class Session:
 class ServeService:
     """Sessions, the task catalog, the sandbox pool and the job directory served episodes are written to."""
 
-    def __init__(self, catalog: TaskCatalog, settings: ServeSettings, *, pool: SandboxPool | None = None):
+    def __init__(self, catalog: TaskCatalog, settings: ServeSettings, *, pool: SlotPool | None = None):
         self.catalog = catalog
         self.settings = settings
         self.store = JobStore(catalog.job.job_dir)
-        self.pool = pool or SandboxPool.for_backend(catalog.job.sandbox, max_idle=settings.max_sessions)
+        self.pool = pool or SlotPool.for_backend(catalog.job.sandbox, max_idle=settings.max_sessions)
         self.sessions: dict[str, Session] = {}
         self.episodes: set[Episode] = set()
         self.results: list[TrialResult] = []

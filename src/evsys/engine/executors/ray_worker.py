@@ -31,8 +31,8 @@ from typing import Any
 
 from evsys.engine.run import PackedTrial, TrialResources, build_model_client, needs_model, run_trial_packed
 from evsys.engine.spec import TrialSpec
-from evsys.sandbox.pool import SandboxPool
 from evsys.sandbox.registry import sandbox_class
+from evsys.sandbox.slots import SlotPool
 from evsys.util.tarsafe import links_stay_inside
 
 TASK_CACHE = "ray-tasks"
@@ -173,7 +173,7 @@ class WorkerRuntime:
         self.reuse_sandboxes = reuse_sandboxes
         self.node_id = node_id
         self.clients: dict[tuple[str | None, str | None], Any] = {}
-        self.pools: dict[str, SandboxPool] = {}
+        self.pools: dict[str, SlotPool] = {}
         self.cleaned: set[str] = set()
         self._client_lock: asyncio.Lock | None = None
 
@@ -187,14 +187,14 @@ class WorkerRuntime:
         if shipped is not None:
             local = await materialise(shipped, fetch)
             spec = relocate(spec, shipped.root, local)
-        resources = TrialResources(pool=self._pool(spec.sandbox), model_client=await self._client(spec))
+        resources = TrialResources(slots=self._pool(spec.sandbox), model_client=await self._client(spec))
         packed: PackedTrial = await run_trial_packed(spec, resources, scratch_root())
         return packed.result.model_dump_json(), packed.files, self.node_id
 
-    def _pool(self, backend: str) -> SandboxPool:
+    def _pool(self, backend: str) -> SlotPool:
         if backend not in self.pools:
             idle = MAX_IDLE_SANDBOXES if self.reuse_sandboxes else 0
-            self.pools[backend] = SandboxPool.for_backend(backend, max_idle=idle)
+            self.pools[backend] = SlotPool.for_backend(backend, max_idle=idle)
         return self.pools[backend]
 
     async def _client(self, spec: TrialSpec) -> Any:
