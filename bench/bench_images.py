@@ -2,7 +2,7 @@
 
 Three figures, each beside its baseline measured in the same run:
 1. start + exec + stop of a local sandbox on a built image (debian:bookworm-slim + one RUN) vs the host rootfs
-   (median of START_ROUNDS after one warm-up each). Target: within 1.2x.
+   (median of START_ROUNDS after one warm-up each, the order reversed every round). Target: within 1.2x.
 2. 100 oracle trials at -n 8 of a task whose Dockerfile has a RUN (its image built before timing) vs the same
    task with no Dockerfile (host rootfs), through `Job.run()`, JOB_ROUNDS interleaved. Target: within 1.2x.
 3. `evsys image build` of an unchanged, already built task: the whole command in a fresh process (what a user
@@ -27,7 +27,7 @@ from pathlib import Path
 
 N_TRIALS = 100
 N_CONCURRENT = 8
-START_ROUNDS = 20
+START_ROUNDS = 40
 JOB_ROUNDS = 2
 DOCKERFILE = "FROM debian:bookworm-slim\nRUN echo bench > /opt/bench.txt\n"
 SOLVE = "#!/bin/bash\necho ok > /app/out.txt\n"
@@ -54,13 +54,16 @@ def _write_task(root: Path, name: str, dockerfile: str | None) -> Path:
 
 async def _start_stop(variants: dict[str, dict]) -> dict[str, float]:
     """Median seconds of start + `true` + stop per variant, the variants interleaved round by round so load
-    drift on a shared machine hits them alike."""
+    drift on a shared machine hits them alike, in an order reversed every round: a sandbox's teardown goes
+    on in the kernel after `stop` returns, and always starting one variant right after the other charged
+    that variant for it."""
     from evsys.sandbox import LocalSandbox, SandboxSpec
 
     times: dict[str, list[float]] = {name: [] for name in variants}
     for i in range(START_ROUNDS + 1):
-        for name, kwargs in variants.items():
-            spec = SandboxSpec(name=f"bench-img-{os.getpid()}-{name}-{i}", **kwargs)
+        order = list(variants) if i % 2 else list(reversed(variants))
+        for name in order:
+            spec = SandboxSpec(name=f"bench-img-{os.getpid()}-{name}-{i}", **variants[name])
             t0 = time.perf_counter()
             async with LocalSandbox(spec) as sb:
                 await sb.exec("true")
@@ -156,7 +159,7 @@ async def main() -> dict:
     print(
         f"start+exec+stop   host rootfs {f['start_stop_host_ms']:6.1f} ms"
         f"  image {f['start_stop_image_ms']:6.1f} ms  ratio {f['start_stop_ratio']:.2f}"
-        f" (median of {START_ROUNDS}, interleaved; target <= 1.2)"
+        f" (median of {START_ROUNDS}, interleaved, order reversed each round; target <= 1.2)"
     )
     print(
         f"100 oracle trials host rootfs {host_job:6.2f} s   image {image_job:6.2f} s"
