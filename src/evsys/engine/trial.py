@@ -46,8 +46,8 @@ from evsys.repo.report import read_tests_summary
 from evsys.sandbox.base import LOGS_DIR, Sandbox, SandboxError, SandboxSpec
 from evsys.sandbox.slots import Slot, SlotPool
 from evsys.task.models import Task
-from evsys.task.network import NetworkPlan, NetworkPolicy, resolve_network_plan
-from evsys.trajectory.models import AgentInfo, TrajectoryRecorder, utc_now
+from evsys.task.network import DEFAULT_PLAN, PUBLIC, resolve_network_plan
+from evsys.trajectory.models import AgentInfo, Trajectory, TrajectoryRecorder, utc_now
 from evsys.verify.base import VerifierError
 from evsys.verify.chain import LinkOutcome, VerifierChain, VerifyContext, chain_for_task
 from evsys.verify.functions import completion_of
@@ -97,11 +97,16 @@ class Trial(EnvironmentPhaseMixin, StepsMixin, SeparateVerifierMixin, SidecarsMi
         self.recorder: TrajectoryRecorder | None = None
         self._usage_from_agent = False
         self.agent_finished = False  # set when agent.run returned normally: its services stay up
-        self.network = NetworkPlan(baseline=NetworkPolicy(), agent=NetworkPolicy(), verifier=NetworkPolicy())
-        self._network_now = NetworkPolicy()  # what the sandbox runs with now
+        self.network = DEFAULT_PLAN  # until the task's plan is resolved
+        self._network_now = PUBLIC  # what the sandbox runs with now
+        self._scored_trajectory: Trajectory | None = None
         self._traceback: str | None = None
         self.result = self._new_result()
         self.result.retries = list(spec.retries)
+
+    @property
+    def _is_repository_task(self) -> bool:
+        return self.task is not None and "evsys_repo" in self.task.config.metadata
 
     @property
     def uses_sandbox(self) -> bool:
@@ -138,7 +143,8 @@ class Trial(EnvironmentPhaseMixin, StepsMixin, SeparateVerifierMixin, SidecarsMi
         try:
             if limit is None:
                 return await awaitable
-            return await asyncio.wait_for(awaitable, limit)
+            async with asyncio.timeout(limit):  # no task of its own, unlike asyncio.wait_for
+                return await awaitable
         finally:  # a phase run in steps (agent setup: prepare_sandbox, then setup) adds up
             spent = getattr(self.result.timing, phase) or 0.0
             setattr(self.result.timing, phase, spent + time.perf_counter() - started)
@@ -211,9 +217,13 @@ class Trial(EnvironmentPhaseMixin, StepsMixin, SeparateVerifierMixin, SidecarsMi
         if self._traceback is not None:
             await self.store.write_trial_file(self.config.trial_name, EXCEPTION_FILE, self._traceback)
             self.result.exception_file = EXCEPTION_FILE
+        usage = recorder.usage()
+        trajectory = self._scored_trajectory
+        if trajectory is None or len(trajectory.steps) != len(recorder.steps):
+            trajectory = recorder.build(usage)
         if not self._usage_from_agent:
-            self.result.usage = recorder.usage()
-        await self.store.write_trajectory(self.config.trial_name, recorder.build())
+            self.result.usage = usage
+        await self.store.write_trajectory(self.config.trial_name, trajectory)
         await self.store.write_trial_result(self.result)
 
     def _agent(self) -> Any:
@@ -371,13 +381,15 @@ class Trial(EnvironmentPhaseMixin, StepsMixin, SeparateVerifierMixin, SidecarsMi
             self.result.reward = 0.0
             return
         trajectory = self.recorder.build() if self.recorder is not None else None
+        self._scored_trajectory = trajectory  # saved as it was scored (the agent has finished)
         vctx.trajectory, vctx.completion = trajectory, completion_of(trajectory)
         if chain.needs_sandbox:  # the verifier time is the tests' run, counted while they ran
             outcome = await chain.verify(vctx)
         else:
             outcome = await self._timed("verifier", chain.verify(vctx))
         self.result.warnings.extend(vctx.warnings)
-        self.result.tests_summary = await asyncio.to_thread(read_tests_summary, vctx.verifier_dir)
+        if self._is_repository_task:  # its grader wrote a per-test report
+            self.result.tests_summary = await asyncio.to_thread(read_tests_summary, vctx.verifier_dir)
         for link in outcome.outcomes:
             await self._record_link(link)
         if outcome.error is not None:

@@ -61,30 +61,42 @@ class SandboxPool:
     async def acquire(self, spec: SandboxSpec) -> Sandbox:
         """A running sandbox for `spec`: an idle one of an equal spec, renamed, or a newly started one
         (`was_reused(sandbox)` tells which)."""
+        key = reuse_key(spec)
+        return self._take_idle(spec, key) or await self._start(spec, key)
+
+    def _take_idle(self, spec: SandboxSpec, key: str | None) -> Sandbox | None:
         if self._closed:
             raise SandboxError("the sandbox pool is closed")
-        key = reuse_key(spec)
         idle = self._idle.get(key or "")
-        if key is not None and idle:
-            sandbox = idle.pop()
-            sandbox.spec = spec  # the same sandbox under this trial's name
-            self.reused += 1
-            self._reused.add(id(sandbox))
-        else:
-            sandbox = self.factory(spec)
-            await sandbox.start()
-            self.started += 1
-            self._reused.discard(id(sandbox))
+        if key is None or not idle:
+            return None
+        sandbox = idle.pop()
+        sandbox.spec = spec  # the same sandbox under this trial's name
+        self.reused += 1
+        self._reused.add(id(sandbox))
+        self._keys[id(sandbox)] = key
+        return sandbox
+
+    async def _start(self, spec: SandboxSpec, key: str | None) -> Sandbox:
+        sandbox = self.factory(spec)
+        await sandbox.start()
+        self.started += 1
+        self._reused.discard(id(sandbox))
         self._keys[id(sandbox)] = key
         return sandbox
 
     async def acquire_within(self, spec: SandboxSpec, timeout: float | None) -> Sandbox:  # noqa: ASYNC109
         """`acquire`, bounded by `timeout` seconds (TimeoutError) and by the caller's cancellation, without
         ever losing a sandbox: a start that finishes as the wait gives up (asyncio.wait_for drops such a
-        result on Python 3.11) or that is cancelled too late is stopped here rather than left running."""
+        result on Python 3.11) or that is cancelled too late is stopped here rather than left running. An
+        idle sandbox is handed over at once."""
+        key = reuse_key(spec)
+        sandbox = self._take_idle(spec, key)
+        if sandbox is not None:
+            return sandbox
         if timeout is None:
-            return await self.acquire(spec)
-        starting = asyncio.ensure_future(self.acquire(spec))
+            return await self._start(spec, key)
+        starting = asyncio.ensure_future(self._start(spec, key))
         try:
             return await asyncio.wait_for(asyncio.shield(starting), timeout)
         except BaseException:

@@ -48,6 +48,10 @@ class NetworkPlan(BaseModel):
         return max((self.agent, self.verifier), key=lambda p: BREADTH[p.mode])
 
 
+PUBLIC = NetworkPolicy()  # the default policy; frozen, so shared
+DEFAULT_PLAN = NetworkPlan(baseline=PUBLIC, agent=PUBLIC, verifier=PUBLIC)
+
+
 def _phase(section: Any) -> NetworkPolicy | None:
     """An explicit `[agent]`/`[verifier]` policy, or None when the section does not set `network_mode`."""
     if section is None or section.network_mode is None:

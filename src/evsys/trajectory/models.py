@@ -181,9 +181,10 @@ class TrajectoryRecorder:
             total = total + _metrics_usage(step.metrics)
         return total
 
-    def build(self) -> Trajectory:
-        """The trajectory with `final_metrics` summed over the steps."""
-        usage = self.usage()
+    def build(self, usage: Usage | None = None) -> Trajectory:
+        """The trajectory with `final_metrics` summed over the steps (`usage`: that sum, when the caller
+        has it already)."""
+        usage = usage if usage is not None else self.usage()
         final = FinalMetrics(
             total_prompt_tokens=usage.prompt_tokens,
             total_completion_tokens=usage.completion_tokens,
