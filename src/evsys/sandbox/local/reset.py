@@ -11,6 +11,7 @@ cheaper than stop + start.
 from __future__ import annotations
 
 import os
+import socket
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,8 +19,14 @@ from evsys.sandbox.base import SandboxError
 from evsys.sandbox.local.spawn import wait_child
 from evsys.util.procfs import children
 
-REPORT_FD, BWRAP_PIDFD, DAEMON_PIDFD = 3, 4, 5
+REPORT_FD, BWRAP_PIDFD, DAEMON_PIDFD, USERNS_FD = 3, 4, 5, 6
 HELPER_TIMEOUT = 30.0  # seconds; a reset takes milliseconds
+# agent uid -> an fd of the user namespace mapping the layers' agent uid to it (native/idmap.c), made by the
+# helper on the first reset of a sandbox with that uid and kept: making one (a clone) was most of the CPU a
+# reset's idmapped root cost. Uids are handed out lowest first, so this holds about as many as sandboxes ran
+# at once; past MAX_KEPT_USERNS none is kept.
+_USERNS: dict[int, int] = {}
+MAX_KEPT_USERNS = 256
 
 
 @dataclass(frozen=True)
@@ -70,6 +77,7 @@ class ResetTarget:
             str(self.jobs_bytes),
             str(self.agent_uid),
             str(self.shm_bytes),
+            str(USERNS_FD) if self.agent_uid in _USERNS else "-",
         ]
 
 
@@ -90,30 +98,46 @@ def daemon_pid(bwrap_pid: int) -> int:
 
 async def run_reset_helper(target: ResetTarget) -> None:
     """Run `evsysd --reset` (posix_spawn, awaited through a pidfd); SandboxError with its report if it
-    fails."""
-    read_end, write_end = os.pipe()
-    try:
-        pid = os.posix_spawn(  # noqa: ASYNC221 - a vfork+exec: returns in microseconds
-            target.helper,
-            target.argv(),
-            {},
-            file_actions=[
-                (os.POSIX_SPAWN_DUP2, write_end, REPORT_FD),
-                (os.POSIX_SPAWN_DUP2, target.bwrap_pidfd, BWRAP_PIDFD),
-                (os.POSIX_SPAWN_DUP2, target.daemon_pidfd, DAEMON_PIDFD),
-            ],
-        )
-    except OSError as exc:
-        os.close(read_end)
-        raise SandboxError(f"cannot start the reset helper {target.helper}: {exc.strerror}") from None
-    finally:
-        os.close(write_end)
-    try:
+    fails. The report comes back over a unix datagram socket, with the mapping namespace the helper made."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    actions = [
+        (os.POSIX_SPAWN_DUP2, theirs.fileno(), REPORT_FD),
+        (os.POSIX_SPAWN_DUP2, target.bwrap_pidfd, BWRAP_PIDFD),
+        (os.POSIX_SPAWN_DUP2, target.daemon_pidfd, DAEMON_PIDFD),
+    ]
+    argv = target.argv()
+    if argv[-1] != "-":
+        actions.append((os.POSIX_SPAWN_DUP2, _USERNS[target.agent_uid], USERNS_FD))
+    with ours:
+        try:
+            with theirs:
+                pid = os.posix_spawn(  # noqa: ASYNC221 - a vfork+exec: returns in microseconds
+                    target.helper, argv, {}, file_actions=actions
+                )
+        except OSError as exc:
+            raise SandboxError(f"cannot start the reset helper {target.helper}: {exc.strerror}") from None
         code = await wait_child(pid, os.pidfd_open(pid), HELPER_TIMEOUT)
         if code is None:
             raise SandboxError(f"reset helper did not finish within {HELPER_TIMEOUT:g} s")
-        report = os.read(read_end, 4096).decode("utf-8", "replace").strip() if code else ""
-    finally:
-        os.close(read_end)
+        report = _read_report(ours, target.agent_uid)
     if code != 0:
         raise SandboxError(f"reset failed: {report or f'the reset helper exited with {code}'}")
+
+
+def _read_report(sock: socket.socket, agent_uid: int) -> str:
+    """What the exited helper sent: its error text, and a mapping namespace to keep for `agent_uid`."""
+    sock.setblocking(False)
+    text: list[str] = []
+    while True:
+        try:
+            data, fds, _flags, _addr = socket.recv_fds(sock, 4096, 1)
+        except BlockingIOError:
+            return "".join(text).strip()
+        for fd in fds:
+            os.set_inheritable(fd, False)
+            if data == b"U" and agent_uid not in _USERNS and len(_USERNS) < MAX_KEPT_USERNS:
+                _USERNS[agent_uid] = fd
+            else:
+                os.close(fd)
+        if data != b"U":
+            text.append(data.decode("utf-8", "replace"))

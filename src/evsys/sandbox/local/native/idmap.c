@@ -70,9 +70,23 @@ static int mapping_userns(uid_t uid)
 
 int idmapped_lowers(const char *lowers, uid_t uid, char *out, size_t size)
 {
-    int ns = mapping_userns(uid);
-    if (ns < 0)
-        return -1;
+    int made = -1;
+    int rc = idmapped_lowers_in(lowers, uid, -1, &made, out, size);
+    if (made >= 0)
+        close(made);
+    return rc;
+}
+
+/* Creating the mapping namespace (a clone) is most of the cost of an idmapped root: a reset reuses the one
+ * the orchestrator kept from the sandbox's previous reset (the mapping depends on the uid only). */
+int idmapped_lowers_in(const char *lowers, uid_t uid, int ns, int *made, char *out, size_t size)
+{
+    *made = -1;
+    if (ns < 0) {
+        ns = *made = mapping_userns(uid);
+        if (ns < 0)
+            return -1;
+    }
     char list[8192], *save = NULL;
     size_t used = 0;
     int count = 0, rc = 0;
@@ -102,8 +116,5 @@ int idmapped_lowers(const char *lowers, uid_t uid, char *out, size_t size)
         }
         used += (size_t)n;
     }
-    int saved = errno;
-    close(ns);
-    errno = saved;
     return rc;
 }

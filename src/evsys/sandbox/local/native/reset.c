@@ -2,8 +2,11 @@
  * docs/sandbox.md).
  *
  *   evsysd --reset <report fd> <bwrap pidfd> <daemon pidfd> <daemon pid> <setup mount point> <storage bytes>
- *                  <lowerdirs> <tmp bytes> <jobs bytes> <agent uid> <shm bytes>
+ *                  <lowerdirs> <tmp bytes> <jobs bytes> <agent uid> <shm bytes> <userns fd | ->
  *
+ * The user namespace mapping the layers' agent uid to the sandbox's (idmap.c) is given as an open fd when the
+ * orchestrator kept one from an earlier reset for this uid; with "-" a new one is made and passed back over the
+ * report fd (a unix datagram socket: one byte with the fd as SCM_RIGHTS), for the orchestrator to keep.
  * The daemon has already killed every other process in the sandbox. This then
  *  1. refuses when TCP sockets remain in the sandbox's network namespace (TIME_WAIT would cross trials);
  *  2. builds, detached, a new storage tmpfs + overlay on the same lower layers (idmapped for the same agent
@@ -29,6 +32,7 @@
 #include <sys/msg.h>
 #include <sys/sem.h>
 #include <sys/shm.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -82,11 +86,33 @@ static int detached(const char *fs, const char *options, unsigned attrs)
     return m;
 }
 
+/* pass a new mapping namespace back to the orchestrator, which keeps it for the next reset of this uid */
+static void send_userns(int ns)
+{
+    char byte = 'U', control[CMSG_SPACE(sizeof(int))] = {0};
+    struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = control, .msg_controllen = sizeof control};
+    struct cmsghdr *cmsg = CMSG_FIRSTHDR(&msg);
+    cmsg->cmsg_level = SOL_SOCKET;
+    cmsg->cmsg_type = SCM_RIGHTS;
+    cmsg->cmsg_len = CMSG_LEN(sizeof(int));
+    memcpy(CMSG_DATA(cmsg), &ns, sizeof(int));
+    if (sendmsg(report_fd, &msg, MSG_NOSIGNAL) < 0) {
+        /* the orchestrator makes a new one next time */
+    }
+}
+
 /* the new root: a storage tmpfs (upper + work) and an overlay of `lowers` on it, detached */
-static int new_overlay(const char *storage, const char *lowers, uid_t uid)
+static int new_overlay(const char *storage, const char *lowers, uid_t uid, int userns)
 {
     char opts[128], path[64], mapped[4096];
-    if (idmapped_lowers(lowers, uid, mapped, sizeof mapped) != 0)
+    int made = -1;
+    int rc = idmapped_lowers_in(lowers, uid, userns, &made, mapped, sizeof mapped);
+    if (made >= 0) {
+        send_userns(made);
+        close(made);
+    }
+    if (rc != 0)
         return -1;
     snprintf(opts, sizeof opts, "source=evsys-storage,size=%s,mode=755", storage);
     int st = detached("tmpfs", opts, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
@@ -345,7 +371,7 @@ static int sandbox_root(int proc, const char *pid, int pidfd)
 
 int reset_main(int argc, char **argv)
 {
-    if (argc != 13)
+    if (argc != 14)
         return 127;
     report_fd = atoi(argv[2]);
     int bwrap_fd = atoi(argv[3]), daemon_fd = atoi(argv[4]);
@@ -363,7 +389,8 @@ int reset_main(int argc, char **argv)
         snprintf(path, sizeof path, "%d TCP socket(s) (TIME_WAIT or closing) remain in", sockets);
         return fail(path, "the sandbox's network namespace");
     }
-    int root = new_overlay(argv[7], argv[8], (uid_t)strtoul(argv[11], NULL, 10));
+    int userns = strcmp(argv[13], "-") == 0 ? -1 : atoi(argv[13]);
+    int root = new_overlay(argv[7], argv[8], (uid_t)strtoul(argv[11], NULL, 10), userns);
     snprintf(opts, sizeof opts, "source=tmpfs,size=%s,mode=755", argv[9]);
     int tmpfs = detached("tmpfs", opts, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
     snprintf(opts, sizeof opts, "source=tmpfs,size=%s,mode=711", argv[10]);
