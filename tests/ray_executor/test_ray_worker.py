@@ -76,3 +76,29 @@ def test_trial_resources_come_from_the_task(tmp_path: Path, cpus):
     make_task(tmp_path / "ds", "t", toml=toml)
     [planned] = plan_trials(JobConfig(datasets=[tmp_path / "ds"], jobs_dir=tmp_path))
     assert trial_resources(planned) == (float(cpus), 512 * MB)
+
+
+async def test_a_worker_stops_its_idle_sandboxes_once_no_trial_ran_for_a_while(tmp_path: Path, monkeypatch):
+    import asyncio
+
+    from evsys.engine.executors import ray_worker
+    from evsys.sandbox import SandboxError
+
+    monkeypatch.setattr(ray_worker, "IDLE_RELEASE_SEC", 0.5)
+    task = make_task(tmp_path / "ds", "t")
+    runtime = ray_worker.WorkerRuntime()
+    result, _files, _node = await runtime.run(
+        _spec(TaskRef.directory(task), tmp_path).model_dump_json(), None, None
+    )
+    assert '"reward":1.0' in result.replace(" ", "")
+    [pool] = runtime.pools.values()
+    [sandbox] = [sb for group in pool._pool._idle.values() for sb in group]  # kept warm for the next trial
+    assert await sandbox.exec("true")
+    for _ in range(50):
+        if not runtime.pools and not runtime._releasing:
+            break
+        await asyncio.sleep(0.1)
+    assert not runtime.pools and pool.idle_count == 0
+    with pytest.raises(SandboxError):  # stopped, not left running until Ray recycles the worker process
+        await sandbox.exec("true")
+    await runtime.close()

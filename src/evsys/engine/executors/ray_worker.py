@@ -39,6 +39,9 @@ TASK_CACHE = "ray-tasks"
 POLL_SEC = 0.2  # how often a waiting Ray task wakes up, so `ray.cancel`'s KeyboardInterrupt lands promptly
 CANCEL_WAIT_SEC = 30.0
 MAX_IDLE_SANDBOXES = 4
+# a worker process outlives its job (Ray keeps it for later tasks): its idle sandboxes are stopped once no
+# trial has run in it for this long, instead of holding memory, uids and processes until Ray recycles it
+IDLE_RELEASE_SEC = 30.0
 
 Packed = tuple[str, bytes, str]  # (TrialResult JSON, tar of the trial directory, the Ray node's id)
 Fetch = Callable[[Any], Awaitable[bytes]]
@@ -176,10 +179,24 @@ class WorkerRuntime:
         self.pools: dict[str, SlotPool] = {}
         self.cleaned: set[str] = set()
         self._client_lock: asyncio.Lock | None = None
+        self._running = 0
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._releasing: set[asyncio.Task] = set()
 
     async def run(self, spec_json: str, shipped: ShippedTask | None, fetch: Fetch) -> Packed:
         """Run one trial here and pack it."""
-        spec = TrialSpec.model_validate_json(spec_json)
+        self._running += 1
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+        try:
+            return await self._run(TrialSpec.model_validate_json(spec_json), shipped, fetch)
+        finally:
+            self._running -= 1
+            if self._running == 0:
+                loop = asyncio.get_running_loop()
+                self._idle_timer = loop.call_later(IDLE_RELEASE_SEC, self._release_idle)
+
+    async def _run(self, spec: TrialSpec, shipped: ShippedTask | None, fetch: Fetch) -> Packed:
         check_node(spec.sandbox)
         if spec.sandbox not in self.cleaned:  # what killed workers of this node left behind
             self.cleaned.add(spec.sandbox)
@@ -190,6 +207,16 @@ class WorkerRuntime:
         resources = TrialResources(slots=self._pool(spec.sandbox), model_client=await self._client(spec))
         packed: PackedTrial = await run_trial_packed(spec, resources, scratch_root())
         return packed.result.model_dump_json(), packed.files, self.node_id
+
+    def _release_idle(self) -> None:
+        """No trial ran for IDLE_RELEASE_SEC: stop the idle sandboxes (a later trial starts a new pool)."""
+        self._idle_timer = None
+        if self._running or not self.pools:
+            return
+        pools, self.pools = list(self.pools.values()), {}
+        task = asyncio.ensure_future(asyncio.gather(*(pool.close() for pool in pools)))
+        self._releasing.add(task)
+        task.add_done_callback(self._releasing.discard)
 
     def _pool(self, backend: str) -> SlotPool:
         if backend not in self.pools:
@@ -210,6 +237,8 @@ class WorkerRuntime:
 
     async def close(self) -> None:
         """Stop idle sandboxes and close the model clients."""
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
         pools, self.pools = list(self.pools.values()), {}
         for pool in pools:
             await pool.close()
