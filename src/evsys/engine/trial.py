@@ -1,9 +1,10 @@
 """One trial, whatever the task: environment -> agent -> verifier chain -> collect; writes via JobStore.
 
 Phases and guarantees:
-1. environment: the sandbox spec (adjusted by the agent's `prepare_sandbox` hook), then the sandbox from the
-   pool (setup timeout = `[environment] build_timeout_sec` x setup multiplier). Skipped for a task that runs
-   without a sandbox (a Python task with `sandbox=False`). The sandbox half lives in evsys.engine.sandboxing;
+1. environment: the sandbox spec (adjusted by the agent's `prepare_sandbox` hook), then the sandbox, a slot
+   of the job's SlotPool (setup timeout = `[environment] build_timeout_sec` x setup multiplier). Skipped for a
+   task that runs without a sandbox (a Python task with `sandbox=False`). The sandbox half lives in
+   evsys.engine.sandboxing;
 2. agent: `agent.setup` (`[agent] setup_timeout_sec` x setup multiplier), then `agent.run` (`[agent]
    timeout_sec` x agent multiplier). A Python task without a sandbox is answered by `SingleTurnAgent` (one
    model call); every other task by the agent the trial names;
@@ -15,8 +16,9 @@ Phases and guarantees:
    in a fresh sandbox with `[verifier] environment_mode = "separate"` (evsys.engine.separate). A multi-step
    task runs these phases once per step (evsys.engine.steps);
 4. collect: /logs copied out in one go (agent/, verifier/, artifacts/), then the chain scores host-side
-   (reward files, verifier functions, rubrics, judges), each link seeing the rewards before it;
-5. `sandbox.release` — always, in `finally`; then trajectory.json and result.json are written atomically.
+   (reward files, verifier functions, rubrics, judges), each link seeing the rewards before it (the test run,
+   the copy and the scoring live in evsys.engine.verifying);
+5. the slot's release — always, in `finally`; then trajectory.json and result.json are written atomically.
 The first failure is the trial's primary cause; later ones are appended to its message. Every file goes
 through the `JobStore` the trial was given (the driver's, or a worker's scratch store: evsys.engine.run).
 """
@@ -34,7 +36,6 @@ from evsys.agent.base import Agent, AgentContext, AgentResult
 from evsys.agent.registry import AgentNotFoundError, resolve_agent
 from evsys.agent.single_turn import SingleTurnAgent
 from evsys.engine import environment
-from evsys.engine.logs import copy_logs_out
 from evsys.engine.results import FailureCause, TrialFailure, TrialResult
 from evsys.engine.sandboxing import EnvironmentPhaseMixin, describe_exception, sandbox_spec
 from evsys.engine.separate import SeparateVerifierMixin
@@ -42,20 +43,17 @@ from evsys.engine.sidecars import SidecarsMixin
 from evsys.engine.spec import TrialSpec
 from evsys.engine.steps import StepsMixin
 from evsys.engine.store import JobStore
-from evsys.repo.report import read_tests_summary
-from evsys.sandbox.base import LOGS_DIR, Sandbox, SandboxError, SandboxSpec
+from evsys.engine.verifying import VerifierPhaseMixin
+from evsys.sandbox.base import Sandbox, SandboxError, SandboxSpec
 from evsys.sandbox.slots import Slot, SlotPool
 from evsys.task.models import Task
 from evsys.task.network import DEFAULT_PLAN, PUBLIC, resolve_network_plan
 from evsys.trajectory.models import AgentInfo, Trajectory, TrajectoryRecorder, utc_now
-from evsys.verify.base import VerifierError
-from evsys.verify.chain import LinkOutcome, VerifierChain, VerifyContext, chain_for_task
-from evsys.verify.functions import completion_of
+from evsys.verify.chain import VerifyContext, chain_for_task
 
 T = TypeVar("T")
 EXCEPTION_FILE = "exception.txt"
 SETUP_FAILED = object()  # returned by Trial._agent_setup_step after it recorded the failure
-VERIFIER_GRACE_SEC = 30.0
 
 
 def classify_agent_exception(exc: BaseException) -> FailureCause:
@@ -69,7 +67,7 @@ def classify_agent_exception(exc: BaseException) -> FailureCause:
         return FailureCause.AGENT_ERROR
 
 
-class Trial(EnvironmentPhaseMixin, StepsMixin, SeparateVerifierMixin, SidecarsMixin):
+class Trial(EnvironmentPhaseMixin, VerifierPhaseMixin, StepsMixin, SeparateVerifierMixin, SidecarsMixin):
     """Runs one trial once (the job handles retries) and writes its files through `store`."""
 
     def __init__(
@@ -353,76 +351,3 @@ class Trial(EnvironmentPhaseMixin, StepsMixin, SeparateVerifierMixin, SidecarsMi
             self.fail(FailureCause.VERIFIER_ERROR, "could not copy /logs/verifier out of the sandbox")
         elif ready:
             await self._score(chain, vctx)
-
-    async def _run_in_sandbox(self, chain: VerifierChain, vctx: VerifyContext) -> bool:
-        """The chain's in-sandbox half (the tests); False (with the failure recorded) when there is no
-        reward to read."""
-        timeout = self.config.verifier_timeout_sec
-        hard_limit = None if timeout is None else timeout + VERIFIER_GRACE_SEC
-        if vctx.sandbox is None:
-            return False
-        try:
-            await self._timed("verifier", chain.run_in_sandbox(vctx), hard_limit)
-        except TimeoutError:
-            self.fail(FailureCause.VERIFIER_TIMEOUT, f"the verifier did not finish within {timeout:g} s")
-            return False
-        except VerifierError as exc:
-            self.fail(FailureCause(exc.failure_cause), str(exc))
-            return False
-        except Exception as exc:
-            self.fail(FailureCause.VERIFIER_ERROR, f"the verifier failed: {describe_exception(exc)}")
-            return False
-        return True
-
-    async def _score(self, chain: VerifierChain, vctx: VerifyContext) -> None:
-        """The chain's host-side half: rewards (or the failing link's error) onto the result, and each
-        function link's reward / traceback file under verifier/ through the store."""
-        if not chain.links:  # a PromptTask: generation only
-            self.result.reward = 0.0
-            return
-        trajectory = self.recorder.build() if self.recorder is not None else None
-        self._scored_trajectory = trajectory  # saved as it was scored (the agent has finished)
-        vctx.trajectory, vctx.completion = trajectory, completion_of(trajectory)
-        if chain.needs_sandbox:  # the verifier time is the tests' run, counted while they ran
-            outcome = await chain.verify(vctx)
-        else:
-            outcome = await self._timed("verifier", chain.verify(vctx))
-        self.result.warnings.extend(vctx.warnings)
-        if self._is_repository_task:  # its grader wrote a per-test report
-            self.result.tests_summary = await asyncio.to_thread(read_tests_summary, vctx.verifier_dir)
-        for link in outcome.outcomes:
-            await self._record_link(link)
-        if outcome.error is not None:
-            self.result.rewards, self.result.reward = None, None
-            self.fail(FailureCause(outcome.error.failure_cause), str(outcome.error))
-        elif outcome.final is not None:
-            self.result.rewards = dict(outcome.final.rewards)
-            self.result.reward = outcome.final.reward
-
-    async def _record_link(self, outcome: LinkOutcome) -> None:
-        name, result = self.config.trial_name, outcome.result
-        if outcome.reward_file and result.ok:
-            await self.store.write_trial_file(name, f"verifier/{outcome.reward_file}", result.rewards)
-        if result.traceback:
-            await self.store.write_trial_file(name, "verifier/traceback.txt", result.traceback)
-
-    async def _run_tests(self, verifier: Any) -> bool:
-        """Run a `ScriptVerifier`'s tests in the trial's sandbox (a step of a multi-step task); False (with
-        the failure recorded) when there is no reward to read."""
-        vctx = VerifyContext(verifier_dir=Path(), sandbox=self.sandbox, timeout_sec=verifier.timeout_sec)
-        return await self._run_in_sandbox(verifier, vctx)
-
-    async def _collect_logs(self, trial_dir: Path, sandbox: Sandbox | None = None) -> bool:
-        """Copy the sandbox's /logs (the trial's, unless another is given) out in one go into the trial's
-        agent/, verifier/ and artifacts/ dirs."""
-        if sandbox is None:
-            if not self.sandbox_alive or self.sandbox is None:
-                return False
-            sandbox = self.sandbox
-        try:  # bounded, straight into the trial dir, no staging copy
-            copy = copy_logs_out(sandbox, LOGS_DIR, trial_dir, self.config.log_limits)
-            self.result.warnings += await self._timed("logs_download", copy)
-        except (SandboxError, OSError) as exc:
-            self.result.warnings.append(f"copying /logs out failed: {exc}")
-            return False
-        return True
