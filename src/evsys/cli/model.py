@@ -10,6 +10,8 @@ from typing import Any
 
 import typer
 
+from evsys.util.net import listening_socket
+
 model_app = typer.Typer(no_args_is_help=True)
 
 
@@ -65,14 +67,9 @@ def serve(
 
 def _bind(console: Any, host: str, port: int) -> socket.socket:
     """A listening socket on host:port; exit 2 with one line when it is taken or not allowed."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    listener = socket.socket(family, socket.SOCK_STREAM)
-    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        listener.bind((host, port))
-        listener.listen(2048)
+        listener = listening_socket(host, port, backlog=2048)
     except OSError as exc:
-        listener.close()
         console.print(
             f"[bold red]error:[/] cannot listen on {host}:{port}: {exc.strerror or exc} "
             "(choose another --port)",

@@ -8,6 +8,7 @@ from typing import Any
 
 from evsys.server.catalog import TaskCatalog
 from evsys.server.service import ServeService, ServeSettings
+from evsys.util.net import listening_socket
 
 WS_FRAME_SLACK = (
     4  # frames up to this multiple of the message limit get a clear error; larger ones: close 1009
@@ -21,17 +22,7 @@ def missing_extra() -> RuntimeError:
 
 def bind(host: str, port: int) -> socket.socket:
     """A listening TCP socket (TCP_NODELAY on accepted connections; port 0 picks a free one)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    try:
-        sock.bind((host, port))
-    except OSError:
-        sock.close()
-        raise
-    sock.listen(1024)
-    return sock
+    return listening_socket(host, port)
 
 
 def build_service(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
+from evsys.util.net import listening_socket
 from evsys.viewer.app import JobSource
 from evsys.viewer.jobdata import is_job_dir
 from evsys.viewer.tokens import TokenDecoder
@@ -26,15 +27,7 @@ def source_for(path: Path, tokenizer: Path | None = None) -> JobSource:
 
 def bind(port: int) -> socket.socket:
     """A listening socket on 127.0.0.1:`port` (0 picks a free port); `OSError` when the port is taken."""
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((HOST, port))
-    except OSError:
-        sock.close()
-        raise
-    sock.listen(128)
-    return sock
+    return listening_socket(HOST, port, backlog=128)
 
 
 def url_of(sock: socket.socket, source: JobSource) -> str:

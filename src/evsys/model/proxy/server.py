@@ -38,6 +38,7 @@ from evsys.model.errors import (
 from evsys.model.openai_wire import error_body
 from evsys.model.proxy import anthropic_dialect, openai_dialect, responses_dialect
 from evsys.model.proxy.session import Dialect, ProxySession, new_session_key
+from evsys.util.net import listening_socket
 
 log = logging.getLogger(__name__)
 
@@ -62,12 +63,7 @@ def _bind_uds(path: Path) -> socket.socket:
 
 def _bind_tcp(host: str, port: int) -> socket.socket:
     # proto=IPPROTO_TCP so asyncio sets TCP_NODELAY on accepted connections (else Nagle adds ~40 ms per call)
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.bind((host, port))
-    return sock
+    return listening_socket(host, port)
 
 
 class _Listener:
