@@ -19,7 +19,6 @@ from typing import Any
 from evsys.agent.base import Agent, AgentContext, AgentError, AgentResult
 from evsys.agent.harness.agent import EVENTS_FILE, HarnessAgent, offered_tools
 from evsys.agent.harness.events import HarnessEvent, HarnessEventType
-from evsys.agent.harness.sandboxed import SandboxLauncher
 from evsys.agent.registry import resolve_agent
 from evsys.sandbox.base import Sandbox, SandboxSpec
 from evsys.server.episode import Episode, EpisodeLeft, EpisodeLimits
@@ -76,17 +75,7 @@ class ServedHarnessAgent(Agent):
 
     async def run(self, instruction: str, sandbox: Sandbox, ctx: AgentContext) -> AgentResult:
         """Start the harness, then run a turn per message until submit, the step limit or a failed turn."""
-        harness = self.harness
-        assert harness.plumbing is not None and harness.endpoint is not None
-        setup = harness.plumbing.harness_setup(
-            SandboxLauncher(sandbox),
-            harness.endpoint,
-            workdir=ctx.workdir,
-            options=harness.options,
-            session_timeout_s=self.limits.step_timeout_sec,
-        )
-        adapter = harness.definition.build(setup)
-        harness.adapter = adapter
+        adapter = self.harness.build_adapter(sandbox, ctx.workdir, self.limits.step_timeout_sec)
         try:
             await adapter.start()
             self.ready.set_result(None)

@@ -61,17 +61,22 @@ class HarnessAgent(Agent):
         assert self.plumbing is not None, "prepare_sandbox() runs before setup()"
         self.endpoint = await self.plumbing.connect(sandbox)
 
-    async def run(self, instruction: str, sandbox: Sandbox, ctx: AgentContext) -> AgentResult:
-        """One turn with the instruction; the proxy's calls become the trajectory."""
-        assert self.endpoint is not None and self.plumbing is not None
+    def build_adapter(self, sandbox: Sandbox, workdir: str, session_timeout_s: float) -> HarnessAdapter:
+        """The harness adapter (not started yet) on the forwarder `setup` started; kept as `self.adapter`."""
+        assert self.endpoint is not None and self.plumbing is not None, "setup() runs before the adapter"
         setup = self.plumbing.harness_setup(
             SandboxLauncher(sandbox),
             self.endpoint,
-            workdir=ctx.workdir,
+            workdir=workdir,
             options=self.options,
-            session_timeout_s=ctx.timeout_sec or DEFAULT_TURN_TIMEOUT,
+            session_timeout_s=session_timeout_s,
         )
         self.adapter = self.definition.build(setup)
+        return self.adapter
+
+    async def run(self, instruction: str, sandbox: Sandbox, ctx: AgentContext) -> AgentResult:
+        """One turn with the instruction; the proxy's calls become the trajectory."""
+        self.build_adapter(sandbox, ctx.workdir, ctx.timeout_sec or DEFAULT_TURN_TIMEOUT)
         events: list[HarnessEvent] = []
         try:
             await self.adapter.start()
