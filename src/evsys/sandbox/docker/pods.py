@@ -8,24 +8,9 @@ FORWARD policy drops bridged traffic. Switching a member's network between phase
 from __future__ import annotations
 
 from evsys.sandbox.base import PodSpec
+from evsys.sandbox.podowners import PodOwners
 
-_OWNERS: dict[str, str] = {}  # pod name -> the owner's container id
-
-
-def owner(pod: PodSpec) -> str | None:
-    """The container whose network namespace `pod` shares, or None when this sandbox is the first."""
-    return _OWNERS.get(pod.name)
-
-
-def register(pod: PodSpec, container_id: str) -> None:
-    """Record the first member's container as the pod's namespace."""
-    _OWNERS.setdefault(pod.name, container_id)
-
-
-def unregister(pod: PodSpec, container_id: str) -> None:
-    """Forget the pod's namespace when its owner is removed."""
-    if _OWNERS.get(pod.name) == container_id:
-        del _OWNERS[pod.name]
+OWNERS: PodOwners[str] = PodOwners()  # pod name -> the owner's container id
 
 
 def extra_hosts(pod: PodSpec) -> dict[str, str]:

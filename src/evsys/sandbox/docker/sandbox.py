@@ -151,8 +151,8 @@ class DockerSandbox(Sandbox):
             **self._limits(),
         )
         container.start()
-        if self.spec.pod is not None and pods.owner(self.spec.pod) is None:
-            pods.register(self.spec.pod, container.id)
+        if self.spec.pod is not None and pods.OWNERS.owner(self.spec.pod) is None:
+            pods.OWNERS.register(self.spec.pod, container.id)
         return container.id
 
     def _network_options(self) -> dict[str, Any]:
@@ -161,7 +161,7 @@ class DockerSandbox(Sandbox):
         own = {"network_mode": "none" if self.spec.network == "no-network" else public_network()}
         if pod is None:
             return {**own, "hostname": "sandbox"}
-        joined = pods.owner(pod)
+        joined = pods.OWNERS.owner(pod)
         if joined is not None:  # its hostname and /etc/hosts are the owner's too
             return {"network_mode": f"container:{joined}"}
         return {**own, "hostname": "sandbox", "extra_hosts": pods.extra_hosts(pod)}
@@ -205,7 +205,7 @@ class DockerSandbox(Sandbox):
             with contextlib.suppress(docker.errors.NotFound):
                 api.client().api.remove_container(container_id, force=True, v=True)
             if self.spec.pod is not None:
-                pods.unregister(self.spec.pod, container_id)
+                pods.OWNERS.unregister(self.spec.pod, container_id)
 
         await asyncio.shield(asyncio.to_thread(remove))
 
@@ -321,7 +321,7 @@ class DockerSandbox(Sandbox):
             return
 
         # a pod member's network is its pod's owner's
-        target = (pods.owner(self.spec.pod) if self.spec.pod is not None else None) or container_id
+        target = (pods.OWNERS.owner(self.spec.pod) if self.spec.pod is not None else None) or container_id
 
         def switch() -> None:
             bridge = api.client().networks.get(public_network())

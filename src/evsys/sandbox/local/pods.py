@@ -10,25 +10,10 @@ from __future__ import annotations
 import shutil
 
 from evsys.sandbox.base import PodSpec, SandboxError
+from evsys.sandbox.podowners import PodOwners
 
 HOSTS_FILE = "/etc/hosts"
-_OWNERS: dict[str, int] = {}  # pod name -> the owner's daemon pid (its network namespace is the pod's)
-
-
-def owner_pid(pod: PodSpec) -> int | None:
-    """The daemon pid whose network namespace `pod` shares, or None when this sandbox is the first."""
-    return _OWNERS.get(pod.name)
-
-
-def register(pod: PodSpec, pid: int) -> None:
-    """Record the first member's daemon pid as the pod's namespace."""
-    _OWNERS.setdefault(pod.name, pid)
-
-
-def unregister(pod: PodSpec, pid: int) -> None:
-    """Forget the pod's namespace when its owner stops."""
-    if _OWNERS.get(pod.name) == pid:
-        del _OWNERS[pod.name]
+OWNERS: PodOwners[int] = PodOwners()  # the owner: its daemon pid (its network namespace is the pod's)
 
 
 def join_argv(argv: list[str], pid: int) -> list[str]:

@@ -161,7 +161,7 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
         sfd = seccomp_fd()
         try:
             argv = bwrap_argv(spec, setup.root, str(daemon_file), "@fd0", agent_uid=self._uid.uid)
-            joined = pods.owner_pid(spec.pod) if spec.pod is not None else None
+            joined = pods.OWNERS.owner(spec.pod) if spec.pod is not None else None
             argv = argv if joined is None else pods.join_argv(argv, joined)
             self._proc = await spawn(argv, setup=setup.params, pass_fds=(sfd,), limit=1 << 22)
         except SandboxError as exc:
@@ -186,7 +186,7 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
             self._network = await SlirpNetwork.attach(self._daemon_pid())
         if spec.pod is not None:
             self._pod_owner = self._daemon_pid()
-            pods.register(spec.pod, self._pod_owner)
+            pods.OWNERS.register(spec.pod, self._pod_owner)
 
     def _prepare_layers(self, cache: Path, agent_uid: int) -> tuple[list[str], Path]:
         spec = self.spec
@@ -307,7 +307,7 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
 
     async def _teardown(self) -> None:
         if self._pod_owner is not None and self.spec.pod is not None:
-            pods.unregister(self.spec.pod, self._pod_owner)
+            pods.OWNERS.unregister(self.spec.pod, self._pod_owner)
             self._pod_owner = None
         proc, client, cg, uid = self._proc, self._client, self._cgroup, self._uid
         self._uid = None
