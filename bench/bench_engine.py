@@ -144,11 +144,11 @@ def _phase_share(result) -> dict[str, float]:
     return share
 
 
-def _bench_root() -> Path:
+def _bench_root(prefix: str = ".bench-engine-") -> Path:
     """A fresh directory for the run, under EVSYS_BENCH_DIR or the project's jobs/."""
     parent = Path(os.environ.get("EVSYS_BENCH_DIR") or Path(__file__).resolve().parent.parent / "jobs")
     parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=".bench-engine-", dir=parent))
+    return Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
 
 
 async def main() -> dict:

@@ -20,7 +20,6 @@ import asyncio
 import os
 import shutil
 import statistics
-import tempfile
 import time
 from pathlib import Path
 
@@ -86,17 +85,13 @@ async def run_job(root: Path, dataset: Path, name: str, n: int, concurrent: int,
     return elapsed, (done[-1] - done[0]) / (n - 1)
 
 
-def _bench_root() -> Path:
-    parent = Path(os.environ.get("EVSYS_BENCH_DIR") or Path(__file__).resolve().parent.parent / "jobs")
-    parent.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix=".bench-ray-", dir=parent))
-
-
 async def main() -> dict:
     """Run the benchmark and return its figures."""
+    from bench_engine import _bench_root
+
     import evsys.engine  # noqa: F401  (import cost outside the timed region)
 
-    root = _bench_root()
+    root = _bench_root(".bench-ray-")
     started = time.perf_counter()
     cluster = start_cluster()  # in the main thread: Ray installs signal handlers for its nodes
     cluster_sec = time.perf_counter() - started

@@ -44,6 +44,7 @@ from evsys.engine.spec import TrialSpec
 from evsys.engine.steps import StepsMixin
 from evsys.engine.store import JobStore
 from evsys.engine.verifying import VerifierPhaseMixin
+from evsys.repo.workspace import METADATA_KEY
 from evsys.sandbox.base import Sandbox, SandboxError, SandboxSpec
 from evsys.sandbox.slots import Slot, SlotPool
 from evsys.task.models import Task
@@ -104,7 +105,7 @@ class Trial(EnvironmentPhaseMixin, VerifierPhaseMixin, StepsMixin, SeparateVerif
 
     @property
     def _is_repository_task(self) -> bool:
-        return self.task is not None and "evsys_repo" in self.task.config.metadata
+        return self.task is not None and METADATA_KEY in self.task.config.metadata
 
     @property
     def uses_sandbox(self) -> bool:

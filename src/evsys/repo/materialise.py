@@ -27,8 +27,8 @@ from pathlib import Path
 
 from evsys.repo.cache import RepoCache
 from evsys.repo.rows import RepoTask
+from evsys.repo.workspace import METADATA_KEY
 
-METADATA_KEY = "evsys_repo"
 GRADER = Path(__file__).with_name("grade.py")
 _GIT = "git -c safe.directory=* -c core.hooksPath=/dev/null"
 

@@ -18,6 +18,8 @@ from pydantic import BaseModel, Field
 from evsys.repo.cache import RepoCache
 from evsys.sandbox.base import HELPER_ENV, Sandbox
 
+METADATA_KEY = "evsys_repo"  # task.toml's [metadata.evsys_repo]: where the tree comes from
+
 GIT_IDENTITY = {
     "GIT_AUTHOR_NAME": "evsys",
     "GIT_AUTHOR_EMAIL": "evsys@localhost",
@@ -42,7 +44,7 @@ class RepoWorkspace(BaseModel):
 
 def task_workspace(metadata: dict[str, Any]) -> RepoWorkspace | None:
     """The workspace a task's metadata asks for, or None for a task that brings its own files."""
-    raw = metadata.get("evsys_repo")
+    raw = metadata.get(METADATA_KEY)
     return RepoWorkspace.model_validate(raw) if raw is not None else None
 
 

@@ -61,8 +61,7 @@ class SandboxPool:
     async def acquire(self, spec: SandboxSpec) -> Sandbox:
         """A running sandbox for `spec`: an idle one of an equal spec, renamed, or a newly started one
         (`was_reused(sandbox)` tells which)."""
-        key = reuse_key(spec)
-        return self._take_idle(spec, key) or await self._start(spec, key)
+        return await self.acquire_within(spec, None)
 
     def _take_idle(self, spec: SandboxSpec, key: str | None) -> Sandbox | None:
         if self._closed:

@@ -61,8 +61,8 @@ class ResetTarget:
             raise SandboxError(f"the sandbox's processes are gone: {exc.strerror}") from None
         return cls(daemon_pid=daemon_pid, bwrap_pidfd=bwrap_fd, daemon_pidfd=daemon_fd, **fields)
 
-    def argv(self) -> list[str]:
-        """The helper's command line."""
+    def argv(self, *, kept_userns: bool = False) -> list[str]:
+        """The helper's command line (`kept_userns`: the uid's mapping namespace is passed as USERNS_FD)."""
         return [
             self.helper,
             "--reset",
@@ -77,7 +77,7 @@ class ResetTarget:
             str(self.jobs_bytes),
             str(self.agent_uid),
             str(self.shm_bytes),
-            str(USERNS_FD) if self.agent_uid in _USERNS else "-",
+            str(USERNS_FD) if kept_userns else "-",
         ]
 
 
@@ -105,9 +105,10 @@ async def run_reset_helper(target: ResetTarget) -> None:
         (os.POSIX_SPAWN_DUP2, target.bwrap_pidfd, BWRAP_PIDFD),
         (os.POSIX_SPAWN_DUP2, target.daemon_pidfd, DAEMON_PIDFD),
     ]
-    argv = target.argv()
-    if argv[-1] != "-":
-        actions.append((os.POSIX_SPAWN_DUP2, _USERNS[target.agent_uid], USERNS_FD))
+    kept = _USERNS.get(target.agent_uid)
+    if kept is not None:
+        actions.append((os.POSIX_SPAWN_DUP2, kept, USERNS_FD))
+    argv = target.argv(kept_userns=kept is not None)
     with ours:
         try:
             with theirs:
