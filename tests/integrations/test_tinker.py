@@ -97,6 +97,7 @@ async def run_recipe(model_dir: Path, solve: bool, group_size: int = 2) -> dict[
     return rewards
 
 
+@pytest.mark.slow
 def test_recipe_solves_both_tasks_in_evsys_sandboxes(model_dir: Path) -> None:
     rewards = asyncio.run(run_recipe(model_dir, solve=True))
     assert rewards == {name: [1.0, 1.0] for name in TASK_NAMES}

@@ -55,11 +55,14 @@ def scores(traces: dict[str, dict]) -> dict[str, float]:
     return {name: trace["rewards"]["correct"]["score"] for name, trace in traces.items()}
 
 
+@pytest.mark.slow
 @needs_venv
 def test_vf_eval_scores_the_same_on_evsys_as_on_its_subprocess_runtime(tmp_path: Path) -> None:
     host = vf_eval(tmp_path, "subprocess", "--env.agent.runtime.type", "subprocess")
     boxed = vf_eval(tmp_path, "evsys", "--env.id", "evsys_env")
-    assert scores(host) == scores(boxed) == EXPECTED
+    imaged = vf_eval(tmp_path, "image", "--env.id", "evsys_env", "--env.sandbox.image", "python:3.11-slim")
+    assert scores(host) == scores(boxed) == scores(imaged) == EXPECTED
+    assert {t["agent"]["runtime"]["image"] for t in imaged.values()} == {"python:3.11-slim"}
     assert {t["agent"]["runtime"]["type"] for t in host.values()} == {"subprocess"}
     assert {t["agent"]["runtime"]["type"] for t in boxed.values()} == {"evsys"}
     assert all(t["ok"] and not t["errors"] for t in boxed.values())
@@ -69,6 +72,7 @@ def test_vf_eval_scores_the_same_on_evsys_as_on_its_subprocess_runtime(tmp_path:
     assert lines == {name: t["metrics"]["input_lines"] for name, t in host.items()}
 
 
+@pytest.mark.slow
 @needs_venv
 def test_runtime_contract_under_verifiers_interpreter() -> None:
     done = subprocess.run(

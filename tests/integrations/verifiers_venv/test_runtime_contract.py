@@ -202,3 +202,21 @@ async def test_unsupported_requests_are_refused_clearly(runtime: EvsysRuntime) -
             await box.prepare_execution([])
     finally:
         await box.stop()
+
+
+async def test_image_gives_the_box_its_own_root_filesystem() -> None:
+    """`image` runs an OCI image (python:3.11-slim, verifiers' container default; pulled, or synthesised
+    from Debian's mirrors when no registry answers) instead of the host's read-only /usr."""
+    plain = EvsysRuntime(EvsysConfig())
+    await plain.start()
+    try:  # positive control: without an image, /usr is the host's, read-only
+        assert (await plain.run(["touch", "/usr/local/bin/probe"], {})).exit_code != 0
+    finally:
+        await plain.stop()
+    box = EvsysRuntime(EvsysConfig(image="python:3.11-slim"))
+    await box.start()
+    try:
+        assert (await box.run(["touch", "/usr/local/bin/probe"], {})).exit_code == 0
+        assert (await box.run(["python3", "-c", "print(6 * 7)"], {})).stdout == "42\n"
+    finally:
+        await box.stop()

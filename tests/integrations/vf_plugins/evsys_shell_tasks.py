@@ -43,7 +43,7 @@ class ShellTask(vf.Task[ShellData]):
 TASKS = [
     ("count-words", "one two three\nfour five\n", "wc -w < input.txt | tr -d ' ' > answer.txt", "5"),
     ("uppercase", "evsys\n", "tr a-z A-Z < input.txt > answer.txt", "EVSYS"),
-    ("sum-numbers", "1\n2\n3\n4\n", "head -n 2 input.txt | paste -sd+ | bc > answer.txt", "10"),
+    ("sum-numbers", "1\n2\n3\n4\n", "head -n 2 input.txt | awk '{s += $1} END {print s}' > answer.txt", "10"),
     ("last-line", "a\nb\nc\n", "tail -n 1 input.txt > answer.txt", "c"),
 ]
 

@@ -20,6 +20,7 @@ from verifiers.v1.env import Env
 from verifiers.v1.envs.single_agent import SingleAgentEnvConfig
 from verifiers.v1.task import Task
 from verifiers.v1.utils.aio import run_shielded
+from verifiers.v1.utils.compile import resolve_runtime_config
 
 from evsys.integrations.verifiers.runtime import EvsysConfig, EvsysRuntime
 
@@ -45,8 +46,8 @@ async def provision_evsys_runtime(
 
 
 class EvsysEnv(Env[EvsysEnvConfig]):
-    """One agent per episode, in an evsys sandbox of its own (the task's image and workdir when it names
-    them, else `--env.sandbox.image` / `--env.sandbox.workdir`)."""
+    """One agent per episode, in an evsys sandbox of its own (`--env.sandbox.*`, with the task's image,
+    workdir, network policy and resources applied as verifiers applies them to its own runtimes)."""
 
     def _runs_local(self) -> bool:
         """Every agent runs in an evsys sandbox on this machine, whatever `--env.agent.runtime` says (it is
@@ -55,8 +56,7 @@ class EvsysEnv(Env[EvsysEnvConfig]):
 
     async def run(self, task: Task, agents: Agents) -> None:
         """Provision the episode's sandbox, run the agent in it, release it."""
-        config = self.config.sandbox
-        data = task.data
-        update = {"image": config.image or data.image, "workdir": config.workdir or data.workdir}
-        async with provision_evsys_runtime(config.model_copy(update=update)) as box:
+        # the task's image, workdir, network policy and resources, applied as verifiers does for its runtimes
+        config = resolve_runtime_config(self.config.sandbox, task)  # type: ignore[arg-type]
+        async with provision_evsys_runtime(config) as box:  # type: ignore[arg-type]
             await agents.agent.run(task, runtime=box)
