@@ -10,8 +10,10 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,20 +31,14 @@ needs_venv = pytest.mark.skipif(
 
 
 def venv_env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": f"{REPO / 'src'}:{PLUGINS}", "PRIME_DISABLE_VERSION_CHECK": "1"}
+    return {**os.environ, "PYTHONPATH": f"{REPO / 'src'}:{PLUGINS}", "EVSYS_TEST_MODEL_KEY": "unused"}
 
 
-def vf_eval(out: Path, run: str, *args: str) -> dict[str, dict]:
-    """Run `vf-eval` on the test taskset; each task's trace, by task name."""
-    argv = [str(VENV / "bin" / "vf-eval"), "evsys_shell_tasks", "--no-rich", "--no-push", "-o", str(out)]
-    done = subprocess.run(
-        [*argv, "--run.name", run, *args],
-        cwd=out,
-        env=venv_env(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+def vf_eval(out: Path, run: str, *args: str, taskset: str = "evsys_shell_tasks") -> dict[str, dict]:
+    """Run `vf-eval` on a test taskset; each task's trace, by task name."""
+    argv = [str(VENV / "bin" / "vf-eval"), taskset, "--no-rich", "--no-push", "-o", str(out)]
+    argv += ["--run.name", run, *args]
+    done = subprocess.run(argv, cwd=out, env=venv_env(), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     traces = {}
     for line in (out / run / "traces.jsonl").read_text().splitlines():
@@ -105,3 +101,44 @@ def test_package_imports_without_verifiers() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "pip install 'evsys[verifiers]'" in out.stdout
     assert importlib.import_module("evsys.integrations.verifiers").__all__
+
+
+@pytest.fixture(scope="module")
+def model_url() -> Iterator[str]:
+    """`evsys model serve` over the tiny test model (as model `tiny`) on host loopback; its /v1 URL."""
+    from evsys.testing.tiny_model import DEMO_RECIPE, build_tiny_model
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    launch = "from evsys.cli.model import model_app; model_app()"
+    argv = [sys.executable, "-c", launch, "serve", "-m", f"local:{build_tiny_model(DEMO_RECIPE)}"]
+    argv += ["--port", str(port), "--served-model-name", "tiny"]
+    server = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
+    try:
+        assert server.stderr is not None
+        for line in server.stderr:  # "serving ..." once the model is loaded and the socket listens
+            if line.startswith("serving"):
+                break
+        else:
+            pytest.fail(f"evsys model serve exited with {server.wait()}")
+        yield f"http://127.0.0.1:{port}/v1"
+    finally:
+        server.terminate()
+        server.wait()
+
+
+@pytest.mark.slow
+@needs_venv
+def test_a_harness_in_the_sandbox_reaches_the_model_through_the_interception(
+    tmp_path: Path, model_url: str
+) -> None:
+    model = ["-m", "tiny", "--client.base-url", model_url, "--client.api-key-var", "EVSYS_TEST_MODEL_KEY"]
+    on_host = ["--env.agent.runtime.type", "subprocess"]
+    host = vf_eval(tmp_path, "subprocess", *model, *on_host, taskset="evsys_model_tasks")
+    boxed = vf_eval(tmp_path, "evsys", *model, "--env.id", "evsys_env", taskset="evsys_model_tasks")
+    for traces in (host, boxed):
+        trace = traces["say-hello"]
+        assert trace["rewards"]["greeted"]["score"] == 1.0, trace["errors"]
+        assert trace["num_output_tokens"] > 0  # the interception recorded the model's answer
+    assert boxed["say-hello"]["agent"]["runtime"]["type"] == "evsys"

@@ -57,6 +57,7 @@ class EvsysEnv(Env[EvsysEnvConfig]):
     async def run(self, task: Task, agents: Agents) -> None:
         """Provision the episode's sandbox, run the agent in it, release it."""
         # the task's image, workdir, network policy and resources, applied as verifiers does for its runtimes
-        config = resolve_runtime_config(self.config.sandbox, task)  # type: ignore[arg-type]
-        async with provision_evsys_runtime(config) as box:  # type: ignore[arg-type]
+        config = resolve_runtime_config(self.config.sandbox, task)
+        assert isinstance(config, EvsysConfig)
+        async with provision_evsys_runtime(config) as box:
             await agents.agent.run(task, runtime=box)
