@@ -83,6 +83,8 @@ class EvsysSandbox:
 
     def _expire(self) -> None:
         self._expiring = asyncio.ensure_future(self.cleanup())
+        # a failed stop at expiry is not anyone's call to raise into; the sandbox is given up either way
+        self._expiring.add_done_callback(lambda task: task.cancelled() or task.exception())
 
     def _terminated(self, detail: str) -> Exception:
         error: type[Exception] = _tinker().SandboxTerminatedError

@@ -220,3 +220,15 @@ async def test_image_gives_the_box_its_own_root_filesystem() -> None:
         assert (await box.run(["python3", "-c", "print(6 * 7)"], {})).stdout == "42\n"
     finally:
         await box.stop()
+
+
+async def test_output_kept_in_memory_is_bounded() -> None:
+    box = EvsysRuntime(EvsysConfig(max_output_mb=1))
+    await box.start()
+    try:
+        result = await box.run(["sh", "-c", "head -c 5000000 /dev/zero | tr '\\0' x; echo done >&2"], {})
+        assert result.exit_code == 0 and result.stderr == "done\n"
+        assert result.stdout.startswith("x" * (1 << 20)) and len(result.stdout) < (1 << 20) + 200
+        assert "5,000,000 bytes in all" in result.stdout
+    finally:
+        await box.stop()

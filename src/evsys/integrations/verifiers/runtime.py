@@ -26,7 +26,15 @@ from verifiers.v1.runtimes.base import BaseRuntimeInfo, ProgramResult, Runtime, 
 
 from evsys.engine.environment import image_service
 from evsys.integrations.verifiers.bridge import LoopbackBridge
-from evsys.sandbox.base import Capability, NetworkMode, Sandbox, SandboxError, SandboxSpec, StreamingProcess
+from evsys.sandbox.base import (
+    Capability,
+    NetworkMode,
+    Sandbox,
+    SandboxError,
+    SandboxSpec,
+    StreamingProcess,
+    marked_output,
+)
 from evsys.sandbox.image import ImageSpec
 from evsys.sandbox.registry import DEFAULT_BACKEND, create_sandbox, sandbox_class
 
@@ -97,6 +105,16 @@ class EvsysProcess(RuntimeProcess):
 async def _chunks(reader: asyncio.StreamReader) -> AsyncIterator[bytes]:
     while chunk := await reader.read(CHUNK):
         yield chunk
+
+
+async def _bounded(reader: asyncio.StreamReader, limit: int) -> str:
+    """A stream read to its end, decoded; past `limit` bytes only counted (memory stays bounded whatever a
+    command prints), with evsys's truncation marker where the rest was dropped."""
+    kept, total = bytearray(), 0
+    async for chunk in _chunks(reader):
+        total += len(chunk)
+        kept += chunk[: max(0, limit - len(kept))]
+    return marked_output(bytes(kept), total, len(kept))
 
 
 class EvsysRuntime(Runtime):
@@ -187,14 +205,15 @@ class EvsysRuntime(Runtime):
         process = await self._spawn(argv, env)
         try:
             process.stdin.close()
+            limit = self.config.max_output_mb << 20
             out, err, code = await asyncio.gather(
-                process.stdout.read(), process.stderr.read(), process.wait()
+                _bounded(process.stdout, limit), _bounded(process.stderr, limit), process.wait()
             )
         except BaseException:
             with contextlib.suppress(Exception):
                 await asyncio.shield(process.kill())
             raise
-        return ProgramResult(code, out.decode(errors="replace"), err.decode(errors="replace"))
+        return ProgramResult(code, out, err)
 
     async def open_process(self, argv: list[str], env: dict[str, str]) -> RuntimeProcess:
         """A live process with streaming stdin/stdout/stderr."""
