@@ -195,6 +195,8 @@ async def test_framework_only_policy_closes_egress_for_the_agent_phase() -> None
 async def test_unsupported_requests_are_refused_clearly(runtime: EvsysRuntime) -> None:
     with pytest.raises(SandboxError, match="not supported"):
         await runtime.expose(8000)
+    with pytest.raises(SandboxError, match="no-such-backend"):
+        await EvsysRuntime(EvsysConfig(backend="no-such-backend")).start()
     box = EvsysRuntime(EvsysConfig(allow=["*.example.com"]))
     await box.start()
     try:

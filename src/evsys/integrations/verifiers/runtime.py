@@ -25,6 +25,7 @@ from verifiers.v1.errors import SandboxError as VfSandboxError
 from verifiers.v1.runtimes.base import BaseRuntimeInfo, ProgramResult, Runtime, RuntimeProcess
 
 from evsys.engine.environment import image_service
+from evsys.images import ImageError
 from evsys.integrations.verifiers.bridge import LoopbackBridge
 from evsys.sandbox.base import (
     Capability,
@@ -133,8 +134,11 @@ class EvsysRuntime(Runtime):
     # ------------------------------------------------------------------ lifecycle
     async def start(self) -> None:
         """Start the sandbox (pulling the configured image first, when there is one)."""
-        spec = await self._spec()
-        sandbox_type = sandbox_class(self.config.backend)
+        try:
+            spec = await self._spec()
+            sandbox_type = sandbox_class(self.config.backend)
+        except (ImageError, SandboxError) as exc:
+            raise VfSandboxError(f"evsys runtime {self.name}: {exc}") from exc
         if sandbox_type.supports(Capability.BINDS) and sandbox_type.supports(Capability.SPAWN):
             self.bridge = LoopbackBridge()
             spec = spec.model_copy(update={"binds": self.bridge.binds()})
