@@ -52,7 +52,7 @@ def _tinker() -> Any:
 class EvsysSandbox:
     """tinker-cookbook's `SandboxInterface` over one started evsys sandbox.
 
-    Commands run with `bash -c` as the sandbox's default user (root unless the factory was told otherwise),
+    Commands run with `bash -c` as the sandbox's default user (root from `sandbox_factory`),
     in `workdir` or the task's WORKDIR. A command past its timeout is killed with everything it started and
     reports exit code 124 (`metrics["timed_out"]`); output is kept up to `max_output_bytes` per stream
     (its beginning, as the Modal sandbox does). The sandbox lives at most `lifetime` seconds (the recipe's
@@ -206,21 +206,19 @@ async def start_task_sandbox(
 def sandbox_factory(
     *,
     backend: str = DEFAULT_BACKEND,
-    user: str = "root",
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
     build_timeout: float | None = None,
 ) -> TinkerSandboxFactory:
     """The `SandboxFactory` the `harbor_rl` recipe takes: `(env_dir, timeout) -> EvsysSandbox`, where
     `env_dir` is a Harbor task's `environment/` directory and `timeout` the sandbox's lifetime in seconds.
 
-    `user` is who runs every command, the recipe's grader included ('root', as in the recipe's Modal
-    sandbox, or 'agent'); `backend` names an evsys sandbox backend ('local' or 'docker')."""
+    Every command runs as root in the sandbox, as in the recipe's Modal sandbox: the recipe's grader runs
+    `tests/test.sh` through the same interface and writes `/logs/verifier`. `backend` names an evsys
+    sandbox backend (tested: 'local')."""
     _tinker()  # fail now, not at the first environment, when tinker-cookbook is missing
 
     async def make(env_dir: Path, timeout: int) -> EvsysSandbox:  # noqa: ASYNC109 - the lifetime
-        sandbox = await start_task_sandbox(
-            Path(env_dir).parent, backend=backend, user=user, build_timeout=build_timeout
-        )
+        sandbox = await start_task_sandbox(Path(env_dir).parent, backend=backend, build_timeout=build_timeout)
         return EvsysSandbox(sandbox, lifetime=timeout, max_output_bytes=max_output_bytes)
 
     return make
