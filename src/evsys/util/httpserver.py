@@ -20,8 +20,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from evsys.util.descriptors import in_reserve, raise_descriptor_limit
 from evsys.util.ratelog import BoundedLog
@@ -123,7 +124,7 @@ class GuardedServer:
                 continue
             protocol = _GuardedProtocol(self._protocol(loop), slots.release, self.limits.header_timeout_sec)
             try:
-                await loop.connect_accepted_socket(lambda made=protocol: made, conn)
+                await loop.connect_accepted_socket(_factory(protocol), conn)
             except OSError as exc:
                 conn.close()
                 protocol.release()
@@ -135,6 +136,10 @@ class GuardedServer:
         )
 
 
+def _factory(protocol: asyncio.Protocol) -> Callable[[], asyncio.Protocol]:
+    return lambda: protocol
+
+
 class _GuardedProtocol(asyncio.Protocol):
     """uvicorn's h11 protocol with a header deadline; gives its slot back when the connection ends."""
 
@@ -143,7 +148,7 @@ class _GuardedProtocol(asyncio.Protocol):
         self._release = release
         self._header_timeout = header_timeout
         self._deadline: asyncio.TimerHandle | None = None
-        self._transport: asyncio.BaseTransport | None = None
+        self._transport: asyncio.Transport | None = None
 
     def release(self) -> None:
         """Give the connection's slot back (once)."""
@@ -152,7 +157,7 @@ class _GuardedProtocol(asyncio.Protocol):
             release()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._transport = transport
+        self._transport = cast(asyncio.Transport, transport)  # a socket transport: it can abort
         self.inner.connection_made(transport)
         self._arm()
 
