@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from load_attacks import half_open, open_descriptors, stream_body
+from load_attacks import connect, half_open, open_descriptors, stream_body
 
 PROXY_PROCESS = Path(__file__).with_name("proxy_process.py")
 GIB = 1 << 30
@@ -157,3 +157,29 @@ def test_an_innocent_result_is_written_with_descriptors_nearly_exhausted(proxy_p
         flood.close()
     assert refused > 50  # many connections were refused at the reserve ...
     assert 1 <= log.count("few descriptors left") <= 3  # ... and the log says so in a line or two
+
+
+def test_a_body_that_stalls_gets_408_and_the_app_never_runs(serve_app):
+    from starlette.applications import Starlette
+    from starlette.responses import PlainTextResponse
+    from starlette.routing import Route
+
+    from evsys.util.bodylimit import BodyLimit
+
+    reached = []
+
+    async def echo(request):
+        reached.append(await request.body())
+        return PlainTextResponse("read")
+
+    app = BodyLimit(Starlette(routes=[Route("/", echo, methods=["POST"])]), 1000, idle_timeout=1)
+    with serve_app(app) as url:
+        host, port = url.removeprefix("http://").rsplit(":", 1)
+        sock = connect((host, int(port)))
+        sock.settimeout(30)
+        sock.sendall(b"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n" + b"x" * 10)
+        stalled = sock.recv(65536)
+        sock.close()
+        whole = httpx.post(url, content=b"y" * 1000)
+    assert stalled.startswith(b"HTTP/1.1 408") and b"connection: close" in stalled.lower()
+    assert whole.text == "read" and reached == [b"y" * 1000]  # the control: a whole body under the limit
