@@ -4,11 +4,13 @@ bounded number of them (and the turn's outcome), and says how many it dropped.""
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
-from conftest import SYSTEM_PYTHON
 from evsys.agent.harness import HarnessConfig, HarnessEnvironment, ModelEndpoint, StdioHarnessAdapter
 from evsys.agent.harness.events import MAX_KEPT_EVENTS, EventLog, HarnessEventType
 
+SYSTEM_PYTHON = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
 FLOOD = 25_000
 FLOODING_HARNESS = f"""
 import json, sys
