@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 import typer
 from rich.console import Console
 
+from evsys.cli.markup import shown
+
 if TYPE_CHECKING:
     from evsys.engine.config import JobConfig
     from evsys.engine.job import Job
@@ -22,7 +24,7 @@ console = Console(stderr=True)
 
 def fail(message: str) -> typer.Exit:
     """Print `error: message` on stderr; the Exit (code 2) to raise."""
-    console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True, emoji=False)
+    console.print(f"[bold red]error:[/] {shown(message)}", highlight=False, soft_wrap=True, emoji=False)
     return typer.Exit(EXIT_USAGE)
 
 
@@ -100,10 +102,11 @@ def run_preflight(config: JobConfig, *, probe: bool, strict: bool) -> None:
         report = preflight(config, probe_models=probe, strict=strict)
     except PreflightError as exc:
         for problem in exc.problems:
-            console.print(f"[bold red]error:[/] {problem}", highlight=False, soft_wrap=True, emoji=False)
+            message = f"[bold red]error:[/] {shown(problem)}"
+            console.print(message, highlight=False, soft_wrap=True, emoji=False)
         raise typer.Exit(EXIT_USAGE) from None
     for warning in report.warnings:
-        console.print(f"[yellow]warning:[/] {warning}", highlight=False, soft_wrap=True, emoji=False)
+        console.print(f"[yellow]warning:[/] {shown(warning)}", highlight=False, soft_wrap=True, emoji=False)
     if report.invalid_tasks:
         console.print(
             f"[yellow]warning:[/] {len(report.invalid_tasks)} invalid task(s) will fail as task_invalid "
@@ -111,7 +114,7 @@ def run_preflight(config: JobConfig, *, probe: bool, strict: bool) -> None:
             highlight=False,
         )
         for line in report.invalid_tasks:
-            console.print(f"  {line}", highlight=False, soft_wrap=True, emoji=False)
+            console.print(f"  {shown(line)}", highlight=False, soft_wrap=True, emoji=False)
 
 
 def save_traceback(exc: Exception, job_dir: Path) -> Path:

@@ -7,8 +7,9 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.table import Table
+
+from evsys.cli.markup import shown
 
 jobs_app = typer.Typer(no_args_is_help=True, help="List, summarise and compare job directories.")
 
@@ -21,7 +22,7 @@ def _out() -> Console:
 
 
 def _fail(message: str) -> typer.Exit:
-    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {escape(message)}")
+    Console(stderr=True, highlight=False, soft_wrap=True).print(f"[bold red]error:[/] {shown(message)}")
     return typer.Exit(EXIT_USAGE)
 
 
@@ -62,15 +63,15 @@ def list_jobs(
             trials = f"{job.n_trials}/{job.n_planned}"
         passk = ", ".join(f"@{k} {v:.3f}" for k, v in (job.pass_at_k or {}).items()) or "-"
         table.add_row(
-            escape(job.name),
+            shown(job.name),
             (job.started_at or "-")[:19].replace("T", " "),
             "running/stopped" if job.running else "done",
-            escape(", ".join(job.agents)),
-            escape(", ".join(job.models) or "-"),
+            shown(", ".join(job.agents)),
+            shown(", ".join(job.models) or "-"),
             trials,
             _fmt(job.mean_reward),
             passk,
-            str(job.n_errors) if not job.problem else f"{job.n_errors} ({escape(job.problem)})",
+            str(job.n_errors) if not job.problem else f"{job.n_errors} ({shown(job.problem)})",
         )
     out.print(table)
 
@@ -95,12 +96,12 @@ def show(job_dir: Annotated[Path, typer.Argument(help="A job directory (jobs/<na
             if (job_dir / trial.trial_name / "exception.txt").is_file():
                 line += f" (traceback: {trial.trial_name}/exception.txt)"
             cause = trial.failure.cause.value
-            table.add_row(escape(trial.trial_name), cause, _fmt(trial.reward), escape(line))
+            table.add_row(shown(trial.trial_name), cause, _fmt(trial.reward), shown(line))
         out.print(table)
     for pending in job.pending:
-        out.print(f"no result: {escape(pending.name)}: {escape(pending.problem)}")
+        out.print(f"no result: {shown(pending.name)}: {shown(pending.problem)}")
     if job.config_error:
-        out.print(f"[yellow]{escape(job.config_error)}[/]")
+        out.print(f"[yellow]{shown(job.config_error)}[/]")
 
 
 @jobs_app.command("diff", short_help="Per-task reward changes between two jobs.")
@@ -120,12 +121,12 @@ def diff(
         rows = [r for r in rows if r.delta is None or abs(r.delta) > 1e-9]
     table = Table(title=f"reward per task: {a.name} -> {b.name}", title_justify="left")
     for column in ("task", "agent", "model", a.name, b.name, "delta"):
-        table.add_column(escape(column), overflow="fold")
+        table.add_column(shown(column), overflow="fold")
     for row in rows:
         delta = "-" if row.delta is None else f"{row.delta:+.3f}"
         style = "green" if (row.delta or 0) > 1e-9 else "red" if (row.delta or 0) < -1e-9 else ""
         table.add_row(
-            escape(row.task), escape(row.agent), escape(row.model or "-"),
+            shown(row.task), shown(row.agent), shown(row.model or "-"),
             f"{_fmt(row.a)} ({row.n_a})", f"{_fmt(row.b)} ({row.n_b})",
             f"[{style}]{delta}[/]" if style else delta,
         )  # fmt: skip

@@ -26,6 +26,7 @@ from evsys.cli.checks import (
     save_traceback,
 )
 from evsys.cli.checks import fail as _fail
+from evsys.cli.markup import shown
 
 if TYPE_CHECKING:
     from evsys.engine.config import JobConfig
@@ -295,7 +296,7 @@ def _run_job(job: Job) -> JobResult:
     except Exception as exc:  # a bug in evsys or a plugin: one line here, the traceback in a file
         path = save_traceback(exc, job.job_dir)
         console.print(
-            f"[bold red]error:[/] {type(exc).__name__}: {exc} (traceback in {path})",
+            f"[bold red]error:[/] {type(exc).__name__}: {shown(exc)} (traceback in {shown(path)})",
             highlight=False,
             soft_wrap=True,
             emoji=False,
@@ -390,9 +391,9 @@ def print_task_table(out: Console, result: JobResult) -> None:
     table = Table(title="reward per task (mean over attempts)", title_justify="left")
     table.add_column("task")
     for name in agents:
-        table.add_column(name, overflow="fold")
+        table.add_column(shown(name), overflow="fold")
     for task_name in sorted(cells):
-        row = [task_name]
+        row = [shown(task_name)]
         for name in agents:
             trials = cells[task_name].get(name, [])
             rewards = [t.reward or 0.0 for t in scored(trials)]  # the summary's rule: cancelled left out
@@ -400,7 +401,7 @@ def print_task_table(out: Console, result: JobResult) -> None:
             text = _fmt(sum(rewards) / len(rewards)) if rewards else "-"
             text = f"{text} ({', '.join(causes)})" if causes else text
             tests = [t.tests_summary for t in trials if t.tests_summary]
-            row.append(f"{text}: {tests[0]}" if len(trials) == 1 and tests else text)
+            row.append(shown(f"{text}: {tests[0]}" if len(trials) == 1 and tests else text))
         table.add_row(*row)
     out.print(table)
 
@@ -415,7 +416,7 @@ def _print_tracebacks(out: Console, result: JobResult, job_dir: Path | str) -> N
         return
     out.print(f"{len(files)} trial(s) raised an exception; tracebacks in:", highlight=False)
     for path in files[:MAX_TRACEBACK_LINES]:
-        out.print(f"  {path}", highlight=False, soft_wrap=True)
+        out.print(f"  {shown(path)}", highlight=False, soft_wrap=True)
     if len(files) > MAX_TRACEBACK_LINES:
         out.print(
             f"  ... and {len(files) - MAX_TRACEBACK_LINES} more (evsys jobs show {job_dir})", highlight=False
@@ -426,7 +427,7 @@ def print_summary(out: Console, result: JobResult, job_dir: Path | str) -> None:
     """The summary table per (agent, model, dataset), then the job directory."""
     from rich.table import Table
 
-    table = Table(title=f"job {result.job_name}", title_justify="left")
+    table = Table(title=f"job {shown(result.job_name)}", title_justify="left")
     for column in ("agent", "model", "dataset", "trials", "errors", "mean reward", "per key", "pass@k"):
         table.add_column(column, overflow="fold")
     for column in ("tokens in/out", "cost $", "wall s"):
@@ -436,13 +437,13 @@ def print_summary(out: Console, result: JobResult, job_dir: Path | str) -> None:
         keys = ", ".join(f"{k} {_fmt(v)}" for k, v in group.reward_means.items() if k != "reward") or "-"
         passk = ", ".join(f"@{k} {_fmt(v)}" for k, v in (group.pass_at_k or {}).items()) or "-"
         table.add_row(
-            group.agent,
-            group.model or "-",
-            group.dataset,
+            shown(group.agent),
+            shown(group.model or "-"),
+            shown(group.dataset),
             str(group.n_trials),
-            errors,
+            shown(errors),
             _fmt(group.mean_reward),
-            keys,
+            shown(keys),
             passk,
             f"{group.usage.prompt_tokens}/{group.usage.completion_tokens}",
             _fmt(group.usage.cost_usd, 4),
@@ -453,7 +454,8 @@ def print_summary(out: Console, result: JobResult, job_dir: Path | str) -> None:
         generated = group.usage.completion_tokens
         if generated and group.wall_time_sec > 0:
             out.print(
-                f"{group.agent} ({group.model}): {generated} tokens generated in {group.wall_time_sec:.1f} s"
+                f"{shown(group.agent)} ({shown(group.model)}): {generated} tokens generated in "
+                f"{group.wall_time_sec:.1f} s"
                 f" = {generated / group.wall_time_sec:.1f} tokens/s",
                 highlight=False,
             )
@@ -469,4 +471,4 @@ def print_summary(out: Console, result: JobResult, job_dir: Path | str) -> None:
     missing = result.n_planned - result.n_done
     if missing:
         out.print(f"{missing} of {result.n_planned} planned trials did not run", highlight=False)
-    out.print(f"job directory: {job_dir}", highlight=False, soft_wrap=True, emoji=False)
+    out.print(f"job directory: {shown(job_dir)}", highlight=False, soft_wrap=True, emoji=False)

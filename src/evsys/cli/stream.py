@@ -6,7 +6,8 @@ from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
-from rich.markup import escape
+
+from evsys.cli.markup import shown
 
 MAX_TEXT = 160
 STYLES = {
@@ -54,9 +55,9 @@ def event_printer(console: Console) -> Callable[[dict[str, Any]], None]:
     def show(event: dict[str, Any]) -> None:
         kind = str(event.get("type", "?"))
         style = STYLES.get(kind, "white")
-        trial = escape(str(event.get("trial", "")))
+        trial = shown(str(event.get("trial", "")))
         console.print(
-            f"[dim]{trial}[/] [{style}]{kind:<13}[/] {escape(describe(event))}",
+            f"[dim]{trial}[/] [{style}]{shown(f'{kind:<13}')}[/] {shown(describe(event))}",
             highlight=False,
             soft_wrap=True,
         )

@@ -8,8 +8,9 @@ from typing import Annotated
 
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.panel import Panel
+
+from evsys.cli.markup import shown
 
 trial_app = typer.Typer(no_args_is_help=True, help="Show one trial of a job.")
 
@@ -36,35 +37,36 @@ def show(
     try:
         trial = load_trial(trial_dir.parent, trial_dir.name)
     except (UnsafePathError, OSError) as exc:
-        Console(stderr=True, highlight=False).print(f"[bold red]error:[/] {escape(str(exc))}")
+        Console(stderr=True, highlight=False).print(f"[bold red]error:[/] {shown(str(exc))}")
         raise typer.Exit(2) from None
     for problem in trial.problems:
-        out.print(f"[yellow]{escape(problem)}[/]")
+        out.print(f"[yellow]{shown(problem)}[/]")
     _outcome(out, trial)
     if trial.trajectory is not None:
         for step in trial.trajectory.steps:
             _step(out, step, full)
     for text in trial.verifier:
-        out.print(Panel(escape(_clip(text.text, full)), title=f"verifier/{text.path.split('/', 1)[-1]}"))
+        title = f"verifier/{shown(text.path.split('/', 1)[-1])}"
+        out.print(Panel(shown(_clip(text.text, full)), title=title))
     if trial.exception is not None:
-        out.print(Panel(escape(_clip(trial.exception.text, full)), title="exception.txt", border_style="red"))
+        out.print(Panel(shown(_clip(trial.exception.text, full)), title="exception.txt", border_style="red"))
     if trial.logs:
-        out.print("logs: " + ", ".join(escape(f.path) for f in trial.logs))
+        out.print("logs: " + ", ".join(shown(f.path) for f in trial.logs))
 
 
 def _outcome(out: Console, trial) -> None:
     result = trial.result
     if result is None:
-        out.print(f"[bold]{escape(trial.name)}[/]: no result.json yet")
+        out.print(f"[bold]{shown(trial.name)}[/]: no result.json yet")
         return
     reward = "-" if result.reward is None else f"{result.reward:.3f}"
     keys = ", ".join(f"{k} {v:.3f}" for k, v in (result.rewards or {}).items())
     agent = f"{result.agent} ({result.model})" if result.model else result.agent
-    out.print(f"[bold]{escape(trial.name)}[/]  task {escape(result.task_name)}  agent {escape(agent)}")
+    out.print(f"[bold]{shown(trial.name)}[/]  task {shown(result.task_name)}  agent {shown(agent)}")
     status = "[green]ok[/]" if result.failure is None else f"[red]{result.failure.cause.value}[/]"
-    out.print(f"reward {reward} ({escape(keys) or 'no reward file'})  {status}")
+    out.print(f"reward {reward} ({shown(keys) or 'no reward file'})  {status}")
     if result.failure is not None:
-        out.print(f"[red]{escape(result.failure.message)}[/]")
+        out.print(f"[red]{shown(result.failure.message)}[/]")
     phases = [(name, value) for name, value in result.timing.model_dump().items() if value is not None]
     out.print("timing: " + ", ".join(f"{name} {value:.2f}s" for name, value in phases))
 
@@ -72,15 +74,15 @@ def _outcome(out: Console, trial) -> None:
 def _step(out: Console, step, full: bool) -> None:
     parts: list[str] = []
     if step.reasoning_content:
-        parts.append(f"[dim]reasoning: {escape(_clip(step.reasoning_content, full))}[/]")
+        parts.append(f"[dim]reasoning: {shown(_clip(step.reasoning_content, full))}[/]")
     if step.message:
-        parts.append(escape(_clip(step.message, full)))
+        parts.append(shown(_clip(step.message, full)))
     for call in step.tool_calls or []:
         args = json.dumps(call.arguments, ensure_ascii=False)
-        parts.append(f"[cyan]→ {escape(call.function_name)}[/] {escape(_clip(args, full))}")
+        parts.append(f"[cyan]→ {shown(call.function_name)}[/] {shown(_clip(args, full))}")
     for result in step.observation.results if step.observation else []:
         content = result.content if isinstance(result.content, str) else json.dumps(result.content)
-        parts.append(f"[green]←[/] {escape(_clip(content or '', full))}")
+        parts.append(f"[green]←[/] {shown(_clip(content or '', full))}")
     metrics = step.metrics
     if metrics is not None and metrics.completion_token_ids is not None:
         note = f"{len(metrics.completion_token_ids)} completion tokens"
@@ -88,5 +90,5 @@ def _step(out: Console, step, full: bool) -> None:
         if extra.get("extends_previous") is False:
             note += f", [red]prefix break at token {extra.get('prefix_break_at', '?')}[/]"
         parts.append(f"[dim]{note}[/]")
-    title = f"{step.step_id} {step.source}"
+    title = shown(f"{step.step_id} {step.source}")
     out.print(Panel("\n".join(parts) or "[dim](empty)[/]", title=title, title_align="left"))

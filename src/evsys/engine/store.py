@@ -30,6 +30,7 @@ from evsys.engine.config import JobConfig, TrialConfig
 from evsys.engine.results import FailureCause, JobResult, TrialResult
 from evsys.trajectory.models import Trajectory
 from evsys.util.atomic import write_bytes_atomic, write_json_atomic, write_text_atomic
+from evsys.util.descriptors import raise_descriptor_limit
 from evsys.util.tarsafe import links_stay_inside
 
 CONFIG = "config.json"
@@ -48,6 +49,9 @@ class JobStore:
     def __init__(self, job_dir: Path, *, durable: bool = True) -> None:
         self.job_dir = Path(job_dir)
         self.durable = durable  # False: no fsync (a worker's scratch directory, which the driver re-writes)
+        # as many descriptors as the host allows: servers a sandbox can reach keep a reserve of them free
+        # (evsys.util.descriptors), so one trial's connections never stop another's result being written
+        raise_descriptor_limit()
 
     @property
     def config_path(self) -> Path:

@@ -35,6 +35,8 @@ from evsys.server.protocol import (
     schemas,
 )
 from evsys.server.service import ServeService, Session
+from evsys.util.bodylimit import BodyLimit, Scope
+from evsys.util.jsonparse import loads_bounded
 
 log = logging.getLogger(__name__)
 ACTION = TypeAdapter(Action)
@@ -69,8 +71,8 @@ class WsHandler:
             error = ServeError(ErrorCode.PAYLOAD_TOO_LARGE, f"message over the limit of {limit:,} bytes")
             return {"type": "error", "data": error.payload()}
         try:
-            message = json.loads(text)
-        except ValueError as exc:
+            message = loads_bounded(text)
+        except ValueError as exc:  # invalid, or nested too deeply (never a RecursionError)
             return {"type": "error", "data": {"message": f"invalid JSON: {exc}", "code": "INVALID_JSON"}}
         if not isinstance(message, dict):
             error = ServeError(ErrorCode.VALIDATION_ERROR, "a message is a JSON object with a 'type'")
@@ -194,19 +196,6 @@ class WsHandler:
                 inbox.put_nowait(None)
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The request body, refused past `limit` bytes (without reading the rest)."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise ServeError(ErrorCode.PAYLOAD_TOO_LARGE, f"body over the limit of {limit:,} bytes")
-    body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise ServeError(ErrorCode.PAYLOAD_TOO_LARGE, f"body over the limit of {limit:,} bytes")
-    return bytes(body)
-
-
 def _error_response(exc: ServeError) -> JSONResponse:
     status = {
         ErrorCode.PAYLOAD_TOO_LARGE: 413,
@@ -225,11 +214,11 @@ class HttpHandlers:
         self.mcp = mcp
 
     async def _json(self, request: Request) -> Any:
-        body = await read_body(request, self.service.settings.max_message_bytes)
+        body = await request.body()  # at most max_message_bytes: BodyLimit refused larger ones unread
         if not body.strip():
             return {}
         try:
-            return json.loads(body)
+            return loads_bounded(body)
         except ValueError as exc:
             raise ServeError(ErrorCode.INVALID_JSON, f"invalid JSON: {exc}") from None
 
@@ -341,8 +330,21 @@ class HttpHandlers:
         return Response(status_code=405, headers={"Allow": "POST, DELETE"})
 
 
-def create_app(service: ServeService) -> Starlette:
-    """The application over `service` (its sessions and job); starts and closes it with the app."""
+def _refusal(scope: Scope, status: int, reason: str) -> JSONResponse:
+    """A body `BodyLimit` refused (413 too large, 408 stalled), as a JSON-RPC error on `/mcp` and in the
+    `{"detail": ...}` shape elsewhere; the connection is closed after it."""
+    code = ErrorCode.PAYLOAD_TOO_LARGE if status == 413 else ErrorCode.VALIDATION_ERROR
+    if scope.get("path") == "/mcp":
+        response = JSONResponse(rpc_error(None, -32600, reason), status_code=status)
+    else:
+        response = JSONResponse({"detail": ServeError(code, reason).payload()}, status_code=status)
+    response.headers["connection"] = "close"
+    return response
+
+
+def create_app(service: ServeService) -> BodyLimit:
+    """The application over `service` (its sessions and job); starts and closes it with the app. Request
+    bodies are bounded while they are read (`max_message_bytes`), before any endpoint parses them."""
     mcp = McpDispatcher(service)
     http = HttpHandlers(service, mcp)
 
@@ -369,4 +371,5 @@ def create_app(service: ServeService) -> Starlette:
         Route("/mcp", http.mcp_delete, methods=["DELETE"]),
         Route("/mcp", http.mcp_get, methods=["GET"]),
     ]
-    return Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(routes=routes, lifespan=lifespan)
+    return BodyLimit(app, service.settings.max_message_bytes, refuse=_refusal)

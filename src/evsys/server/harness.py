@@ -12,13 +12,12 @@ and the proxy's model calls (token ids, logprobs) are the episode's trajectory.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 from evsys.agent.base import Agent, AgentContext, AgentError, AgentResult
 from evsys.agent.harness.agent import EVENTS_FILE, HarnessAgent, offered_tools
-from evsys.agent.harness.events import HarnessEvent, HarnessEventType
+from evsys.agent.harness.events import EventLog, HarnessEvent, HarnessEventType
 from evsys.agent.registry import resolve_agent
 from evsys.sandbox.base import Sandbox, SandboxSpec
 from evsys.server.episode import Episode, EpisodeLeft, EpisodeLimits
@@ -49,7 +48,7 @@ class _Turn:
     def __init__(self, message: str | None, sink: EventSink | None) -> None:
         self.message = message
         self.sink = sink
-        self.reply: asyncio.Future[list[HarnessEvent]] = asyncio.get_running_loop().create_future()
+        self.reply: asyncio.Future[EventLog] = asyncio.get_running_loop().create_future()
 
 
 class ServedHarnessAgent(Agent):
@@ -63,7 +62,7 @@ class ServedHarnessAgent(Agent):
         self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.requests: asyncio.Queue[_Turn | str] = asyncio.Queue()
         self.turns = 0
-        self.events: list[HarnessEvent] = []
+        self.events = EventLog()  # the whole episode's, bounded
 
     async def prepare_sandbox(self, spec: SandboxSpec, ctx: AgentContext) -> SandboxSpec:
         """The harness's binds (install tree, proxy socket) on the episode's sandbox."""
@@ -84,11 +83,11 @@ class ServedHarnessAgent(Agent):
                 if isinstance(request, str):
                     raise EpisodeLeft(f"{request} after {self.turns} turn(s), before submit")
                 if request.message is None:
-                    request.reply.set_result([])
+                    request.reply.set_result(EventLog())
                     return AgentResult(metadata={"turns": self.turns, "ended_by": "submit"})
                 events = await self._turn(adapter, request)
                 self.turns += 1
-                last = events[-1] if events else None
+                last = events.last
                 if last is None or last.data.get("status") != "ok":
                     reason = str(last.data.get("error")) if last is not None else "no events"
                     raise AgentError(f"harness {self.name!r}: turn {self.turns} failed: {reason}")
@@ -98,8 +97,8 @@ class ServedHarnessAgent(Agent):
             await adapter.stop()
             await self._save(ctx)
 
-    async def _turn(self, adapter: Any, request: _Turn) -> list[HarnessEvent]:
-        events: list[HarnessEvent] = []
+    async def _turn(self, adapter: Any, request: _Turn) -> EventLog:
+        events = EventLog()
         try:
             async for event in adapter.send_message_streaming(request.message):
                 events.append(event)
@@ -117,9 +116,8 @@ class ServedHarnessAgent(Agent):
         if session is not None:
             ctx.trajectory.extend(session.to_steps())
             ctx.trajectory.agent.tool_definitions = offered_tools(session.calls)
-        text = "".join(json.dumps(e.model_dump(mode="json")) + "\n" for e in self.events)
         await asyncio.to_thread(ctx.logs_dir.mkdir, parents=True, exist_ok=True)
-        await asyncio.to_thread(write_text_atomic, ctx.logs_dir / EVENTS_FILE, text)
+        await asyncio.to_thread(write_text_atomic, ctx.logs_dir / EVENTS_FILE, self.events.jsonl())
 
     def leave(self, reason: str) -> None:
         """End the run at the next request boundary."""
@@ -164,10 +162,11 @@ class HarnessEpisode(Episode):
             events=None if sink is not None else [e.model_dump(mode="json") for e in events],
             metadata={
                 "step": self.step_count,
-                "turn_status": events[-1].data.get("status") if events else None,
+                "turn_status": events.last.data.get("status") if events.last else None,
             },
         )
-        if self.agent.turns >= self.limits.max_steps or (events and events[-1].data.get("status") != "ok"):
+        failed = events.last is not None and events.last.data.get("status") != "ok"
+        if self.agent.turns >= self.limits.max_steps or failed:
             return await self.final(observation)
         return observation, None, False
 

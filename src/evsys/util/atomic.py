@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
+
+EMFILE_RETRY_DELAYS = (0.05, 0.1, 0.2, 0.4, 0.8)
 
 
 def write_bytes_atomic(path: Path, data: bytes, *, fsync: bool = True) -> None:
@@ -19,7 +23,7 @@ def write_bytes_atomic(path: Path, data: bytes, *, fsync: bool = True) -> None:
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    fd, tmp = _mkstemp(path)
     try:
         os.fchmod(fd, 0o644)  # mkstemp makes 0600; job files are meant to be read by other tools and users
         with os.fdopen(fd, "wb") as f:
@@ -34,6 +38,20 @@ def write_bytes_atomic(path: Path, data: bytes, *, fsync: bool = True) -> None:
         except FileNotFoundError:
             pass
         raise
+
+
+def _mkstemp(path: Path) -> tuple[int, str]:
+    """A temp file beside `path`. When the process is out of descriptors (EMFILE, ENFILE), try again a few
+    times over ~1.5 s: descriptors held by connections and finishing trials come free, and a result is worth
+    the wait."""
+    for delay in EMFILE_RETRY_DELAYS:
+        try:
+            return tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        except OSError as exc:
+            if exc.errno not in (errno.EMFILE, errno.ENFILE):
+                raise
+            time.sleep(delay)
+    return tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
 
 
 def write_text_atomic(path: Path, text: str, *, fsync: bool = True) -> None:

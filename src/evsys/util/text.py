@@ -1,8 +1,15 @@
-"""Making text from inside a sandbox safe to keep: it must always encode as UTF-8."""
+"""Making text from inside a sandbox safe to keep (it must always encode as UTF-8) and safe to show (no
+control sequence reaches a terminal)."""
 
 from __future__ import annotations
 
 from typing import Any
+
+# C0 controls but tab and newline, DEL, and the C1 controls (U+0080..U+009F: a terminal may read U+009B as
+# CSI and U+009D as OSC); each becomes a visible escape such as `\x1b` or `\x9b`
+_TERMINAL_ESCAPES = {
+    code: f"\\x{code:02x}" for code in [*range(0x20), 0x7F, *range(0x80, 0xA0)] if code not in (0x09, 0x0A)
+}
 
 
 def safe_text(text: str) -> str:
@@ -34,3 +41,10 @@ def safe_value(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return type(value)(safe_value(v) for v in value)
     return value
+
+
+def terminal_safe(text: str) -> str:
+    """`text` made safe to print to a terminal: every control character other than newline and tab becomes a
+    visible escape (`\x1b`, `\r`, `\x9b` as `\\x..`), so stored bytes cannot write the clipboard (OSC 52),
+    set the title, clear the screen or move the cursor. Lone surrogates are escaped as `safe_text` does."""
+    return safe_text(text).translate(_TERMINAL_ESCAPES)

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import ClassVar
 
 from evsys.agent.harness.config import EnvTool, HarnessConfig, InjectedTool, ModelEndpoint
-from evsys.agent.harness.events import HarnessEvent, HarnessEventType, HarnessTurn
+from evsys.agent.harness.events import EventLog, HarnessEvent, HarnessEventType, HarnessTurn
 from evsys.trajectory.models import Step
 
 RESERVED_TOOL_NAMES = frozenset({"reset", "step", "state", "close"})
@@ -149,8 +149,10 @@ class HarnessAdapter(ABC):
     async def send_message(self, message: str) -> HarnessTurn:
         """Run one turn and return all its events."""
         started = time.monotonic()
-        events = [event async for event in self.send_message_streaming(message)]
-        last = events[-1] if events else None
+        events = EventLog()
+        async for event in self.send_message_streaming(message):
+            events.append(event)
+        last = events.last
         ok = (
             last is not None
             and last.type == HarnessEventType.TURN_COMPLETE
@@ -159,7 +161,7 @@ class HarnessAdapter(ABC):
         error = None if ok else str(last.data.get("error") if last else "the turn produced no events")
         turn = last.turn if last else 0
         return HarnessTurn(
-            turn=turn, events=events, ok=ok, error=error, duration_s=time.monotonic() - started
+            turn=turn, events=events.events, ok=ok, error=error, duration_s=time.monotonic() - started
         )
 
     async def __aenter__(self) -> HarnessAdapter:

@@ -20,7 +20,7 @@ from evsys.agent.base import Agent, AgentContext, AgentError, AgentResult
 from evsys.agent.harness.adapter import HarnessAdapter
 from evsys.agent.harness.catalog import HarnessDefinition, get_definition
 from evsys.agent.harness.config import ModelEndpoint
-from evsys.agent.harness.events import HarnessEvent, HarnessEventType
+from evsys.agent.harness.events import EventLog, HarnessEventType
 from evsys.agent.harness.sandboxed import HarnessPlumbing, SandboxLauncher
 from evsys.sandbox.base import Sandbox, SandboxSpec
 from evsys.trajectory.models import AgentInfo, TrajectoryRecorder
@@ -77,7 +77,7 @@ class HarnessAgent(Agent):
     async def run(self, instruction: str, sandbox: Sandbox, ctx: AgentContext) -> AgentResult:
         """One turn with the instruction; the proxy's calls become the trajectory."""
         self.build_adapter(sandbox, ctx.workdir, ctx.timeout_sec or DEFAULT_TURN_TIMEOUT)
-        events: list[HarnessEvent] = []
+        events = EventLog()
         try:
             await self.adapter.start()
             async for event in self.adapter.send_message_streaming(instruction):
@@ -86,22 +86,21 @@ class HarnessAgent(Agent):
         finally:
             await self.adapter.stop()
             await self._save(ctx, events)
-        last = events[-1] if events else None
+        last = events.last
         if last is None or last.type != HarnessEventType.TURN_COMPLETE or last.data.get("status") != "ok":
             reason = last.data.get("error") if last is not None else "the turn produced no events"
             reason = str(reason)
             raise AgentError(reason if repr(self.name) in reason else f"harness {self.name!r}: {reason}")
         return AgentResult(metadata=self._metadata(events))
 
-    async def _save(self, ctx: AgentContext, events: list[HarnessEvent]) -> None:
+    async def _save(self, ctx: AgentContext, events: EventLog) -> None:
         """Model calls into the trajectory (also on failure) and the events into the agent's log dir."""
         session = self.plumbing.session if self.plumbing is not None else None
         if session is not None:
             ctx.trajectory.extend(session.to_steps())
             ctx.trajectory.agent.tool_definitions = offered_tools(session.calls)
-        text = "".join(json.dumps(e.model_dump(mode="json")) + "\n" for e in events)
         await asyncio.to_thread(ctx.logs_dir.mkdir, parents=True, exist_ok=True)
-        await asyncio.to_thread(write_text_atomic, ctx.logs_dir / EVENTS_FILE, text)
+        await asyncio.to_thread(write_text_atomic, ctx.logs_dir / EVENTS_FILE, events.jsonl())
         await self._save_native(ctx)
 
     async def _save_native(self, ctx: AgentContext) -> None:
@@ -119,12 +118,12 @@ class HarnessAgent(Agent):
             body = recorder.build().model_dump_json(indent=2) + "\n"
             await asyncio.to_thread(write_text_atomic, ctx.logs_dir / NATIVE_TRAJECTORY_FILE, body)
 
-    def _metadata(self, events: list[HarnessEvent]) -> dict[str, Any]:
+    def _metadata(self, events: EventLog) -> dict[str, Any]:
         session = self.plumbing.session if self.plumbing is not None else None
         return {
             "harness": self.name,
             "model_calls": len(session.calls) if session is not None else 0,
-            "events": len(events),
+            "events": events.seen,
         }
 
     async def close(self) -> None:

@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 
 from evsys.agent.harness.adapter import HarnessAdapter, HarnessError, HarnessStateError
 from evsys.agent.harness.config import EnvTool
-from evsys.agent.harness.events import HarnessEvent, HarnessEventType, HarnessTurn
+from evsys.agent.harness.events import EventLog, HarnessEvent, HarnessEventType, HarnessTurn
 
 TurnRubric = Callable[[HarnessTurn], float | Awaitable[float]]
 
@@ -69,7 +69,8 @@ class HarnessEnvironment:
 
     async def step(self, message: str) -> HarnessObservation:
         """Run one turn and return its observation (reward from the rubric, if any)."""
-        events = [event async for event in self.step_streaming(message)]
+        async for _ in self.step_streaming(message):
+            pass
         turn = self.turns[-1]
         return HarnessObservation(
             done=self.done,
@@ -77,24 +78,24 @@ class HarnessEnvironment:
             text=turn.text,
             turn=turn.turn,
             error=turn.error,
-            events=events,
+            events=turn.events,
             metadata={"episode_id": self.episode_id, "duration_s": turn.duration_s},
         )
 
     async def step_streaming(self, message: str) -> AsyncIterator[HarnessEvent]:
         """Run one turn, yielding its events live; the turn is recorded when TURN_COMPLETE arrives."""
         adapter = self._require_running()
-        events: list[HarnessEvent] = []
+        events = EventLog()
         async for event in adapter.send_message_streaming(message):
             events.append(event)
             if event.type == HarnessEventType.TURN_COMPLETE:
                 self._record(events)
             yield event
 
-    def _record(self, events: list[HarnessEvent]) -> None:
-        last = events[-1]
+    def _record(self, events: EventLog) -> None:
+        last = events.events[-1]
         ok = last.data.get("status") == "ok"
-        started = events[0].timestamp
+        started = events.events[0].timestamp
         turn = HarnessTurn(
             turn=last.turn,
             events=list(events),

@@ -29,20 +29,27 @@ from typing import Any
 from pydantic import ValidationError
 
 from evsys.model.base import ModelClient
-from evsys.model.errors import (
-    ContextOverflowError,
-    ModelError,
-    RetryableModelError,
-    UnknownModelError,
-)
-from evsys.model.openai_wire import error_body
 from evsys.model.proxy import anthropic_dialect, openai_dialect, responses_dialect
+from evsys.model.proxy.replies import (
+    NO_TOOLS,
+    UNKNOWN_KEY,
+    error_response,
+    mcp_error,
+    refusal,
+    status_for,
+)
 from evsys.model.proxy.session import Dialect, ProxySession, new_session_key
+from evsys.util.bodylimit import BodyLimit
+from evsys.util.httpserver import ConnectionLimits, GuardedServer
+from evsys.util.jsonparse import loads_bounded
 from evsys.util.net import listening_socket
 
 log = logging.getLogger(__name__)
 
 PINNED_SCOPE_KEY = "evsys.proxy.session_key"
+MAX_BODY_BYTES = 32 * 1024 * 1024  # a long conversation with tool schemas is a few MB; images fit too
+SESSION_LIMITS = ConnectionLimits(max_connections=32)  # one session's own socket (one sandbox)
+SHARED_LIMITS = ConnectionLimits(max_connections=1024)  # the TCP / unix listener every session may use
 ClientSource = ModelClient | Callable[[], ModelClient] | None
 
 
@@ -66,38 +73,11 @@ def _bind_tcp(host: str, port: int) -> socket.socket:
     return listening_socket(host, port)
 
 
-class _Listener:
-    """A uvicorn server on pre-bound sockets, on the current event loop, leaving signal handlers alone."""
-
-    def __init__(self, app: Any, sockets: list[socket.socket]) -> None:
-        try:
-            import uvicorn
-        except ImportError as exc:
-            raise _missing_extra() from exc
-        config = uvicorn.Config(
-            app,
-            lifespan="off",
-            log_config=None,
-            log_level="warning",
-            access_log=False,
-            timeout_graceful_shutdown=2,
-        )
-        config.load()
-        self.server = uvicorn.Server(config)
-        self.server.lifespan = config.lifespan_class(config)
-        self.sockets = sockets
-        self.socket_paths = [s.getsockname() for s in sockets if s.family == socket.AF_UNIX]
-
-    async def start(self) -> None:
-        """Start accepting connections."""
-        await self.server.startup(sockets=self.sockets)
-
-    async def stop(self) -> None:
-        """Stop accepting, let in-flight requests finish (2 s grace), close the sockets."""
-        await self.server.shutdown(sockets=self.sockets)
-        for path in self.socket_paths:
-            with contextlib.suppress(OSError):
-                os.unlink(path)
+def _listener(app: Any, sockets: list[socket.socket], limits: ConnectionLimits) -> GuardedServer:
+    try:
+        return GuardedServer(app, sockets, limits, name="the model proxy")
+    except RuntimeError as exc:
+        raise _missing_extra() from exc
 
 
 def _pinned(app: Any, key: str) -> Any:
@@ -112,13 +92,24 @@ def _pinned(app: Any, key: str) -> Any:
 class ModelProxy:
     """A recording, multi-session model proxy: `async with ModelProxy(client) as proxy:` or start/stop."""
 
-    def __init__(self, client: ClientSource = None, *, max_tokens_cap: int | None = None) -> None:
+    def __init__(
+        self,
+        client: ClientSource = None,
+        *,
+        max_tokens_cap: int | None = None,
+        max_body_bytes: int = MAX_BODY_BYTES,
+        session_limits: ConnectionLimits = SESSION_LIMITS,
+        shared_limits: ConnectionLimits = SHARED_LIMITS,
+    ) -> None:
         self._client_source = client
         self.max_tokens_cap = max_tokens_cap
+        self.max_body_bytes = max_body_bytes
+        self.session_limits = session_limits
+        self.shared_limits = shared_limits
         self._sessions: dict[str, ProxySession] = {}
-        self._session_listeners: dict[str, _Listener] = {}
+        self._session_listeners: dict[str, GuardedServer] = {}
         self._pending: set[asyncio.Task] = set()
-        self._listener: _Listener | None = None
+        self._listener: GuardedServer | None = None
         self.url: str | None = None
         self.uds_path: Path | None = None
         self.app = self._build_app()
@@ -151,7 +142,7 @@ class ModelProxy:
             self.uds_path = Path(uds)
             sockets.append(_bind_uds(self.uds_path))
             self.url = self.url or f"http+unix://{self.uds_path}"
-        self._listener = _Listener(self.app, sockets)
+        self._listener = _listener(self.app, sockets, self.shared_limits)
         await self._listener.start()
         return self.url
 
@@ -163,7 +154,7 @@ class ModelProxy:
             await asyncio.gather(*self._pending, return_exceptions=True)
         if self._listener is not None:
             listener, self._listener = self._listener, None
-            await listener.stop()
+            await _stop(listener)
 
     def _make_client(self, model_client: ModelClient | None) -> ModelClient:
         if model_client is not None:
@@ -193,7 +184,7 @@ class ModelProxy:
         if session.key not in self._sessions:
             raise ValueError("the session is not open on this proxy")
         path = Path(path)
-        listener = _Listener(_pinned(self.app, session.key), [_bind_uds(path)])
+        listener = _listener(_pinned(self.app, session.key), [_bind_uds(path)], self.session_limits)
         await listener.start()
         self._session_listeners[session.key] = listener
         return path
@@ -215,7 +206,7 @@ class ModelProxy:
             self._close_mcp_app(session)
         listener = self._session_listeners.pop(key, None)
         if listener is not None:
-            task = asyncio.get_running_loop().create_task(listener.stop())
+            task = asyncio.get_running_loop().create_task(_stop(listener))
             self._pending.add(task)
             task.add_done_callback(self._pending.discard)
         return session
@@ -237,7 +228,7 @@ class ModelProxy:
             from starlette.routing import Route
         except ImportError as exc:
             raise _missing_extra() from exc
-        return Starlette(
+        routes = Starlette(
             routes=[
                 Route("/health", self._health, methods=["GET"]),
                 Route("/v1/models", self._models, methods=["GET"]),
@@ -247,6 +238,7 @@ class ModelProxy:
                 Route("/mcp", _RawAsgi(self._mcp), methods=["GET", "POST", "DELETE"]),
             ]
         )
+        return BodyLimit(routes, self.max_body_bytes, refuse=refusal)
 
     def _authorise(self, request: Any) -> ProxySession | None:
         key = request.headers.get("x-api-key", "")
@@ -270,7 +262,7 @@ class ModelProxy:
         anthropic = "anthropic-version" in request.headers
         session = self._authorise(request)
         if session is None:
-            return _error("anthropic" if anthropic else "openai", 401, _UNKNOWN_KEY)
+            return error_response("anthropic" if anthropic else "openai", 401, UNKNOWN_KEY)
         name = session.model_client.model
         if anthropic:
             entry = {"type": "model", "id": name, "display_name": name, "created_at": "1970-01-01T00:00:00Z"}
@@ -285,9 +277,9 @@ class ModelProxy:
 
         session = self._authorise(Request(scope))
         if session is None:
-            await _mcp_error(401, _UNKNOWN_KEY)(scope, receive, send)
+            await mcp_error(401, UNKNOWN_KEY)(scope, receive, send)
         elif session.mcp_app is None:
-            await _mcp_error(404, _NO_TOOLS)(scope, receive, send)
+            await mcp_error(404, NO_TOOLS)(scope, receive, send)
         else:
             await session.mcp_app(scope, receive, send)
 
@@ -305,15 +297,15 @@ class ModelProxy:
 
         session = self._authorise(request)
         if session is None:
-            return _error(dialect, 401, _UNKNOWN_KEY)
+            return error_response(dialect, 401, UNKNOWN_KEY)
         parsed, problem = await _parse(request, dialect)
         if problem is not None:
-            return _error(dialect, 400, problem)
+            return error_response(dialect, 400, problem)
         try:
             messages, tools = parsed.chat()
             params = parsed.sampling(self.max_tokens_cap)
         except (ValueError, ValidationError) as exc:
-            return _error(dialect, 400, f"invalid request: {exc}")
+            return error_response(dialect, 400, f"invalid request: {exc}")
         notes = getattr(parsed, "notes", None)
         call = session.begin_call(
             dialect, parsed.model, messages, tools, params, stream=parsed.stream, notes=notes
@@ -323,7 +315,7 @@ class ModelProxy:
             completion = await session.model_client.complete(messages, tools=tools, params=params)
         except Exception as exc:
             session.finish_call(call, None, f"{type(exc).__name__}: {exc}", time.perf_counter() - started)
-            return _error(dialect, _status_for(exc), str(exc) or type(exc).__name__)
+            return error_response(dialect, status_for(exc), str(exc) or type(exc).__name__)
         session.finish_call(call, completion, None, time.perf_counter() - started)
         if dialect == "responses":
             cap = self.max_tokens_cap
@@ -341,7 +333,6 @@ class ModelProxy:
 
 
 _SSE = "text/event-stream"
-_NO_TOOLS = "this evsys proxy session serves no environment tools (none were injected before the harness)"
 
 
 class _RawAsgi:
@@ -354,25 +345,6 @@ class _RawAsgi:
         await self.handler(scope, receive, send)
 
 
-def _mcp_error(status: int, message: str) -> Any:
-    """A JSON-RPC error response (no request id), the shape MCP clients expect from `/mcp`."""
-    from starlette.responses import JSONResponse
-
-    code = -32001 if status == 401 else -32601
-    return JSONResponse({"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}, status)
-
-
-_UNKNOWN_KEY = "invalid API key: this key does not belong to an open evsys proxy session on this endpoint"
-_ANTHROPIC_KINDS = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    404: "not_found_error",
-    429: "rate_limit_error",
-    503: "overloaded_error",
-}
-_OPENAI_KINDS = {400: "invalid_request_error", 401: "invalid_request_error", 404: "invalid_request_error"}
-
-
 async def _parse(request: Any, dialect: Dialect) -> tuple[Any, str | None]:
     """Validate the JSON body; on failure return a message naming the offending fields."""
     model = {
@@ -381,7 +353,7 @@ async def _parse(request: Any, dialect: Dialect) -> tuple[Any, str | None]:
         "responses": responses_dialect.ResponsesRequest,
     }[dialect]
     try:
-        body = await request.json()
+        body = loads_bounded(await request.body())
     except ValueError as exc:
         return None, f"request body is not valid JSON: {exc}"
     try:
@@ -391,24 +363,10 @@ async def _parse(request: Any, dialect: Dialect) -> tuple[Any, str | None]:
         return None, f"invalid request: {detail}"
 
 
-def _status_for(exc: Exception) -> int:
-    if isinstance(exc, ContextOverflowError):
-        return 400
-    if isinstance(exc, UnknownModelError):
-        return 404
-    if isinstance(exc, RetryableModelError):
-        return 429 if exc.status_code == 429 else 503
-    if isinstance(exc, ModelError):
-        return 502 if exc.status_code in (401, 403) else (exc.status_code or 500)
-    return 500
-
-
-def _error(dialect: Dialect, status: int, message: str) -> Any:
-    from starlette.responses import JSONResponse
-
-    if dialect == "anthropic":
-        body = anthropic_dialect.error_body(message, _ANTHROPIC_KINDS.get(status, "api_error"))
-    else:
-        code = "invalid_api_key" if status == 401 else None
-        body = error_body(message, _OPENAI_KINDS.get(status, "server_error"), code)  # Responses API too
-    return JSONResponse(body, status_code=status)
+async def _stop(listener: GuardedServer) -> None:
+    """Stop a listener and remove its unix socket files."""
+    paths = [s.getsockname() for s in listener.sockets if s.family == socket.AF_UNIX]
+    await listener.stop()
+    for path in paths:
+        with contextlib.suppress(OSError):
+            os.unlink(path)

@@ -1,0 +1,121 @@
+"""A harness sandbox attacking its own proxy session from inside a real no-network sandbox, as the agent user:
+thousands of connections that never finish a request, a 1 GiB request body. The orchestrator (this process)
+keeps its descriptors and memory, and another session and a result write still work."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+
+import httpx
+import psutil
+import pytest
+
+from evsys.agent.harness.sandboxed import HarnessSandbox
+from evsys.engine import JobStore, PhaseTimings, TrialResult
+from evsys.model.proxy.server import SESSION_LIMITS
+from evsys.sandbox.base import SandboxSpec
+
+pytestmark = [pytest.mark.slow, pytest.mark.security]
+
+SOCKET = "/run/evsys/proxy.sock"
+HOLD = f"""
+import json, socket, sys, time
+held, refused = [], 0
+for _ in range(3000):
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.setblocking(False)
+    try:
+        s.connect("{SOCKET}")
+    except OSError:
+        s.close(); refused += 1; continue
+    try:
+        s.send(b"POST /v1/chat/completions HTTP/1.1\\r\\nHost: x\\r\\n")
+    except OSError:
+        pass
+    held.append(s)
+print(json.dumps({{"held": len(held), "refused": refused}}), flush=True)
+time.sleep(300)
+"""
+FLOOD = f"""
+import json, socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect("{SOCKET}")
+head = "POST /v1/chat/completions HTTP/1.1\\r\\nHost: x\\r\\nAuthorization: Bearer " + sys.argv[1]
+s.sendall((head + "\\r\\nTransfer-Encoding: chunked\\r\\n\\r\\n").encode())
+chunk, sent = b"100000\\r\\n" + b"[" * 0x100000 + b"\\r\\n", 0
+try:
+    while sent < 1 << 30:
+        s.sendall(chunk)
+        sent += 0x100000
+except OSError:
+    pass
+reply = b""
+try:
+    while data := s.recv(65536):
+        reply += data
+except OSError:
+    pass
+print(json.dumps({{"sent": sent, "status": reply.split(b" ")[1].decode() if reply else None}}))
+"""
+
+
+def open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.fixture
+async def attacked(proxy):
+    """A no-network sandbox plumbed to a fresh session of `proxy`."""
+    async with HarnessSandbox(proxy, SandboxSpec(name="proxy-load"), model="tiny") as prepared:
+        yield prepared
+
+
+async def test_half_open_connections_from_a_sandbox_cost_one_sessions_cap(proxy, attacked, tmp_path):
+    before = open_descriptors()
+    attacker = await attacked.sandbox.spawn(["/usr/bin/python3", "-I", "-c", HOLD], user="agent")
+    try:
+        report = json.loads(await asyncio.wait_for(attacker.stdout.readline(), 120))
+        cap = SESSION_LIMITS.max_connections
+        # the attack ran: the session's cap is taken, the listen queue full, thousands more refused
+        assert report["held"] >= cap and report["refused"] > 2000
+        assert cap <= open_descriptors() - before <= cap + 16
+        other = proxy.open_session()
+        async with httpx.AsyncClient(base_url=proxy.url, timeout=60) as http:
+            chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+            answer = await http.post("/v1/chat/completions", json=chat, headers={"x-api-key": other.key})
+        assert answer.status_code == 200
+        result = TrialResult(
+            trial_name="innocent__1", task_name="t", task_path="/t", dataset="d", agent="a", attempt=1,
+            timing=PhaseTimings(),
+        )  # fmt: skip
+        await JobStore(tmp_path / "job").write_trial_result(result)
+        assert (
+            json.loads((tmp_path / "job/innocent__1/result.json").read_text())["trial_name"] == "innocent__1"
+        )
+    finally:
+        await attacker.kill()
+
+
+async def test_a_huge_body_from_a_sandbox_is_refused_and_memory_stays_bounded(attacked):
+    me = psutil.Process()
+    before, peak = me.memory_info().rss, 0
+
+    async def sample() -> None:
+        nonlocal peak
+        while True:
+            peak = max(peak, me.memory_info().rss - before)
+            await asyncio.sleep(0.05)
+
+    sampler = asyncio.create_task(sample())
+    try:
+        done = await attacked.sandbox.exec(
+            f"/usr/bin/python3 -I -c '{FLOOD}' {attacked.session.key}", user="agent", timeout=300
+        )
+    finally:
+        sampler.cancel()
+    report = json.loads(done.stdout)
+    assert report["sent"] >= 32 << 20  # the attack ran: the proxy read up to its limit before refusing
+    assert report["status"] == "413" and report["sent"] < 1 << 30
+    assert peak < 200 << 20

@@ -1,0 +1,166 @@
+"""What a hostile sandbox does to a server it can reach, as test helpers: stream a huge request body, open
+many connections that never finish their request headers. Each reports what it did, so a test can prove
+the attack ran before asserting that it failed."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import select
+import socket
+import time
+from dataclasses import dataclass, field
+
+import psutil
+
+CHUNK = 1 << 20
+
+
+@dataclass
+class BodyFlood:
+    """What `stream_body` did: bytes of body sent, the server's response, the server's peak RSS growth."""
+
+    sent: int = 0
+    response: bytes = b""
+    rss_growth: int = 0
+
+    @property
+    def status(self) -> int | None:
+        """The HTTP status of the response, if one came."""
+        parts = self.response.split(b" ", 2)
+        return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else None
+
+
+def connect(address: str | tuple[str, int]) -> socket.socket:
+    """A connected stream socket to a unix socket path or a (host, port)."""
+    family = socket.AF_UNIX if isinstance(address, str) else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.connect(address)
+    return sock
+
+
+def stream_body(
+    address: str | tuple[str, int],
+    path: str,
+    total: int,
+    *,
+    pid: int,
+    headers: dict[str, str] | None = None,
+    declared: bool = False,
+) -> BodyFlood:
+    """POST `path` with a `total`-byte body (chunked, or with its Content-Length when `declared`), sending
+    until the server answers or closes; samples the RSS of process `pid` all along."""
+    server = psutil.Process(pid)
+    before = server.memory_info().rss
+    flood = BodyFlood()
+    lines = [f"POST {path} HTTP/1.1", "Host: localhost", "Content-Type: application/json"]
+    lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
+    lines += [f"Content-Length: {total}" if declared else "Transfer-Encoding: chunked"]
+    sock = connect(address)
+    sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
+    sock.setblocking(False)
+    piece = b"[" * CHUNK if declared else b"%x\r\n" % CHUNK + b"[" * CHUNK + b"\r\n"
+    pending = b""
+    try:
+        while flood.sent < total:
+            readable, writable, _ = select.select([sock], [sock], [], 30)
+            if readable:
+                break
+            if not writable:
+                raise AssertionError("the server neither reads nor answers")
+            pending = pending or piece
+            try:
+                pending = pending[sock.send(pending) :]
+            except OSError:
+                break
+            if not pending:
+                flood.sent += CHUNK
+            if flood.sent % (16 * CHUNK) == 0:
+                flood.rss_growth = max(flood.rss_growth, server.memory_info().rss - before)
+        else:
+            if not declared:
+                sock.setblocking(True)
+                sock.sendall(b"0\r\n\r\n")
+        flood.response = _read_all(sock)
+    finally:
+        sock.close()
+    flood.rss_growth = max(flood.rss_growth, server.memory_info().rss - before)
+    return flood
+
+
+def _read_all(sock: socket.socket, limit: float = 60.0) -> bytes:
+    """Everything the server sends until it closes (or `limit` seconds pass)."""
+    data = b""
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        readable, _, _ = select.select([sock], [], [], 1)
+        if not readable:
+            continue
+        try:
+            chunk = sock.recv(65536)
+        except BlockingIOError:
+            continue
+        except OSError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+@dataclass
+class HalfOpen:
+    """Connections that sent the start of a request and nothing more."""
+
+    sockets: list[socket.socket] = field(default_factory=list)
+    refused: int = 0  # the listen queue was full: connect() would have blocked
+
+    def closed_by_server(self) -> int:
+        """How many of them the server has closed."""
+        closed = 0
+        for sock in self.sockets:
+            try:
+                if sock.recv(1, socket.MSG_PEEK) == b"":
+                    closed += 1
+            except BlockingIOError:
+                pass
+            except OSError:
+                closed += 1
+        return closed
+
+    def close(self) -> None:
+        """Close every connection."""
+        for sock in self.sockets:
+            with contextlib.suppress(OSError):
+                sock.close()
+        self.sockets.clear()
+
+
+def half_open(path: str, count: int, *, patience: float = 0.0) -> HalfOpen:
+    """Open `count` connections to the unix socket `path`, each sending an unfinished request. When the
+    listen queue is full, retry for up to `patience` seconds in all, then count the attempt as refused."""
+    opened = HalfOpen()
+    deadline = time.monotonic() + patience
+    while len(opened.sockets) + opened.refused < count:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.setblocking(False)
+        try:
+            sock.connect(path)
+        except OSError as exc:
+            sock.close()
+            if exc.errno not in (errno.EAGAIN, errno.EWOULDBLOCK):
+                raise
+            if time.monotonic() < deadline:
+                time.sleep(0.005)
+            else:
+                opened.refused += 1
+            continue
+        with contextlib.suppress(OSError):
+            sock.send(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n")
+        opened.sockets.append(sock)
+    return opened
+
+
+def open_descriptors(pid: int) -> int:
+    """How many descriptors process `pid` has open."""
+    return psutil.Process(pid).num_fds()
