@@ -247,6 +247,8 @@ class Capability(StrEnum):
     LIMITS = "limits"  # ExecResult.limits_hit reports the memory and pids limits a command ran into
     SWITCH_NETWORK = "switch-network"  # set_network(): another network mode between a trial's phases
     PODS = "pods"  # SandboxSpec.pod: sandboxes sharing a network, reachable by name
+    # run_verifier(): the tests, /logs/verifier and /tmp private to the verifier (docs/sandbox.md)
+    PRIVATE_VERIFIER = "private-verifier"
 
 
 class Sandbox(ABC):
@@ -341,6 +343,23 @@ class Sandbox(ABC):
         started with network can be narrowed and widened back, one started without cannot be given one
         (Capability.SWITCH_NETWORK; the engine starts a sandbox with its trial's broadest phase)."""
         raise SandboxUnsupported(f"sandbox {self.spec.name}: this backend cannot switch a sandbox's network")
+
+    async def run_verifier(
+        self,
+        argv: list[str],
+        *,
+        tests: bytes,
+        output_file: str,
+        user: str,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - the command's own limit
+    ) -> ExecResult:
+        """Run a verifier program where the agent's surviving processes cannot reach it
+        (Capability.PRIVATE_VERIFIER): `tests` (a tar) at /tests, a fresh /logs/verifier that `user` may write
+        and a fresh /tmp, all its own; stdout and stderr to `output_file`. Every later read of
+        /logs/verifier (`copy_out`, `download`, `read_file`) reads what this run wrote there."""
+        raise SandboxUnsupported(f"sandbox {self.spec.name}: this backend has no private verifier places")
 
     async def spawn(
         self,

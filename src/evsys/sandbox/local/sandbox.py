@@ -63,6 +63,7 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
             Capability.IMAGES,
             Capability.SWITCH_NETWORK,
             Capability.PODS,
+            Capability.PRIVATE_VERIFIER,
         }
     )
     network_modes = frozenset({"no-network", "public", "allowlist"})
@@ -158,7 +159,7 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
             helper=str(Path(daemon_file) / native.BINARY_NAME),
             agent_uid=self._uid.uid,
         )
-        sfd = seccomp_fd()
+        sfd = seccomp_fd(self._uid.uid)
         try:
             argv = bwrap_argv(spec, setup.root, str(daemon_file), "@fd0", agent_uid=self._uid.uid)
             joined = pods.OWNERS.owner(spec.pod) if spec.pod is not None else None
