@@ -3,12 +3,15 @@
 Root keeps CAP_SETUID (images run services as system users), and there is no user namespace for the
 sandbox's processes: a uid inside is the host's. So root could become a host login user (1000) or another
 sandbox's agent and take that uid's kernel quotas, e.g. all 128 inotify instances, from a concurrent trial.
-The set*id filter (sandbox/local/uidfilter.py) allows only the sandbox's own uids (root, its agent), system
-ids below 1000 and nobody. Each test first shows the same calls succeed for an allowed uid."""
+The set*id filter (sandbox/local/uidfilter.py) allows only the sandbox's own uids (root, its block: its
+agent's and its extra users'), system ids below 1000 and nobody. Each test first shows the same calls
+succeed for an allowed uid."""
 
 from __future__ import annotations
 
 import pytest
+
+from evsys.sandbox.local import uids
 
 pytestmark = pytest.mark.security
 
@@ -51,11 +54,12 @@ async def try_ids(sandbox, uid: int) -> set[str]:
 
 async def test_root_can_take_only_the_sandboxes_own_uids(make_sandbox):
     sb, other = await make_sandbox(), await make_sandbox()
-    # positive controls: root, the agent's uid, a system user (www-data) and nobody are allowed
-    for uid in (0, sb.agent_uid, 33, 65534):
+    # positive controls: root, the agent's uid, an extra user's (a shared slot's), a system user (www-data)
+    # and nobody are allowed
+    for uid in (0, sb.agent_uid, sb.extra_uid(0), 33, 65534):
         assert await try_ids(sb, uid) == {"ok"}, uid
-    # a host login user, another sandbox's agent, a uid above the agent range: refused
-    for uid in (1000, other.agent_uid, sb.agent_uid + 1, 4_000_000):
+    # a host login user, another sandbox's agent or extra user, the uid past the sandbox's block, a high uid
+    for uid in (1000, other.agent_uid, other.extra_uid(0), sb.extra_uid(uids.UID_BLOCK - 2) + 1, 4_000_000):
         assert await try_ids(sb, uid) == {"EPERM"}, uid
 
 

@@ -35,6 +35,7 @@ AGENT_LOGS_DIR = "/logs/agent"
 VERIFIER_LOGS_DIR = "/logs/verifier"
 ARTIFACTS_DIR = "/logs/artifacts"
 TESTS_DIR = "/tests"
+EXTRA_UID_BASE = 20000  # extra users' uids on a backend without uids of its own per sandbox
 SOLUTION_DIR = "/solution"
 
 # What evsys itself starts inside a sandbox (the verifier's and the oracle's shell, file helpers) it starts by
@@ -343,6 +344,11 @@ class Sandbox(ABC):
         started with network can be narrowed and widened back, one started without cannot be given one
         (Capability.SWITCH_NETWORK; the engine starts a sandbox with its trial's broadest phase)."""
         raise SandboxUnsupported(f"sandbox {self.spec.name}: this backend cannot switch a sandbox's network")
+
+    def extra_uid(self, index: int) -> int:
+        """The uid of the sandbox's `index`-th extra user (a shared slot's). This default is EXTRA_UID_BASE +
+        index, the same in every sandbox; a backend that gives each sandbox uids of its own overrides it."""
+        return EXTRA_UID_BASE + index
 
     async def run_verifier(
         self,

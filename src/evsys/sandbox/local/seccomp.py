@@ -132,10 +132,10 @@ def _bits(mask: int) -> list[int]:
     return [1 << i for i in range(64) if mask & (1 << i)]
 
 
-def seccomp_fd(agent_uid: int) -> int:
-    """A readable fd holding the sandbox's BPF program: its set*id filter (`uidfilter.py`, for its agent uid)
-    ahead of the shared filter (a pipe; caller closes it after spawning bwrap)."""
-    data = uid_filter(agent_uid) + seccomp_bpf()
+def seccomp_fd(own_uids: range) -> int:
+    """A readable fd holding the sandbox's BPF program: its set*id filter (`uidfilter.py`, for the sandbox's
+    own uids) ahead of the shared filter (a pipe; caller closes it after spawning bwrap)."""
+    data = uid_filter(own_uids) + seccomp_bpf()
     r, w = os.pipe()
     try:
         os.write(w, data)

@@ -7,7 +7,8 @@ signals) is keyed by it. Root inside keeps CAP_SETUID (images run services as `p
 agent's, and exhaust that uid's quotas. With it, `setuid`, `setgid`, `setreuid`, `setregid`, `setresuid`,
 `setresgid`, `setfsuid` and `setfsgid` fail with EPERM unless every id they are given is
 
-* 0 (root), the sandbox's own agent uid, or -1 ("unchanged");
+* 0 (root), one of the sandbox's own uids (its block: the agent's and its extra users', `uids.py`), or -1
+  ("unchanged");
 * a system id below 1000, or 65534 (`nobody`): what images run their services as.
 
 Host login users (1000 and up) and other sandboxes' agents (evsys allocates them from 100000) are out of
@@ -47,27 +48,29 @@ def _insn(code: int, k: int = 0, jt: int = 0, jf: int = 0) -> tuple[int, int, in
     return code, jt, jf, k
 
 
-def _check_id(arg: int, agent_uid: int) -> list[tuple[int, int, int, int]]:
+def _check_id(arg: int, own: range) -> list[tuple[int, int, int, int]]:
     """Refuse (EPERM) unless argument `arg` is an allowed id; else fall through past the block."""
     low, high = _ARGS + 8 * arg, _ARGS + 8 * arg + 4
     return [
         _insn(_LD_ABS, high),
-        _insn(_JEQ, 0, jt=0, jf=5),  # high bits set: refuse
+        _insn(_JEQ, 0, jt=0, jf=6),  # high bits set: refuse
         _insn(_LD_ABS, low),
-        _insn(_JEQ, UNCHANGED, jt=4),
-        _insn(_JEQ, agent_uid, jt=3),
-        _insn(_JEQ, NOBODY, jt=2),
+        _insn(_JEQ, UNCHANGED, jt=5),
+        _insn(_JEQ, NOBODY, jt=4),
+        _insn(_JGE, own.stop, jt=2),  # above the sandbox's block: refuse
+        _insn(_JGE, own.start, jt=2),  # in the block
         _insn(_JGE, SYSTEM_IDS_BELOW, jt=0, jf=1),
-        _insn(_RET, _RET_EPERM),
+        _insn(_RET, _RET_EPERM),  # every jump above lands here (refuse) or just past it (allowed)
     ]
 
 
-def uid_filter(agent_uid: int) -> bytes:
+def uid_filter(own: range) -> bytes:
     """The BPF instructions (struct sock_filter, native byte order) of the set*id filter for a sandbox whose
-    agent is `agent_uid`; b"" off x86_64."""
+    own uids are `own` (its block, above SYSTEM_IDS_BELOW); b"" off x86_64."""
     if platform.machine() != "x86_64":
         return b""
-    checks = [_check_id(arg, agent_uid) for arg in (2, 1, 0)]  # setres* enter at arg 2, setre* at 1
+    assert own.start >= SYSTEM_IDS_BELOW and own.step == 1
+    checks = [_check_id(arg, own) for arg in (2, 1, 0)]  # setres* enter at arg 2, setre* at 1
     entry = {3: 0, 2: len(checks[0]), 1: len(checks[0]) + len(checks[1])}
     calls = [(nr, arity) for arity, nrs in SET_ID_CALLS.items() for nr in nrs]
     head = [_insn(_LD_ABS, _ARCH)]
