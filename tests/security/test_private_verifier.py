@@ -31,8 +31,8 @@ while true; do
   echo '{FORGED}' > /logs/verifier/reward.json 2>/dev/null && touch /tmp/attack/direct
   echo ok > /proc/$$/root/tmp/attack/own-root
   for p in /proc/[0-9]*; do
-    grep -q test.sh $p/cmdline 2>/dev/null || continue
-    echo "$p" >> /tmp/attack/saw-test-sh
+    grep -qF /tests/test.sh $p/cmdline 2>/dev/null || continue  # test.sh's processes only
+    echo "$p" >> /tmp/attack/saw-verifier
     if echo '{FORGED}' > $p/root/logs/verifier/reward.json 2>/dev/null; then
       echo "$p" >> /tmp/attack/via-proc
     fi
@@ -73,7 +73,7 @@ async def test_a_surviving_process_cannot_write_the_verifiers_reward(sandbox, tm
     result = await verifier.run_tests(sandbox)
     # positive control: the survivor ran throughout test.sh and saw its process; writing through a process's
     # /proc/<pid>/root works (for its own); root's direct writes land in the sandbox's own /logs/verifier
-    seen = await sandbox.exec("sort -u /tmp/attack/saw-test-sh; ls /tmp/attack", user="root")
+    seen = await sandbox.exec("sort -u /tmp/attack/saw-verifier; ls /tmp/attack", user="root")
     assert "/proc/" in seen.stdout and "own-root" in seen.stdout, (seen.stdout, seen.stderr)
     if who == "root":
         assert "direct" in seen.stdout
