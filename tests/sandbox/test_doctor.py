@@ -22,7 +22,10 @@ def test_checks_find_what_this_machine_has():
     assert found["seccomp"].ok and "syscalls denied" in found["seccomp"].detail
 
 
-def test_doctor_prints_a_table_and_exits_0_when_everything_works():
+def test_doctor_prints_a_table_and_exits_0_when_everything_works(monkeypatch):
+    monkeypatch.setattr(
+        checks, "check_link_protections", lambda: checks.Check("link protections", True, "on")
+    )
     result = CliRunner().invoke(_app(), [])
     assert result.exit_code == 0, result.output
     assert "sandbox smoke test" in result.output and "fully supported" in result.output
@@ -38,3 +41,20 @@ def test_doctor_exits_1_with_the_fix_when_something_required_is_missing(monkeypa
     assert result.exit_code == 1
     assert "apt-get install bubblewrap" in result.output
     assert "cannot run here" in result.output and "smoke" not in result.output
+
+
+def test_doctor_reports_the_kernels_link_protections_when_they_are_off(monkeypatch, tmp_path):
+    for name, value in (
+        ("protected_symlinks", "0"),
+        ("protected_hardlinks", "1"),
+        ("protected_regular", "0"),
+    ):
+        (tmp_path / name).write_text(value + "\n")
+    monkeypatch.setattr(checks, "SYSCTL_FS", tmp_path)
+    found = checks.check_link_protections()
+    assert not found.ok and not found.required  # degraded, not broken
+    assert "fs.protected_symlinks=0" in found.detail and "fs.protected_hardlinks=1" in found.detail
+    assert found.fix == "sysctl -w fs.protected_symlinks=1 fs.protected_regular=1"
+    (tmp_path / "protected_symlinks").write_text("1\n")
+    (tmp_path / "protected_regular").write_text("2\n")
+    assert checks.check_link_protections().ok

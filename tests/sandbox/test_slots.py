@@ -10,7 +10,7 @@ import shutil
 import pytest
 
 from evsys.sandbox.base import Bind, SandboxSpec
-from evsys.sandbox.slots import SLOT_UID_BASE, SlotPool
+from evsys.sandbox.slots import SlotPool
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap missing")
 
@@ -77,7 +77,7 @@ async def test_shared_slots_are_isolated_by_uid_workspace_and_process_group(tmp_
         gone = await pool.exec_tool(a, "bash", {"command": f"ps -o pid= -p {pid} || true"})
         assert gone.output.strip() == ""
         b2 = await pool.acquire("b2")
-        assert b2.uid == SLOT_UID_BASE + 1
+        assert b2.uid == b2.sandbox.extra_uid(1)
         empty = await pool.exec_tool(b2, "bash", {"command": "ls -A"})
         assert empty.success and empty.output == ""
     finally:

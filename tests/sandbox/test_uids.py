@@ -15,6 +15,7 @@ from evsys.sandbox.local import uids
 def test_uids_are_distinct_while_held_and_the_lowest_free_one_comes_back(tmp_path):
     first, second = uids.allocate(tmp_path), uids.allocate(tmp_path)
     assert first.uid < second.uid and first.uid >= uids.AGENT_UID_FIRST
+    assert second.uid - first.uid >= uids.UID_BLOCK  # each holds a block: its agent's and extra users' uids
     first.release()
     first.release()  # idempotent
     again = uids.allocate(tmp_path)
@@ -23,16 +24,22 @@ def test_uids_are_distinct_while_held_and_the_lowest_free_one_comes_back(tmp_pat
     second.release()
 
 
+class _User:
+    def __init__(self, uid: int) -> None:
+        self.pw_uid = uid
+
+
 def test_a_uid_another_process_holds_or_a_host_user_has_is_skipped(tmp_path, monkeypatch):
     probe = uids.allocate(tmp_path)  # the lowest uid free here
     lowest = probe.uid
     probe.release()
     held = os.open(tmp_path / "uids" / str(lowest), os.O_RDWR)
     fcntl.flock(held, fcntl.LOCK_EX)  # another evsys process (its own open file description)
-    monkeypatch.setattr(uids, "_host_user", lambda uid: uid == lowest + 1)
+    # a host user with a uid inside the next block: that block is skipped too
+    monkeypatch.setattr(uids.pwd, "getpwall", lambda: [_User(lowest + uids.UID_BLOCK + 5)])
     try:
         taken = uids.allocate(tmp_path)
-        assert taken.uid == lowest + 2
+        assert taken.uid == lowest + 2 * uids.UID_BLOCK
         taken.release()
     finally:
         os.close(held)

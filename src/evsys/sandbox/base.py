@@ -35,6 +35,7 @@ AGENT_LOGS_DIR = "/logs/agent"
 VERIFIER_LOGS_DIR = "/logs/verifier"
 ARTIFACTS_DIR = "/logs/artifacts"
 TESTS_DIR = "/tests"
+EXTRA_UID_BASE = 20000  # extra users' uids on a backend without uids of its own per sandbox
 SOLUTION_DIR = "/solution"
 
 # What evsys itself starts inside a sandbox (the verifier's and the oracle's shell, file helpers) it starts by
@@ -247,6 +248,8 @@ class Capability(StrEnum):
     LIMITS = "limits"  # ExecResult.limits_hit reports the memory and pids limits a command ran into
     SWITCH_NETWORK = "switch-network"  # set_network(): another network mode between a trial's phases
     PODS = "pods"  # SandboxSpec.pod: sandboxes sharing a network, reachable by name
+    # run_verifier(): the tests, /logs/verifier and /tmp private to the verifier (docs/sandbox.md)
+    PRIVATE_VERIFIER = "private-verifier"
 
 
 class Sandbox(ABC):
@@ -341,6 +344,28 @@ class Sandbox(ABC):
         started with network can be narrowed and widened back, one started without cannot be given one
         (Capability.SWITCH_NETWORK; the engine starts a sandbox with its trial's broadest phase)."""
         raise SandboxUnsupported(f"sandbox {self.spec.name}: this backend cannot switch a sandbox's network")
+
+    def extra_uid(self, index: int) -> int:
+        """The uid of the sandbox's `index`-th extra user (a shared slot's). This default is EXTRA_UID_BASE +
+        index, the same in every sandbox; a backend that gives each sandbox uids of its own overrides it."""
+        return EXTRA_UID_BASE + index
+
+    async def run_verifier(
+        self,
+        argv: list[str],
+        *,
+        tests: bytes,
+        output_file: str,
+        user: str,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - the command's own limit
+    ) -> ExecResult:
+        """Run a verifier program where the agent's surviving processes cannot reach it
+        (Capability.PRIVATE_VERIFIER): `tests` (a tar) at /tests, a fresh /logs/verifier that `user` may write
+        and a fresh /tmp, all its own; stdout and stderr to `output_file`. Every later read of
+        /logs/verifier (`copy_out`, `download`, `read_file`) reads what this run wrote there."""
+        raise SandboxUnsupported(f"sandbox {self.spec.name}: this backend has no private verifier places")
 
     async def spawn(
         self,

@@ -4,10 +4,11 @@
 A slot is where one trajectory's tool calls run. With `slots_per_sandbox=1` (the default, and what the local
 backend should use: its sandboxes start in ~10 ms and reset in ~2 ms) a slot is a whole sandbox of its own,
 taken from a `SandboxPool` and reset when released. With `slots_per_sandbox=N` (backends where a sandbox is
-expensive) N slots share one sandbox, each isolated by more than a directory: its own uid (`SLOT_UID_BASE +
-index`, no supplementary groups, no capabilities), its own workspace (`/slots/<index>`, mode 0700, owned by
-that uid, also its HOME and cwd), and every command in a new session (`setsid`, its own process group);
-releasing a slot kills every process of its uid and, with `reset_workspace=True`, empties its workspace.
+expensive) N slots share one sandbox, each isolated by more than a directory: its own uid
+(`Sandbox.extra_uid(index)`, on the local backend one of the sandbox's own block; no supplementary groups, no
+capabilities), its own workspace (`/slots/<index>`, mode 0700, owned by that uid, also its HOME and cwd), and
+every command in a new session (`setsid`, its own process group); releasing a slot kills every process of its
+uid and, with `reset_workspace=True`, empties its workspace.
 
 Two interfaces, for two different callers:
 - `exec_tool(slot, tool, args) -> ExecutionResult` — structured (success, output, error, exit code), for an
@@ -33,7 +34,6 @@ from pydantic import BaseModel, Field
 from evsys.sandbox.base import HELPER_ENV, ExecResult, Sandbox, SandboxError, SandboxSpec
 from evsys.sandbox.pool import SandboxPool
 
-SLOT_UID_BASE = 20000
 SLOTS_DIR = "/slots"
 TOOLS = ("bash", "read_file", "write_file")
 
@@ -169,7 +169,7 @@ class SlotPool:
                 shared = _Shared(sandbox, list(range(self.slots_per_sandbox)), key)
                 self._shared.append(shared)
             index = shared.free.pop(0)
-        uid = SLOT_UID_BASE + index
+        uid = shared.sandbox.extra_uid(index)
         slot = Slot(
             f"{shared.sandbox.spec.name}/{index}", trajectory_id, shared.sandbox, f"{SLOTS_DIR}/{index}", uid
         )

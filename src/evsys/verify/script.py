@@ -1,11 +1,13 @@
 """`ScriptVerifier`: Harbor's reward semantics — run `/tests/test.sh`, read the reward file it writes.
 
-Order, as root inside the sandbox: remove any `/tests` the agent may have planted and every stale
-`/logs/verifier/*`, place the task's `tests/` at `/tests` (only now, after the agent is done), run
-`/bin/bash /tests/test.sh > /logs/verifier/test-stdout.txt 2>&1` (the shell by absolute path, never the one
-on the task's PATH) with the verifier env and timeout (its exit code is ignored; with `[verifier] user` other
-than root, `/logs/verifier` is handed to that user first, so test.sh can write its output and reward files
-there). Then `/logs/verifier` is copied to the host and the reward is parsed there.
+Order: place the task's `tests/` at `/tests` (only now, after the agent is done) beside an empty
+`/logs/verifier` the verifier user may write, run `/bin/bash /tests/test.sh > /logs/verifier/test-stdout.txt
+2>&1` (the shell by absolute path, never the one on the task's PATH) with the verifier env and timeout (its
+exit code is ignored). On a backend with `Capability.PRIVATE_VERIFIER` (the local one) `Sandbox.run_verifier`
+does all of it in places of the verifier's own: fresh /tests, /logs/verifier and /tmp in a mount namespace
+that the agent's surviving processes, root ones included, cannot see or reach, so they can neither write the
+reward nor swap the tests nor plant links in its /tmp. Elsewhere the tests are placed in the sandbox's own
+file system (`_place_tests`). Then `/logs/verifier` is copied to the host and the reward is parsed there.
 
 Speed: placing the tests and clearing the stale logs is one request the local sandbox's daemon carries out
 itself (`replace_tree`: no rm, find or tar process), running test.sh is one command, and the engine copies all
@@ -25,6 +27,7 @@ from evsys.sandbox.base import (
     SHELL,
     TESTS_DIR,
     VERIFIER_LOGS_DIR,
+    Capability,
     ExecResult,
     Sandbox,
     SandboxError,
@@ -35,6 +38,7 @@ from evsys.verify.base import VerifierError, VerifierResult, VerifierTimeoutErro
 __all__ = ["ScriptVerifier", "pack_directory"]
 
 _OUTPUT = f"{VERIFIER_LOGS_DIR}/test-stdout.txt"  # test.sh's exit code is ignored: the reward file decides
+_PRIVATE_SETUP = "evsys: cannot set up the verifier's private mounts"  # native/verifier.c
 
 
 class ScriptVerifier:
@@ -63,21 +67,20 @@ class ScriptVerifier:
         if not (self.tests_dir / "test.sh").is_file():
             raise VerifierError(f"{self.tests_dir / 'test.sh'} does not exist")
         tests = await asyncio.to_thread(pack_directory, self.tests_dir)
+        argv = [SHELL, f"{TESTS_DIR}/test.sh"]  # by absolute path: never a `bash` on the task's PATH
+        options: dict[str, Any] = {"user": self.user, "cwd": self.workdir, "env": self.env}
         try:
-            await sandbox.replace_tree(tests, TESTS_DIR, empty=[VERIFIER_LOGS_DIR])
-        except SandboxError as exc:
-            raise VerifierError(f"placing the tests at {TESTS_DIR} failed: {exc}") from None
-        if self.user != "root":
-            await _hand_over_logs(sandbox, self.user)
-        try:
-            result = await sandbox.exec_program(
-                [SHELL, f"{TESTS_DIR}/test.sh"],  # by absolute path: never a `bash` on the task's PATH
-                output_file=_OUTPUT,
-                user=self.user,
-                cwd=self.workdir,
-                env=self.env,
-                timeout=self.timeout_sec,
-            )
+            if sandbox.supports(Capability.PRIVATE_VERIFIER):
+                result = await sandbox.run_verifier(
+                    argv, tests=tests, output_file=_OUTPUT, timeout=self.timeout_sec, **options
+                )
+                if result.exit_code == 126 and _PRIVATE_SETUP in result.stderr:
+                    raise VerifierError(result.stderr.strip()[-500:])
+            else:
+                await self._place_tests(sandbox, tests)
+                result = await sandbox.exec_program(
+                    argv, output_file=_OUTPUT, timeout=self.timeout_sec, **options
+                )
         except SandboxError as exc:
             raise VerifierError(f"the sandbox failed while verifying: {exc}") from exc
         if result.timed_out:
@@ -85,6 +88,16 @@ class ScriptVerifier:
                 f"tests/test.sh ran past the verifier timeout of {self.timeout_sec:g} s"
             )
         return result
+
+    async def _place_tests(self, sandbox: Sandbox, tests: bytes) -> None:
+        """A backend without private verifier places: the tests at /tests and an emptied /logs/verifier in
+        the sandbox's own file system (handed to the verifier user unless that is root)."""
+        try:
+            await sandbox.replace_tree(tests, TESTS_DIR, empty=[VERIFIER_LOGS_DIR])
+        except SandboxError as exc:
+            raise VerifierError(f"placing the tests at {TESTS_DIR} failed: {exc}") from None
+        if self.user != "root":
+            await _hand_over_logs(sandbox, self.user)
 
     @staticmethod
     async def read_rewards(verifier_dir: Path) -> VerifierResult:

@@ -26,8 +26,10 @@ ROOT_CAPS = (
     "CAP_SETGID",
     "CAP_SETUID",
 )
-# CAP_SETPCAP lets the daemon shrink its bounding set to ROOT_CAPS; it then drops CAP_SETPCAP itself.
-DAEMON_EXTRA_CAPS = ("CAP_SETPCAP",)
+# CAP_SETPCAP lets the daemon shrink its bounding set to ROOT_CAPS; it then drops CAP_SETPCAP itself. It keeps
+# CAP_SYS_ADMIN (a verification run's private mounts) and CAP_WAKE_ALARM (the mark of a verification run's
+# processes) outside the bounding set: no command gets them but as native/verifier.c says.
+DAEMON_EXTRA_CAPS = ("CAP_SETPCAP", "CAP_SYS_ADMIN", "CAP_WAKE_ALARM")
 # Kernel knobs under /proc that a uid-0 process could write by file mode alone: covered read-only.
 PROC_RO = ("sys", "sysrq-trigger", "mtrr", "pressure", "acpi", "scsi", "fs", "irq", "bus")
 

@@ -9,6 +9,7 @@ import time
 
 from evsys.sandbox.base import ExecResult, SandboxError
 from evsys.sandbox.local import rootfs
+from evsys.sandbox.local.bwrap import tmp_size_mb
 from evsys.sandbox.local.process import SandboxProcess
 from evsys.sandbox.shell import ExecShellSession
 
@@ -117,6 +118,27 @@ class LocalCommandsMixin:
         if output_file is not None:
             extra["output"] = str(rootfs.sandbox_path(output_file))
         return await self._exec_request("", cwd, env, timeout, user, None, extra)
+
+    async def run_verifier(
+        self,
+        argv: list[str],
+        *,
+        tests: bytes,
+        output_file: str,
+        user: str,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - the Sandbox protocol's per-command limit
+    ) -> ExecResult:
+        """Run `argv` as a verification run: in a mount namespace of its own with fresh tmpfs (each the size
+        of the sandbox's /tmp) at /tests (holding `tests`), /logs/verifier (`user`'s) and /tmp, marked so that
+        no other process in the sandbox can reach into it (docs/sandbox.md, native/verifier.c)."""
+        extra = {
+            "argv": list(argv),
+            "output": str(rootfs.sandbox_path(output_file)),
+            "verifier": tmp_size_mb(self.spec) * 1024 * 1024,
+        }
+        return await self._exec_request("", cwd, env, timeout, user, tests, extra)
 
     def _limits_hit(self, before: dict[str, int], free: int | None) -> list:
         hits: list = []

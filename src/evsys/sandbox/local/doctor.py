@@ -155,6 +155,26 @@ def check_user_namespaces() -> Check:
     return Check("user namespaces", ok, detail, "sysctl -w user.max_user_namespaces=15000")
 
 
+LINK_SYSCTLS = ("protected_symlinks", "protected_hardlinks", "protected_regular")
+SYSCTL_FS = Path("/proc/sys/fs")
+
+
+def check_link_protections() -> Check:
+    """The kernel's link protections (fs.protected_*): off, root following a link or opening a file another
+    user planted in a world-writable sticky directory (/tmp, /dev/shm) is not stopped. The verifier has its
+    own /tmp either way (native/verifier.c); other places task code writes as root rely on the sysctls."""
+    values = {}
+    for name in LINK_SYSCTLS:
+        path = SYSCTL_FS / name
+        values[name] = path.read_text().strip() if path.exists() else "unknown"
+    off = [name for name, value in values.items() if value == "0"]
+    detail = ", ".join(f"fs.{name}={value}" for name, value in values.items())
+    if off:
+        detail += "; off: root in a sandbox follows links other users plant in /tmp-like directories"
+    fix = "sysctl -w " + " ".join(f"fs.{name}=1" for name in off) if off else ""
+    return Check("link protections", not off, detail, fix, required=False)
+
+
 def check_smoke() -> Check:
     """Start a real sandbox, run a command, stop it."""
     from evsys.sandbox.local.sandbox import LocalSandbox
@@ -181,6 +201,7 @@ def run_checks(*, smoke: bool = True) -> list[Check]:
     checks += check_network_tools()
     checks.append(check_seccomp())
     checks.append(check_user_namespaces())
+    checks.append(check_link_protections())
     if smoke and all(c.ok for c in checks if c.required):
         checks.append(check_smoke())
     return checks

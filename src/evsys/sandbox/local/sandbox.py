@@ -63,6 +63,7 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
             Capability.IMAGES,
             Capability.SWITCH_NETWORK,
             Capability.PODS,
+            Capability.PRIVATE_VERIFIER,
         }
     )
     network_modes = frozenset({"no-network", "public", "allowlist"})
@@ -86,6 +87,13 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
     def agent_uid(self) -> int | None:
         """The host uid the sandbox's `agent` user has (its own; kept across resets), None unless started."""
         return self._uid.uid if self._uid is not None else None
+
+    def extra_uid(self, index: int) -> int:
+        """The uid of the sandbox's `index`-th extra user (a shared slot's): one of its own block, after the
+        agent's, so no other sandbox or host user has it and root inside may switch to it."""
+        if self._uid is None or not 0 <= index < uids.UID_BLOCK - 1:
+            raise SandboxError(f"sandbox {self.spec.name}: no extra uid {index} (0..{uids.UID_BLOCK - 2})")
+        return self._uid.uid + 1 + index
 
     @classmethod
     async def unavailable(cls) -> str | None:
@@ -158,7 +166,7 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
             helper=str(Path(daemon_file) / native.BINARY_NAME),
             agent_uid=self._uid.uid,
         )
-        sfd = seccomp_fd()
+        sfd = seccomp_fd(range(self._uid.uid, self._uid.uid + uids.UID_BLOCK))
         try:
             argv = bwrap_argv(spec, setup.root, str(daemon_file), "@fd0", agent_uid=self._uid.uid)
             joined = pods.OWNERS.owner(spec.pod) if spec.pod is not None else None

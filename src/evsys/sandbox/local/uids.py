@@ -2,11 +2,14 @@
 user has, so kernel per-uid quotas (inotify instances and watches, RLIMIT_NPROC, POSIX message queue bytes,
 pending signals...) are never shared.
 
-A uid is taken from AGENT_UID_FIRST upwards by holding an exclusive `flock` on `<scratch>/uids/<uid>` for the
-sandbox's life: concurrent evsys processes on one host never pick the same uid, and a SIGKILLed
-orchestrator's uids are free again at once (the kernel drops its locks). The lowest free uid is taken, so a
-host keeps reusing a handful. The cached layers store the agent's files as LAYER_AGENT_UID; idmapped mounts
-show them as the sandbox's uid (native/idmap.c), and the sandbox's /etc/passwd names it `agent`.
+Each sandbox holds a block of UID_BLOCK uids (the agent's is the first; the others are for extra users of the
+sandbox, e.g. shared slots, `LocalSandbox.extra_uid`), the only ones its root may switch to besides root and
+system ids (uidfilter.py). A block is taken from AGENT_UID_FIRST upwards by holding an exclusive `flock` on
+`<scratch>/uids/<first uid>` for the sandbox's life: concurrent evsys processes on one host never pick the
+same block, and a SIGKILLed orchestrator's blocks are free again at once (the kernel drops its locks). The
+lowest free block is taken, so a host keeps reusing a handful. The cached layers store the agent's files as
+LAYER_AGENT_UID; idmapped mounts show them as the sandbox's uid (native/idmap.c), and the sandbox's
+/etc/passwd names it `agent`.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from evsys.sandbox.base import SandboxError
 
 LAYER_AGENT_UID = 1000
 AGENT_UID_FIRST = 100_000
+UID_BLOCK = 64  # uids per sandbox: its agent's, then its extra users'
 AGENT_UID_COUNT = (
     60_000  # below 165536: the usual start of the host's subordinate-uid ranges is 100000 + 65536
 )
@@ -45,12 +49,9 @@ class AgentUid:
                 _held.discard(self.uid)
 
 
-def _host_user(uid: int) -> bool:
-    try:
-        pwd.getpwuid(uid)
-    except KeyError:
-        return False
-    return True
+def _host_user(first: int, host_uids: set[int]) -> bool:
+    """Whether a host user has a uid of the block starting at `first`."""
+    return any(uid in host_uids for uid in range(first, first + UID_BLOCK))
 
 
 def _open_lock(directory: Path, uid: int) -> int:
@@ -62,9 +63,11 @@ def _open_lock(directory: Path, uid: int) -> int:
 
 
 def allocate(scratch_root: Path) -> AgentUid:
-    """The lowest uid from AGENT_UID_FIRST that no other sandbox on this host holds and no host user has."""
+    """The lowest block of uids from AGENT_UID_FIRST that no other sandbox on this host holds and none of
+    whose uids a host user has; the agent's is its first."""
     directory = scratch_root / "uids"
-    for uid in range(AGENT_UID_FIRST, AGENT_UID_FIRST + AGENT_UID_COUNT):
+    host_uids = {user.pw_uid for user in pwd.getpwall()}
+    for uid in range(AGENT_UID_FIRST, AGENT_UID_FIRST + AGENT_UID_COUNT, UID_BLOCK):
         with _lock:
             if uid in _held:
                 continue
@@ -82,7 +85,7 @@ def allocate(scratch_root: Path) -> AgentUid:
             with _lock:
                 _held.discard(uid)
             continue
-        if _host_user(uid):
+        if _host_user(uid, host_uids):
             os.close(fd)
             with _lock:
                 _held.discard(uid)

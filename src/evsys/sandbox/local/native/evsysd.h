@@ -80,6 +80,7 @@ typedef struct {
     int direct;   /* argv is the program and its arguments (looked up on the request's PATH), no shell */
     char *output; /* stdout and stderr go to this file (created or truncated as the command's user) */
     size_t max_output; /* bytes of each stream kept: the first half and the last half (the middle is dropped) */
+    long long verifier; /* > 0: a verification run in a mount namespace of its own, tmpfs of this many bytes */
 } req_t;
 
 /* one output stream of a command, bounded while it streams: the head goes to the host as it comes, the bytes
@@ -201,6 +202,24 @@ int setup_main(int argc, char **argv);
 int idmapped_lowers(const char *lowers, uid_t uid, char *out, size_t size);
 /* the same with the mapping user namespace `ns` (an fd; -1: a new one, put in *made for the caller to keep) */
 int idmapped_lowers_in(const char *lowers, uid_t uid, int ns, int *made, char *out, size_t size);
+
+/* ---- the new mount API (mountapi.c) */
+int sys_fsopen(const char *fs);
+int sys_fsconfig(int fd, unsigned cmd, const char *key, const char *value);
+int sys_fsmount(int fd, unsigned attrs);
+int sys_move_mount(int from_dfd, const char *from, int to_dfd, const char *to, unsigned flags);
+int detached(const char *fs, const char *options, unsigned attrs); /* a detached mount's fd, or -1 */
+
+/* ---- the verifier's private places (verifier.c) */
+#define VERIFIER_LOGS "/logs/verifier"
+extern int verifier_logs_fd; /* the root of the last verification run's private /logs/verifier, or -1 */
+int verifier_prepare(const char *tar, size_t len); /* before forking a verification run: 0, or -1 + errno */
+int verifier_enter(const req_t *r);                  /* in its child, before dropping privileges */
+void verifier_started(void);                         /* in the daemon after the fork: take the logs fd */
+void verifier_drop(void);                            /* forget the private logs (kill, reset) */
+int verifier_open(const char *path, int flags);      /* open a path under /logs/verifier in the private logs */
+void mark_caps(int verifier, int root);              /* in a child: the verification mark, or none */
+int extract_tar_at(int root, const char *tar, size_t len); /* files.c */
 
 /* ---- `evsysd --reset`: a fresh root for a running sandbox, between two trials (reset.c) */
 int reset_main(int argc, char **argv);

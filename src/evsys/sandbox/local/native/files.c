@@ -218,6 +218,14 @@ static int extract_tar(const char *dst, const char *tar, size_t len)
     int root = open(dst, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (root < 0)
         return fail("cannot open", dst);
+    int rc = extract_tar_at(root, tar, len);
+    close(root);
+    return rc;
+}
+
+/* extract the tar into the directory `root` (an fd, left open) */
+int extract_tar_at(int root, const char *tar, size_t len)
+{
     char path[4096] = "", link[4096] = "";
     unsigned long long pax_size = 0;
     int rc = 0;
@@ -262,7 +270,6 @@ static int extract_tar(const char *dst, const char *tar, size_t len)
         pax_size = 0;
         off = body + (size + 511) / 512 * 512;
     }
-    close(root);
     return rc;
 }
 

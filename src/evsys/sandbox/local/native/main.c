@@ -1,7 +1,8 @@
 /* evsysd's entry point, event loop, framing and request dispatch.
  *
- * Requests:  {"op": "exec", "id", "cmd", "cwd", "env", "user", "timeout", "stdin": bool, "max_output": bytes}
- *              payload = stdin; of each output stream the first and last max_output/2 bytes are kept
+ * Requests:  {"op": "exec", "id", "cmd", "cwd", "env", "user", "timeout", "stdin": bool, "max_output": bytes,
+ *              "verifier": bytes}  payload = stdin; of each output stream the first and last max_output/2 bytes
+ *              are kept; with "verifier", a verification run in private mounts (verifier.c), payload = the tests
  *            {"op": "spawn", "id", "argv", "cwd", "env", "user", "timeout"}  payload = initial stdin
  *            {"op": "write"|"eof", "target"}  payload = more stdin for a spawned process
  *            {"op": "signal", "target", "sig", "tree"}
@@ -162,6 +163,7 @@ command_t *find_command(long long rid)
 static void kill_op(long long rid)
 {
     int left = 0, count = kill_all(&left);
+    verifier_drop(); /* a reset or a killed trial: the last verification's logs are no one's any more */
     retire_all(); /* killed too; their commands end as killed */
     buf_t h = {0};
     m_begin(&h);

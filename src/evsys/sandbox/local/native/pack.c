@@ -29,6 +29,7 @@ typedef struct {
     const char *first[MAX_FIRST];  /* names (relative to the packed root) packed before everything else */
     int nfirst, phase;             /* first[0..phase) are done: the tree walk skips them */
     size_t root_len;               /* strlen of the root's own name, to make names relative */
+    const char *mapped;            /* the name of /logs/verifier, read from the verifier's private logs */
 } pack_t;
 
 static void pad(buf_t *b)
@@ -218,6 +219,8 @@ static int pack_at(pack_t *pk, int at, const char *leaf, const char *name, int d
     struct stat st;
     if (pk->full)
         return 0;
+    if (pk->mapped && strcmp(name, pk->mapped) == 0) /* never the sandbox's own /logs/verifier */
+        at = verifier_logs_fd, leaf = ".";
     if (fstatat(at, leaf, &st, AT_SYMLINK_NOFOLLOW) != 0)
         return errno == ENOENT ? 0 : -1;
     if (S_ISREG(st.st_mode))
@@ -270,7 +273,10 @@ static int pack_first(pack_t *pk, int rootfd, const char *root, const char *rel)
     int fd = rootfd;
     if (slash) {
         *slash = 0;
-        fd = openat(rootfd, parent, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        snprintf(name, sizeof name, "%s/%s", root, parent);
+        int mapped = pk->mapped && strcmp(name, pk->mapped) == 0;
+        fd = openat(mapped ? verifier_logs_fd : rootfd, mapped ? "." : parent,
+                    O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         if (fd < 0)
             return 0;
     }
@@ -311,19 +317,26 @@ void pack_op(const value_t *v, long long rid)
     snprintf(c, sizeof c, "%s", path);
     const char *parent = dirname(a), *base = basename(c);
     int dirfd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    const char *mapped = NULL; /* after a verification run, its private logs stand for /logs/verifier */
+    if (verifier_logs_fd >= 0 && strcmp(path, "/logs") == 0)
+        mapped = "logs/verifier";
+    else if (verifier_logs_fd >= 0 && strcmp(path, VERIFIER_LOGS) == 0)
+        mapped = "verifier";
+    int self = mapped && strcmp(mapped, base) == 0;
     struct stat st;
-    if (dirfd < 0 || fstatat(dirfd, base, &st, AT_SYMLINK_NOFOLLOW) != 0) {
+    if (dirfd < 0 || fstatat(self ? verifier_logs_fd : dirfd, self ? "." : base, &st, AT_SYMLINK_NOFOLLOW) != 0) {
         snprintf(msg, sizeof msg, "cannot pack %.400s: %s", path, strerror(errno));
         if (dirfd >= 0)
             close(dirfd);
         send_error(rid, 1, msg);
         return;
     }
-    pack_t pk = {.rid = rid, .root_len = strlen(base)};
+    pack_t pk = {.rid = rid, .root_len = strlen(base), .mapped = mapped};
     pack_limits(&pk, v);
     int rc = 0;
     if (pk.nfirst && S_ISDIR(st.st_mode)) { /* the first names, then the rest (which skips them) */
-        int rootfd = openat(dirfd, base, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        int rootfd = openat(self ? verifier_logs_fd : dirfd, self ? "." : base,
+                            O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         for (; rootfd >= 0 && rc == 0 && pk.phase < pk.nfirst; pk.phase++)
             rc = pack_first(&pk, rootfd, base, pk.first[pk.phase]);
         if (rootfd >= 0)
@@ -363,7 +376,7 @@ void read_op(const value_t *v, long long rid)
     const char *path = d_str(v, "path");
     long long max = d_int(v, "max", 1 << 20);
     char msg[600];
-    int fd = path ? open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) : -1; /* a FIFO must not block */
+    int fd = path ? verifier_open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC) : -1; /* a FIFO: no block */
     struct stat st;
     if (fd < 0 || fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || max < 0) {
         snprintf(msg, sizeof msg, "cannot read %.400s: %s", path ? path : "(no path)",

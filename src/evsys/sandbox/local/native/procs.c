@@ -27,19 +27,24 @@ static int kept(int cap)
     return 0;
 }
 
-/* no_new_privs, the small capability set, then non-dumpable (so reading /proc/1 needs CAP_SYS_PTRACE) */
+/* no_new_privs, the small capability set, then non-dumpable (so reading /proc/1 needs CAP_SYS_PTRACE).
+ * The bounding set is the small set, so no command ever gets more; the daemon itself also keeps CAP_SYS_ADMIN
+ * (a verification run's child makes its private mounts with it, verifier.c; never inheritable, so no exec
+ * keeps it) and the verification mark (CAP_WAKE_ALARM, inheritable: only a verification run keeps it). */
 void harden(void)
 {
     prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
     for (int cap = 0; cap < 64; cap++)
         if (!kept(cap) && prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL)
             die("cannot drop a capability from the bounding set");
-    prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_LOWER, CAP_SETPCAP, 0, 0);
+    prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
     uint32_t keep = 0;
     for (size_t k = 0; k < N_KEEP; k++)
         keep |= 1u << KEEP_CAPS[k];
+    uint32_t mark = 1u << (CAP_WAKE_ALARM - 32);
     struct __user_cap_header_struct hdr = {_LINUX_CAPABILITY_VERSION_3, 0};
-    struct __user_cap_data_struct data[2] = {{keep, keep, keep}, {0, 0, 0}};
+    struct __user_cap_data_struct data[2] = {{keep | 1u << CAP_SYS_ADMIN, keep | 1u << CAP_SYS_ADMIN, keep},
+                                             {mark, mark, mark}};
     if (syscall(SYS_capset, &hdr, data) != 0)
         die("capset failed");
     prctl(PR_SET_DUMPABLE, 0, 0, 0, 0); /* after capset, which could reset it */

@@ -52,40 +52,6 @@ static int fail(const char *what, const char *path)
     return 127;
 }
 
-/* ---- the new mount API (glibc 2.36 has wrappers, older ones do not: call the kernel directly) */
-static int sys_fsopen(const char *fs) { return (int)syscall(SYS_fsopen, fs, FSOPEN_CLOEXEC); }
-static int sys_fsconfig(int fd, unsigned cmd, const char *key, const char *value)
-{
-    return (int)syscall(SYS_fsconfig, fd, cmd, key, value, 0);
-}
-static int sys_fsmount(int fd, unsigned attrs) { return (int)syscall(SYS_fsmount, fd, FSMOUNT_CLOEXEC, attrs); }
-static int sys_move_mount(int from_dfd, const char *from, int to_dfd, const char *to, unsigned flags)
-{
-    return (int)syscall(SYS_move_mount, from_dfd, from, to_dfd, to, flags);
-}
-
-/* a detached filesystem instance: fsopen, the options (key=value, comma-separated), create, fsmount */
-static int detached(const char *fs, const char *options, unsigned attrs)
-{
-    int fd = sys_fsopen(fs);
-    if (fd < 0)
-        return -1;
-    char opts[512], *save = NULL;
-    snprintf(opts, sizeof opts, "%s", options);
-    for (char *kv = strtok_r(opts, ",", &save); kv; kv = strtok_r(NULL, ",", &save)) {
-        char *eq = strchr(kv, '=');
-        if (eq)
-            *eq = 0;
-        if (sys_fsconfig(fd, eq ? FSCONFIG_SET_STRING : FSCONFIG_SET_FLAG, kv, eq ? eq + 1 : NULL) != 0) {
-            close(fd);
-            return -1;
-        }
-    }
-    int m = sys_fsconfig(fd, FSCONFIG_CMD_CREATE, NULL, NULL) == 0 ? sys_fsmount(fd, attrs) : -1;
-    close(fd);
-    return m;
-}
-
 /* pass a new mapping namespace back to the orchestrator, which keeps it for the next reset of this uid */
 static void send_userns(int ns)
 {

@@ -1,0 +1,102 @@
+"""Red team: root inside a sandbox taking a host uid that is not the sandbox's.
+
+Root keeps CAP_SETUID (images run services as system users), and there is no user namespace for the
+sandbox's processes: a uid inside is the host's. So root could become a host login user (1000) or another
+sandbox's agent and take that uid's kernel quotas, e.g. all 128 inotify instances, from a concurrent trial.
+The set*id filter (sandbox/local/uidfilter.py) allows only the sandbox's own uids (root, its block: its
+agent's and its extra users'), system ids below 1000 and nobody. Each test first shows the same calls
+succeed for an allowed uid."""
+
+from __future__ import annotations
+
+import pytest
+
+from evsys.sandbox.local import uids
+
+pytestmark = pytest.mark.security
+
+# python3 as root: try each call, print "ok" or the errno name
+TRY_IDS = """
+import errno, os, sys
+target = int(sys.argv[1])
+for name, call in [
+    ("setuid", lambda: os.setuid(target)),
+    ("setgid", lambda: os.setgid(target)),
+    ("setreuid", lambda: os.setreuid(-1, target)),
+    ("setresuid", lambda: os.setresuid(target, target, target)),
+    ("setresgid", lambda: os.setresgid(-1, target, -1)),
+]:
+    pid = os.fork()
+    if pid == 0:
+        try:
+            call()
+            print(name, "ok", flush=True)
+        except OSError as exc:
+            print(name, errno.errorcode[exc.errno], flush=True)
+        os._exit(0)
+    os.waitpid(pid, 0)
+"""
+
+
+def outcomes(stdout: str) -> set[str]:
+    """The distinct outcomes (`ok`, `EPERM`) of every call TRY_IDS made."""
+    lines = [line.split() for line in stdout.splitlines()]
+    assert len(lines) == 5, stdout
+    return {outcome for _, outcome in lines}
+
+
+async def try_ids(sandbox, uid: int) -> set[str]:
+    r = await sandbox.exec(
+        f"cat > /tmp/try.py; python3 /tmp/try.py {uid}", user="root", stdin=TRY_IDS.encode()
+    )
+    return outcomes(r.stdout)
+
+
+async def test_root_can_take_only_the_sandboxes_own_uids(make_sandbox):
+    sb, other = await make_sandbox(), await make_sandbox()
+    # positive controls: root, the agent's uid, an extra user's (a shared slot's), a system user (www-data)
+    # and nobody are allowed
+    for uid in (0, sb.agent_uid, sb.extra_uid(0), 33, 65534):
+        assert await try_ids(sb, uid) == {"ok"}, uid
+    # a host login user, another sandbox's agent or extra user, the uid past the sandbox's block, a high uid
+    for uid in (1000, other.agent_uid, other.extra_uid(0), sb.extra_uid(uids.UID_BLOCK - 2) + 1, 4_000_000):
+        assert await try_ids(sb, uid) == {"EPERM"}, uid
+
+
+HOG_AS = """
+import ctypes, os, sys, time
+os.setgroups([])
+try:
+    os.setuid(int(sys.argv[1]))
+except OSError as exc:
+    print("setuid-failed", exc.errno, flush=True)
+    sys.exit(0)
+libc = ctypes.CDLL(None, use_errno=True)
+count = 0
+while libc.inotify_init() >= 0:
+    count += 1
+print(count, ctypes.get_errno(), flush=True)
+time.sleep(60)
+"""
+RUN_HOG = (
+    "cat > /tmp/hog.py; setsid nohup python3 /tmp/hog.py {uid} > /tmp/hog.out 2>&1 &"
+    " for i in $(seq 100); do [ -s /tmp/hog.out ] && break; sleep 0.1; done; cat /tmp/hog.out"
+)
+ONE_INOTIFY = "python3 -c 'import ctypes; l = ctypes.CDLL(None, use_errno=True); print(l.inotify_init())'"
+
+
+async def test_root_in_one_sandbox_cannot_take_another_sandboxes_inotify_instances(make_sandbox):
+    hog, victim = await make_sandbox(), await make_sandbox()
+    # positive control: root in the hog sandbox switches to its own agent's uid and takes every inotify
+    # instance that uid may have (EMFILE = 24): the hog works, and starves its own agent
+    own = (
+        await hog.exec(RUN_HOG.format(uid=hog.agent_uid), user="root", stdin=HOG_AS.encode())
+    ).stdout.split()
+    assert len(own) == 2 and int(own[0]) > 0 and own[1] == "24", own
+    assert (await hog.exec(ONE_INOTIFY)).stdout.split() == ["-1"]
+    # the same hog aimed at the victim's agent uid, and at a host login user, cannot become them
+    for uid in (victim.agent_uid, 1000):
+        await hog.exec("rm -f /tmp/hog.out", user="root")
+        r = await hog.exec(RUN_HOG.format(uid=uid), user="root", stdin=HOG_AS.encode())
+        assert r.stdout.split() == ["setuid-failed", "1"], (uid, r.stdout, r.stderr)
+    assert int((await victim.exec(ONE_INOTIFY)).stdout) >= 0  # the victim's agent is not starved
