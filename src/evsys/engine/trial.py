@@ -36,6 +36,7 @@ from evsys.agent.base import Agent, AgentContext, AgentResult
 from evsys.agent.registry import AgentNotFoundError, resolve_agent
 from evsys.agent.single_turn import SingleTurnAgent
 from evsys.engine import environment
+from evsys.engine.repograde import RepoGradingMixin, graded_in_fresh_sandbox
 from evsys.engine.results import FailureCause, TrialFailure, TrialResult
 from evsys.engine.sandboxing import EnvironmentPhaseMixin, describe_exception, sandbox_spec
 from evsys.engine.separate import SeparateVerifierMixin
@@ -68,7 +69,14 @@ def classify_agent_exception(exc: BaseException) -> FailureCause:
         return FailureCause.AGENT_ERROR
 
 
-class Trial(EnvironmentPhaseMixin, VerifierPhaseMixin, StepsMixin, SeparateVerifierMixin, SidecarsMixin):
+class Trial(
+    EnvironmentPhaseMixin,
+    VerifierPhaseMixin,
+    StepsMixin,
+    SeparateVerifierMixin,
+    RepoGradingMixin,
+    SidecarsMixin,
+):
     """Runs one trial once (the job handles retries) and writes its files through `store`."""
 
     def __init__(
@@ -338,6 +346,9 @@ class Trial(EnvironmentPhaseMixin, VerifierPhaseMixin, StepsMixin, SeparateVerif
             base_dir=task.path,
             timeout_sec=self.config.verifier_timeout_sec,
         )
+        if self.uses_sandbox and graded_in_fresh_sandbox(task):  # a repository row (evsys.engine.repograde)
+            await self._grade_repository(task, chain, vctx, trial_dir)
+            return
         if self.uses_sandbox and task.config.verifier.environment_mode == "separate":
             await self._verify_separately(task, chain, vctx, trial_dir)
             return
