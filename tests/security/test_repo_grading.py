@@ -1,0 +1,89 @@
+"""Repository grading out of the agent's reach: every attack on a repository row's reward, each first shown to
+work (a positive control: it scores 1.0 under the in-sandbox grading evsys used before, kept in repo_legacy/),
+then shown to score 0.0 under fresh-sandbox grading; plus gold 1.0 / no-op 0.0 controls under both.
+
+One job runs the calc repository's `calc-neg` row (FAIL_TO_PASS test_neg; PASS_TO_PASS test_add, test_mul)
+twice: as evsys writes it (graded in a fresh sandbox) and with the old grading (task.toml without
+`evsys_repo_grading`, the old tests/test.sh and evsys_grade.py). No attack fixes `neg`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import repo_attacks
+
+from evsys.engine.config import AgentSpec, JobConfig
+from evsys.engine.job import Job
+from evsys.repo.materialise import GRADING_KEY, write_task_dir
+from evsys.repo.rows import RepoTask
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "repo"))
+from calc_repo import calc_rows, make_calc_repo
+
+pytestmark = [pytest.mark.security, pytest.mark.slow, pytest.mark.timeout(1800)]
+LEGACY = Path(__file__).with_name("repo_legacy")
+AGENTS = ["oracle", "nop", *(f"repo_attacks:{a.__name__}" for a in repo_attacks.ATTACKS)]
+
+
+def _legacy_copy(task_dir: Path, out: Path) -> Path:
+    """`task_dir` with the old in-sandbox grading: test.sh and evsys_grade.py as they were, no fresh-sandbox
+    marker in task.toml."""
+    shutil.copytree(task_dir, out)
+    toml = out / "task.toml"
+    toml.write_text("".join(line for line in toml.read_text().splitlines(True) if GRADING_KEY not in line))
+    for name, target in (("test.sh", "test.sh"), ("evsys_grade.py", "evsys_grade.py")):
+        shutil.copyfile(LEGACY / name, out / "tests" / target)
+    (out / "tests" / "test.sh").chmod(0o755)
+    return out
+
+
+@pytest.fixture(scope="module")
+def trials(tmp_path_factory):
+    """(grading, agent) -> trial, for grading in ("fresh", "legacy")."""
+    if shutil.which("buildah") is None or shutil.which("bwrap") is None:
+        pytest.skip("image tools missing")
+    root = tmp_path_factory.mktemp("repo-attacks")
+    row = next(r for r in calc_rows(*make_calc_repo(root)) if r["instance_id"] == "calc-neg")
+    fresh = write_task_dir(RepoTask.model_validate(row), root / "fresh" / "calc-neg")
+    legacy = _legacy_copy(fresh, root / "legacy" / "calc-neg")
+    config = JobConfig(
+        datasets=[fresh.parent, legacy.parent],
+        agents=[AgentSpec(name=name) for name in AGENTS],
+        jobs_dir=root / "jobs",
+        job_name="attacks",
+        n_concurrent=4,
+    )
+    result = asyncio.run(Job(config).run())
+    legacy_dir = str(legacy.parent.resolve())
+    return {
+        ("legacy" if str(Path(t.task_path).resolve()).startswith(legacy_dir) else "fresh", t.agent): t
+        for t in result.trials
+    }
+
+
+def _rewards(trials, agent: str) -> tuple[float | None, float | None]:
+    return trials[("legacy", agent)].reward, trials[("fresh", agent)].reward
+
+
+def test_gold_scores_one_and_no_change_zero_under_both(trials):
+    assert _rewards(trials, "oracle") == (1.0, 1.0)
+    assert _rewards(trials, "nop") == (0.0, 0.0)
+    assert trials[("fresh", "oracle")].tests_summary == "1 of 1 FAIL_TO_PASS pass; 2 of 2 PASS_TO_PASS pass"
+
+
+@pytest.mark.parametrize("attack", [a.__name__ for a in repo_attacks.ATTACKS])
+def test_an_attack_that_wins_under_in_sandbox_grading_scores_zero_in_a_fresh_sandbox(trials, attack):
+    agent = f"repo_attacks:{attack}"
+    legacy, fresh = trials[("legacy", agent)], trials[("fresh", agent)]
+    assert legacy.failure is None and legacy.reward == 1.0, (
+        legacy.failure,
+        legacy.agent_metadata,
+    )  # it works
+    assert fresh.failure is None, fresh.failure
+    assert fresh.reward == 0.0, fresh.tests_summary
+    assert "tests/test_calc.py::test_neg" in fresh.tests_summary  # the unfixed neg() really failed
