@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from evsys.engine.results import FailureCause
+from evsys.engine.verifying import VERIFIER_GRACE_SEC
 from evsys.repo.fresh import RepoGrading, RepoGradingError, grade_repository
 from evsys.repo.materialise import FRESH_SANDBOX, GRADING_KEY
 from evsys.repo.workspace import task_workspace
@@ -89,9 +90,15 @@ class RepoGradingMixin:
         async with self._fresh_sandbox("the repository grading") as fresh:
             if fresh is None:
                 return
+            timeout = self.config.verifier_timeout_sec
+            limit = None if timeout is None else timeout + VERIFIER_GRACE_SEC  # placing it + the tests
             try:
                 work = grade_repository(self.sandbox, fresh.sandbox, grading, vctx.verifier_dir)
-                await self._timed("verifier", work)
+                await self._timed("verifier", work, limit)
+            except TimeoutError as exc:  # the tests' own timeout, or the whole grading's
+                message = str(exc) or f"the verifier did not finish within {timeout:g} s"
+                self.fail(FailureCause.VERIFIER_TIMEOUT, message)
+                return
             except RepoGradingError as exc:
                 self.fail(FailureCause.VERIFIER_ERROR, f"grading the repository: {exc}")
                 return

@@ -39,13 +39,17 @@ RUNNER = Path(__file__).with_name("runner.py")
 GRADE_DIR = "/evsys-grade"  # the runner and its config: root's, readable by the test user
 OUT_DIR = "/evsys-grade/out"  # the reports and the log: root's alone (0700)
 TEST_USER = "agent"  # a fresh sandbox's unprivileged user: no process of the agent ever ran as it there
-TREE_LIMITS = CopyOutLimits(max_bytes=512 << 20, max_entries=200_000, max_depth=64, max_file_bytes=128 << 20)
+TREE_LIMITS = CopyOutLimits(max_bytes=256 << 20, max_entries=200_000, max_depth=64, max_file_bytes=64 << 20)
 OUT_LIMITS = CopyOutLimits(max_bytes=64 << 20, max_entries=64, max_depth=2, max_file_bytes=32 << 20)
 _DIFF_PATHS = re.compile(r"^diff --git a/(\S+) b/(\S+)$", re.M)
 
 
 class RepoGradingError(RuntimeError):
     """The grading could not run (a sandbox failed, the tree was over its bounds, the runner broke)."""
+
+
+class RepoGradingTimeout(RepoGradingError, TimeoutError):
+    """The tests ran past the verifier timeout."""
 
 
 @dataclass
@@ -182,7 +186,7 @@ async def run_tests(sandbox: Sandbox, grading: RepoGrading) -> None:
     command = f'exec "{python}" -I {GRADE_DIR}/runner.py {GRADE_DIR}/config.json {OUT_DIR} --user {TEST_USER}'
     result = await sandbox.exec(command, cwd="/", user="root", env=grading.env, timeout=grading.timeout_sec)
     if result.timed_out:
-        raise RepoGradingError(f"the tests ran past the verifier timeout of {grading.timeout_sec:g} s")
+        raise RepoGradingTimeout(f"the tests ran past the verifier timeout of {grading.timeout_sec:g} s")
     if not result.ok:
         detail = (result.stderr.strip() or result.stdout.strip())[-800:] or f"exit code {result.exit_code}"
         raise RepoGradingError(f"the test runner failed: {detail}")
