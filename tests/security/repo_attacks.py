@@ -66,13 +66,14 @@ class ScriptAgent(Agent):
     name = "script"
     version = "1.0"
     SCRIPT = "true"
+    USER = "agent"
 
     async def setup(self, sandbox, ctx) -> None:
         """Nothing to install."""
 
     async def run(self, instruction, sandbox, ctx):
-        """Run the script as the agent user."""
-        result = await sandbox.exec(self.SCRIPT, cwd="/testbed")
+        """Run the script as `USER`."""
+        result = await sandbox.exec(self.SCRIPT, cwd="/testbed", user=self.USER)
         return AgentResult(
             metadata={"exit": result.exit_code, "output": (result.stdout + result.stderr)[-800:]}
         )
@@ -171,4 +172,37 @@ ATTACKS = [
     SmudgeFilter,
     SwapTestFile,
     CommittedTests,
+]
+
+
+class AtexitPassedAsRoot(AtexitPassed):
+    """AtexitPassed by an agent running as root (Harbor's usual agent user; an exported tree is root's)."""
+
+    USER = "root"
+
+
+class XfailFromCodeAsRoot(XfailFromCode):
+    """XfailFromCode as root."""
+
+    USER = "root"
+
+
+class SmudgeFilterAsRoot(SmudgeFilter):
+    """SmudgeFilter as root."""
+
+    USER = "root"
+
+
+class CommittedTestsAsRoot(CommittedTests):
+    """CommittedTests as root."""
+
+    USER = "root"
+
+
+# what an exported directory's own tests/test.sh stops in Harbor's one-container model
+STOPPED_BY_EXPORTED_TEST_SH = [
+    AtexitPassedAsRoot,
+    XfailFromCodeAsRoot,
+    SmudgeFilterAsRoot,
+    CommittedTestsAsRoot,
 ]

@@ -30,12 +30,18 @@ LEGACY = Path(__file__).with_name("repo_legacy")
 AGENTS = ["oracle", "nop", *(f"repo_attacks:{a.__name__}" for a in repo_attacks.ATTACKS)]
 
 
+def _harbor_form(task_dir: Path) -> Path:
+    """An exported directory as Harbor runs it: without the marker, so its own tests/test.sh grades."""
+    toml = task_dir / "task.toml"
+    toml.write_text("".join(line for line in toml.read_text().splitlines(True) if GRADING_KEY not in line))
+    return task_dir
+
+
 def _legacy_copy(task_dir: Path, out: Path) -> Path:
     """`task_dir` with the old in-sandbox grading: test.sh and evsys_grade.py as they were, no fresh-sandbox
     marker in task.toml."""
     shutil.copytree(task_dir, out)
-    toml = out / "task.toml"
-    toml.write_text("".join(line for line in toml.read_text().splitlines(True) if GRADING_KEY not in line))
+    _harbor_form(out)
     for name, target in (("test.sh", "test.sh"), ("evsys_grade.py", "evsys_grade.py")):
         shutil.copyfile(LEGACY / name, out / "tests" / target)
     (out / "tests" / "test.sh").chmod(0o755)
@@ -87,3 +93,41 @@ def test_an_attack_that_wins_under_in_sandbox_grading_scores_zero_in_a_fresh_san
     assert fresh.failure is None, fresh.failure
     assert fresh.reward == 0.0, fresh.tests_summary
     assert "tests/test_calc.py::test_neg" in fresh.tests_summary  # the unfixed neg() really failed
+
+
+@pytest.fixture(scope="module")
+def exported(tmp_path_factory):
+    """agent -> trial of `calc-neg` exported (`evsys tasks export`) and graded by its own tests/test.sh in the
+    agent's sandbox, as Harbor runs it."""
+    if shutil.which("buildah") is None or shutil.which("bwrap") is None:
+        pytest.skip("image tools missing")
+    root = tmp_path_factory.mktemp("repo-export")
+    row = next(r for r in calc_rows(*make_calc_repo(root)) if r["instance_id"] == "calc-neg")
+    task_dir = _harbor_form(
+        write_task_dir(RepoTask.model_validate(row), root / "out" / "calc-neg", with_repo=True)
+    )
+    agents = [
+        "oracle",
+        "nop",
+        *(f"repo_attacks:{a.__name__}" for a in repo_attacks.STOPPED_BY_EXPORTED_TEST_SH),
+    ]
+    config = JobConfig(
+        datasets=[task_dir],
+        agents=[AgentSpec(name=name) for name in agents],
+        jobs_dir=root / "jobs",
+        n_concurrent=4,
+    )
+    return {t.agent: t for t in asyncio.run(Job(config).run()).trials}
+
+
+def test_an_exported_directorys_own_test_sh_grades_gold_one_and_no_change_zero(exported):
+    assert (exported["oracle"].reward, exported["nop"].reward) == (1.0, 0.0)
+
+
+@pytest.mark.parametrize("attack", [a.__name__ for a in repo_attacks.STOPPED_BY_EXPORTED_TEST_SH])
+def test_an_exported_directorys_own_test_sh_stops_log_xfail_git_and_history_attacks(trials, exported, attack):
+    legacy_attack = attack.removesuffix("AsRoot")
+    assert trials[("legacy", f"repo_attacks:{legacy_attack}")].reward == 1.0  # the attack works (as agent)
+    trial = exported[f"repo_attacks:{attack}"]
+    assert trial.failure is None and trial.agent_metadata["exit"] == 0, trial.agent_metadata
+    assert trial.reward == 0.0, trial.tests_summary
