@@ -1,6 +1,7 @@
 """Repository tasks: a trial's tree from the repo cache beside a fresh `git clone` of the same repository
-(same run), host checkouts (`clone --shared`, `git worktree`) for comparison, 8 concurrent trees, and 8
-concurrent oracle trials on one repository end to end.
+(same run), host checkouts (`clone --shared`, `git worktree`) for comparison, 8 concurrent trees, 8
+concurrent oracle trials on one repository end to end, and grading a row in a fresh sandbox beside the former
+in-sandbox grading.
 
 The repository is generated (a few thousand Python files over some commits) so the figure does not depend
 on the network; `EVSYS_BENCH_REPO=/path/to/repo` measures a real one instead (its HEAD is the commit).
@@ -23,6 +24,8 @@ from pathlib import Path
 from evsys.repo.cache import RepoCache, remove_checkout
 
 TESTS_REPO = Path(__file__).resolve().parents[1] / "tests" / "repo"  # the calc repository the tests use
+TESTS_SECURITY = TESTS_REPO.parent / "security"  # repo_legacy: the former in-sandbox grading
+GRADING_ROUNDS = 8
 ROUNDS = 7
 SHAPES = (
     (400, 3000),
@@ -166,6 +169,74 @@ async def measure_trials(work: Path) -> dict:
     }
 
 
+async def measure_grading(work: Path) -> dict:
+    """One row (calc-neg), graded in a fresh sandbox beside the former in-sandbox grading: the oracle
+    `GRADING_ROUNDS` times each, one trial at a time; medians of the verification (the verifier phase, plus
+    for fresh grading its second sandbox's start) and of the whole trial."""
+    sys.path[:0] = [str(TESTS_REPO), str(TESTS_SECURITY)]
+    from calc_repo import calc_rows, make_calc_repo
+    from repo_legacy import legacy_copy
+
+    from evsys.engine.config import AgentSpec, JobConfig
+    from evsys.engine.job import Job
+    from evsys.repo.materialise import write_task_dir
+    from evsys.repo.rows import RepoTask
+
+    row = next(r for r in calc_rows(*make_calc_repo(work / "grading")) if r["instance_id"] == "calc-neg")
+    fresh = write_task_dir(RepoTask.model_validate(row), work / "fresh" / "calc-neg")
+    dirs = {"fresh": fresh, "in_sandbox": legacy_copy(fresh, work / "legacy" / "calc-neg")}
+
+    async def trials(name: str, task_dir: Path, attempts: int):
+        config = JobConfig(
+            datasets=[task_dir],
+            agents=[AgentSpec(name="oracle")],
+            jobs_dir=work / "jobs",
+            job_name=name,
+            n_attempts=attempts,
+            n_concurrent=1,
+        )
+        return (await Job(config).run()).trials
+
+    for name, task_dir in dirs.items():
+        await trials(f"warm-{name}", task_dir, 1)  # builds (or finds) the image
+    figures: dict = {}
+    for name, task_dir in dirs.items():
+        done = await trials(name, task_dir, GRADING_ROUNDS)
+        starts = [t.timing.sandbox_start or 0.0 for t in done]
+        figures[name] = {
+            "rewards": sorted({t.reward for t in done}),
+            "verifier_ms": statistics.median((t.timing.verifier or 0.0) * 1000 for t in done),
+            "sandbox_start_ms": statistics.median(s * 1000 for s in starts),
+            "trial_ms": statistics.median((t.timing.total or 0.0) * 1000 for t in done),
+        }
+    extra_start = figures["fresh"]["sandbox_start_ms"] - figures["in_sandbox"]["sandbox_start_ms"]
+    figures["fresh"]["verification_ms"] = figures["fresh"]["verifier_ms"] + max(0.0, extra_start)
+    figures["in_sandbox"]["verification_ms"] = figures["in_sandbox"]["verifier_ms"]
+    for key in ("verification_ms", "trial_ms"):
+        ratio = figures["fresh"][key] / figures["in_sandbox"][key]
+        figures[f"ratio_{key.removesuffix('_ms')}"] = round(ratio, 2)
+    for name in dirs:
+        figures[name] = {k: (round(v, 1) if isinstance(v, float) else v) for k, v in figures[name].items()}
+    return figures
+
+
+def _print_grading(g: dict) -> None:
+    print(f"grading one row (calc-neg, oracle, {GRADING_ROUNDS} trials one at a time), medians:")
+    for name, label in (
+        ("in_sandbox", "in the agent's sandbox (before)"),
+        ("fresh", "in a fresh sandbox (now)"),
+    ):
+        f = g[name]
+        print(
+            f"  {label:<34} verification {f['verification_ms']:>7.1f} ms "
+            f"(verifier {f['verifier_ms']:.1f} ms), trial {f['trial_ms']:>7.1f} ms, rewards {f['rewards']}"
+        )
+    print(
+        f"  fresh / in-sandbox: verification {g['ratio_verification']}x (target < 1.3x), "
+        f"trial {g['ratio_trial']}x"
+    )
+
+
 def _print(files: int, commits: int, c: dict) -> None:
     print(f"repository: {files} files, {commits} commits")
     rows = [
@@ -209,8 +280,11 @@ async def main() -> dict:
             _print(files, commits, figures)
             result[f"{files}_files_{commits}_commits"] = figures
         trials = await measure_trials(work)
+        grading = await measure_grading(work)
     print(f"{CONCURRENT} concurrent oracle trials on one repository: {json.dumps(trials)}")
+    _print_grading(grading)
     result["trials"] = trials
+    result["grading"] = grading
     return result
 
 

@@ -16,36 +16,18 @@ from pathlib import Path
 
 import pytest
 import repo_attacks
+from repo_legacy import legacy_copy, without_marker
 
 from evsys.engine.config import AgentSpec, JobConfig
 from evsys.engine.job import Job
-from evsys.repo.materialise import GRADING_KEY, write_task_dir
+from evsys.repo.materialise import write_task_dir
 from evsys.repo.rows import RepoTask
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "repo"))
 from calc_repo import calc_rows, make_calc_repo
 
 pytestmark = [pytest.mark.security, pytest.mark.slow, pytest.mark.timeout(1800)]
-LEGACY = Path(__file__).with_name("repo_legacy")
 AGENTS = ["oracle", "nop", *(f"repo_attacks:{a.__name__}" for a in repo_attacks.ATTACKS)]
-
-
-def _harbor_form(task_dir: Path) -> Path:
-    """An exported directory as Harbor runs it: without the marker, so its own tests/test.sh grades."""
-    toml = task_dir / "task.toml"
-    toml.write_text("".join(line for line in toml.read_text().splitlines(True) if GRADING_KEY not in line))
-    return task_dir
-
-
-def _legacy_copy(task_dir: Path, out: Path) -> Path:
-    """`task_dir` with the old in-sandbox grading: test.sh and evsys_grade.py as they were, no fresh-sandbox
-    marker in task.toml."""
-    shutil.copytree(task_dir, out)
-    _harbor_form(out)
-    for name, target in (("test.sh", "test.sh"), ("evsys_grade.py", "evsys_grade.py")):
-        shutil.copyfile(LEGACY / name, out / "tests" / target)
-    (out / "tests" / "test.sh").chmod(0o755)
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -56,7 +38,7 @@ def trials(tmp_path_factory):
     root = tmp_path_factory.mktemp("repo-attacks")
     row = next(r for r in calc_rows(*make_calc_repo(root)) if r["instance_id"] == "calc-neg")
     fresh = write_task_dir(RepoTask.model_validate(row), root / "fresh" / "calc-neg")
-    legacy = _legacy_copy(fresh, root / "legacy" / "calc-neg")
+    legacy = legacy_copy(fresh, root / "legacy" / "calc-neg")
     config = JobConfig(
         datasets=[fresh.parent, legacy.parent],
         agents=[AgentSpec(name=name) for name in AGENTS],
@@ -103,7 +85,7 @@ def exported(tmp_path_factory):
         pytest.skip("image tools missing")
     root = tmp_path_factory.mktemp("repo-export")
     row = next(r for r in calc_rows(*make_calc_repo(root)) if r["instance_id"] == "calc-neg")
-    task_dir = _harbor_form(
+    task_dir = without_marker(
         write_task_dir(RepoTask.model_validate(row), root / "out" / "calc-neg", with_repo=True)
     )
     agents = [

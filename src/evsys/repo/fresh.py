@@ -163,25 +163,29 @@ async def place_base(sandbox: Sandbox, grading: RepoGrading, data: bytes) -> Non
         )
 
 
-async def place_change(sandbox: Sandbox, workdir: str, writes: dict[str, Entry], deletes: list[str]) -> None:
-    """Delete `deletes` and every path about to be written, then extract `writes` (root-owned)."""
-    q = shlex.quote(workdir)
-    gone = " ".join(shlex.quote(p) for p in sorted({*deletes, *writes}))
-    command = f"cd {q} && " + (f"rm -rf -- {gone} && " if gone else "")
-    command += "tar -x --no-same-owner -p -f -"
-    data = await asyncio.to_thread(overlay_tar, writes)
-    await _root(sandbox, command, "placing the change", stdin=data, env=HELPER_ENV)
+async def place_for_grading(
+    sandbox: Sandbox, grading: RepoGrading, files: dict[str, Entry], deletes: list[str], *, whole: bool
+) -> None:
+    """In one command, as root: the runner and its config at `GRADE_DIR` (an empty `OUT_DIR` of root's
+    alone), and `files` at the workdir — the whole tree when `whole` (the workdir is replaced), else over the
+    tree already there (`deletes` and every path written removed first). Root-owned, modes normalised."""
+    root = grading.workdir.strip("/")
+    q = shlex.quote(grading.workdir)
+    entries = {f"{root}/{path}": entry for path, entry in files.items()}
+    entries[GRADE_DIR.lstrip("/") + "/runner.py"] = Entry(RUNNER.read_bytes())
+    entries[GRADE_DIR.lstrip("/") + "/config.json"] = Entry(json.dumps(grading.config).encode())
+    steps = [f"rm -rf {GRADE_DIR}", f"mkdir -p -m 0700 {OUT_DIR}"]
+    if whole:
+        steps += [f"rm -rf {q}", f"mkdir -p -m 0755 {q}"]
+    elif gone := " ".join(shlex.quote(p) for p in sorted({*deletes, *files})):
+        steps.append(f"(cd {q} && rm -rf -- {gone})")
+    steps.append("tar -x --no-same-owner -p -C / -f -")
+    data = await asyncio.to_thread(overlay_tar, entries)
+    await _root(sandbox, " && ".join(steps), "placing the tree to grade", stdin=data, env=HELPER_ENV)
 
 
 async def run_tests(sandbox: Sandbox, grading: RepoGrading) -> None:
-    """The runner in the sandbox as root (dropping to `TEST_USER` for the tests); its outcomes.json."""
-    config = json.dumps(grading.config).encode()
-    setup = (
-        f"rm -rf {GRADE_DIR} && mkdir -p -m 0755 {GRADE_DIR} && mkdir -m 0700 {OUT_DIR} && "
-        f"tar -x --no-same-owner -p -C {GRADE_DIR} -f -"
-    )
-    files = {"runner.py": Entry(RUNNER.read_bytes()), "config.json": Entry(config)}
-    await _root(sandbox, setup, "placing the test runner", stdin=overlay_tar(files), env=HELPER_ENV)
+    """The runner (placed by `place_for_grading`) as root, dropping to `TEST_USER` for the tests."""
     python = "$(command -v python3 || command -v python)"
     command = f'exec "{python}" -I {GRADE_DIR}/runner.py {GRADE_DIR}/config.json {OUT_DIR} --user {TEST_USER}'
     result = await sandbox.exec(command, cwd="/", user="root", env=grading.env, timeout=grading.timeout_sec)
@@ -218,12 +222,14 @@ async def grade_repository(
     except SandboxError as exc:
         raise RepoGradingError(f"copying the agent's tree out: {exc}") from exc
     try:
+        whole = grading.workspace is not None and not grading.workspace.install
         if grading.workspace is not None:
             data = await asyncio.to_thread(
                 (cache or RepoCache()).archive, grading.workspace.source, grading.workspace.commit
             )
             base = await asyncio.to_thread(tree_of_tar, data)
-            await place_base(fresh, grading, data)
+            if not whole:  # the install commands run on the base tree, before any of the agent's files
+                await place_base(fresh, grading, data)
         else:  # a row on its own image: the fresh sandbox's tree is the base
             base = await copy_tree(fresh, grading.workdir)
         ids = [*grading.config["fail_to_pass"], *grading.config["pass_to_pass"]]
@@ -236,7 +242,13 @@ async def grade_repository(
             report = {"reward": 0.0, "cause": str(exc), "summary": str(exc), "tests": {}, "missing": []}
             await asyncio.to_thread(write_report, verifier_dir, report)
             return report
-        await place_change(fresh, grading.workdir, {**change.writes, **patched}, [*change.deletes, *removed])
+        deletes = [*change.deletes, *removed]
+        if whole:
+            gone = set(deletes)
+            files = {p: e for p, e in {**base, **change.writes, **patched}.items() if p not in gone}
+        else:
+            files = {**change.writes, **patched}
+        await place_for_grading(fresh, grading, files, deletes, whole=whole)
         await run_tests(fresh, grading)
         outcomes = await collect_outcomes(fresh, verifier_dir)
     except SandboxError as exc:

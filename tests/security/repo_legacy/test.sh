@@ -1,6 +1,5 @@
 #!/bin/bash
-# evsys's repository grading as it was before fresh-sandbox grading: in the agent's sandbox, as root (kept to
-# show, as a positive control, that each attack in test_repo_grading.py works against it).
+# evsys's repository grading as it was before fresh-sandbox grading (see __init__.py).
 # Restore the files the test patch touches (the agent may have edited them), apply it, run the listed tests.
 cd /testbed || exit 1
 OUT=/logs/verifier
