@@ -4,13 +4,16 @@
                   instruction.md       the problem statement
                   environment/Dockerfile   python:<X>-slim + git + the row's pip packages (no row image)
                   solution/solve.sh + patch.diff   the gold patch (the oracle applies it)
-                  tests/test.sh + test.patch + config.json + evsys_grade.py   applied and run at verify time
+                  tests/test.patch + config.json + evsys_runner.py + evsys_grade.py   the grading's inputs
+                  tests/test.sh (+ base/ when exported)   the grading in Harbor's one-container model
 
-The gold patch and the test patch live in `solution/` and `tests/`, which reach the sandbox only for the
-oracle and for verification, never while the agent runs. For `evsys run`, evsys places the repository at
-trial start from the repo cache (`[metadata.evsys_repo]` names source, commit and install commands); an
-exported directory instead carries the tree (`environment/repo/`) and its Dockerfile copies it to /testbed and
-runs the install commands, so it runs anywhere Harbor's task format does.
+The gold patch and the test patch live in `solution/` and `tests/`, which reach a sandbox only for the
+oracle and for grading, never while the agent runs. evsys grades every such directory in a fresh sandbox
+(`[metadata] evsys_repo_grading`, evsys.repo.fresh); Harbor ignores that key and runs tests/test.sh. For
+`evsys run`, evsys places the repository at trial start from the repo cache (`[metadata.evsys_repo]` names
+source, commit and install commands); an exported directory instead carries the tree (`environment/repo/`) and
+its Dockerfile copies it to /testbed and runs the install commands, so it runs anywhere Harbor's task format
+does.
 """
 
 from __future__ import annotations
