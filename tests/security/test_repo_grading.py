@@ -18,10 +18,12 @@ import pytest
 import repo_attacks
 from repo_legacy import legacy_copy, without_marker
 
+from conftest import _noop_exec_request, noop_mode
 from evsys.engine.config import AgentSpec, JobConfig
 from evsys.engine.job import Job
 from evsys.repo.materialise import write_task_dir
 from evsys.repo.rows import RepoTask
+from evsys.sandbox import LocalSandbox
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "repo"))
 from calc_repo import calc_rows, make_calc_repo
@@ -31,7 +33,16 @@ AGENTS = ["oracle", "nop", *(f"repo_attacks:{a.__name__}" for a in repo_attacks.
 
 
 @pytest.fixture(scope="module")
-def trials(tmp_path_factory):
+def noop_switch():
+    """The suite's no-op switch (conftest.py) for this module's jobs, which run before the per-test one."""
+    with pytest.MonkeyPatch.context() as patch:
+        if noop_mode():
+            patch.setattr(LocalSandbox, "_exec_request", _noop_exec_request)
+        yield
+
+
+@pytest.fixture(scope="module")
+def trials(noop_switch, tmp_path_factory):
     """(grading, agent) -> trial, for grading in ("fresh", "legacy")."""
     if shutil.which("buildah") is None or shutil.which("bwrap") is None:
         pytest.skip("image tools missing")
@@ -78,7 +89,7 @@ def test_an_attack_that_wins_under_in_sandbox_grading_scores_zero_in_a_fresh_san
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory):
+def exported(noop_switch, tmp_path_factory):
     """agent -> trial of `calc-neg` exported (`evsys tasks export`) and graded by its own tests/test.sh in the
     agent's sandbox, as Harbor runs it."""
     if shutil.which("buildah") is None or shutil.which("bwrap") is None:
