@@ -263,6 +263,7 @@ class Trial(
                 spec = await self._prepare_spec(agent, task, ctx)
                 if spec is None or not await self._start_sandbox(spec):
                     return
+                self._start_grading_preparation(task)  # a repository row's (evsys.engine.repograde)
                 if task.steps:
                     await self._run_steps(agent, task, ctx, trial_dir)
                     return
@@ -272,6 +273,7 @@ class Trial(
             ):  # without a sandbox, a failed model call leaves nothing to score
                 await self._after_agent(task, trial_dir)
         finally:
+            await self._release_grading_preparation()
             await agent.close()
 
     async def _prepare_spec(self, agent: Agent, task: Task, ctx: AgentContext) -> SandboxSpec | None:

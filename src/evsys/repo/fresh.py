@@ -211,27 +211,57 @@ async def collect_outcomes(sandbox: Sandbox, verifier_dir: Path) -> dict:
     return data
 
 
+@dataclass
+class PreparedTree:
+    """The grading sandbox's side that does not depend on the agent: the base tree, and whether it still
+    has to be placed (`whole`: with the change, in one go) or is there already (with the install commands
+    run, or a row's own image)."""
+
+    base: Tree
+    whole: bool
+
+
+async def prepare_grading(
+    fresh: Sandbox, grading: RepoGrading, cache: RepoCache | None = None
+) -> PreparedTree:
+    """Prepare `fresh` for grading (it may run while the agent does): for a row from the repo cache, the base
+    tree from the mirror — placed now with the install commands when the row has some; for a row on its own
+    image, the image's pristine tree copied out as the base. `RepoGradingError` when it fails."""
+    try:
+        if grading.workspace is None:
+            return PreparedTree(await copy_tree(fresh, grading.workdir), whole=False)
+        data = await asyncio.to_thread(
+            (cache or RepoCache()).archive, grading.workspace.source, grading.workspace.commit
+        )
+        base = await asyncio.to_thread(tree_of_tar, data)
+        if not grading.workspace.install:
+            return PreparedTree(base, whole=True)
+        await place_base(fresh, grading, data)  # install runs on the base, before any of the agent's files
+        return PreparedTree(base, whole=False)
+    except SandboxError as exc:
+        raise RepoGradingError(f"the grading sandbox failed: {exc}") from exc
+
+
 async def grade_repository(
-    agent: Sandbox, fresh: Sandbox, grading: RepoGrading, verifier_dir: Path, cache: RepoCache | None = None
+    agent: Sandbox,
+    fresh: Sandbox,
+    grading: RepoGrading,
+    verifier_dir: Path,
+    prepared: PreparedTree | None = None,
+    cache: RepoCache | None = None,
 ) -> dict:
-    """Grade the agent's tree (in `agent`) in `fresh`; the report, also written into `verifier_dir`
-    (reward.json, tests.json, change.json, test_output.txt). `RepoGradingError` when it cannot run."""
+    """Grade the agent's tree (in `agent`) in `fresh` (prepared by `prepare_grading`, now unless `prepared`
+    is given); the report, also written into `verifier_dir` (reward.json, tests.json, change.json,
+    test_output.txt). `RepoGradingError` when it cannot run."""
     await asyncio.to_thread(verifier_dir.mkdir, parents=True, exist_ok=True)
     try:
         agent_tree = await copy_tree(agent, grading.workdir)
     except SandboxError as exc:
         raise RepoGradingError(f"copying the agent's tree out: {exc}") from exc
     try:
-        whole = grading.workspace is not None and not grading.workspace.install
-        if grading.workspace is not None:
-            data = await asyncio.to_thread(
-                (cache or RepoCache()).archive, grading.workspace.source, grading.workspace.commit
-            )
-            base = await asyncio.to_thread(tree_of_tar, data)
-            if not whole:  # the install commands run on the base tree, before any of the agent's files
-                await place_base(fresh, grading, data)
-        else:  # a row on its own image: the fresh sandbox's tree is the base
-            base = await copy_tree(fresh, grading.workdir)
+        if prepared is None:
+            prepared = await prepare_grading(fresh, grading, cache)
+        base = prepared.base
         ids = [*grading.config["fail_to_pass"], *grading.config["pass_to_pass"]]
         grading.config["test_files"] = row_test_files(grading.test_patch, ids)
         change = await asyncio.to_thread(compute_change, base, agent_tree, grading.config["test_files"])
@@ -243,12 +273,12 @@ async def grade_repository(
             await asyncio.to_thread(write_report, verifier_dir, report)
             return report
         deletes = [*change.deletes, *removed]
-        if whole:
+        if prepared.whole:
             gone = set(deletes)
             files = {p: e for p, e in {**base, **change.writes, **patched}.items() if p not in gone}
         else:
             files = {**change.writes, **patched}
-        await place_for_grading(fresh, grading, files, deletes, whole=whole)
+        await place_for_grading(fresh, grading, files, deletes, whole=prepared.whole)
         await run_tests(fresh, grading)
         outcomes = await collect_outcomes(fresh, verifier_dir)
     except SandboxError as exc:
