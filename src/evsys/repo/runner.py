@@ -1,6 +1,7 @@
 """Run a repository task's listed tests as an unprivileged user; record outcomes where the tests cannot write.
 
-Standard library only: this file is copied into the grading sandbox (and into exported task directories as
+Standard library only, and Python 3.6 or later (the Python of a row's environment runs it; annotations are
+strings): this file is copied into the grading sandbox (and into exported task directories as
 `tests/evsys_runner.py`) and runs with the environment's Python. `runner.py CONFIG OUT_DIR [--user NAME]`,
 started as root:
 
@@ -21,8 +22,6 @@ An XFAIL counts only when it came from an `xfail` marker or from a `pytest.xfail
 config's `test_files`, or a `conftest.py`); one raised from anywhere else (the code under test) is recorded as
 `XFAIL_OUTSIDE_TESTS`.
 """
-
-from __future__ import annotations
 
 import json
 import os
@@ -47,7 +46,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 class Reporter:
     """The pytest plugin of the child: per-test outcomes, written once at the end of the session."""
 
-    def __init__(self, fd: int, trusted: set[str], root: str) -> None:
+    def __init__(self, fd: int, trusted: "set[str]", root: str) -> None:
         self.fd, self.trusted, self.root = fd, trusted, root
         self.outcomes: dict[str, str] = {}
         self.untrusted_xfail: set[str] = set()
@@ -98,7 +97,7 @@ class Reporter:
             self.fd = -1
 
 
-def child(argv: list[str]) -> int:
+def child(argv: "list[str]") -> int:
     """`runner.py --child FD CONFIG [pytest args...]`: pytest with the reporter, the tree last on sys.path."""
     fd, config = int(argv[2]), json.loads(open(argv[3]).read())
     os.set_inheritable(fd, False)  # nothing the tests start inherits it
@@ -123,7 +122,7 @@ def child_command(test_cmd: str, fd: int, config_path: str) -> str:
     return (match.group("prefix") or "") + own + match.group("args")
 
 
-def read_report(fd: int) -> tuple[dict[str, str] | None, str]:
+def read_report(fd: int) -> "tuple[dict[str, str] | None, str]":
     """The one report in the descriptor's file (None and why when there is none, or more than one)."""
     data = os.pread(fd, MAX_REPORT_BYTES, 0)
     lines = [line for line in data.splitlines() if line.strip()]
@@ -143,7 +142,7 @@ def read_report(fd: int) -> tuple[dict[str, str] | None, str]:
 class Runs:
     """Runs chunks of test ids as the test user; collects outcomes, missing ids, causes and the log."""
 
-    def __init__(self, config_path: str, out: str, user: str | None) -> None:
+    def __init__(self, config_path: str, out: str, user: "str | None") -> None:
         self.config_path, self.out, self.user = config_path, out, user
         self.config = json.loads(open(config_path).read())
         self.outcomes: dict[str, str] = {}
@@ -164,7 +163,7 @@ class Runs:
         os.setgid(self.gid)
         os.setuid(self.uid)
 
-    def run(self, ids: list[str]) -> tuple[dict[str, str], str]:
+    def run(self, ids: "list[str]") -> "tuple[dict[str, str], str]":
         """One run of the test command on `ids`: (outcomes, log text)."""
         self.count += 1
         report = os.open(os.path.join(self.out, f".report-{self.count}"), os.O_RDWR | os.O_CREAT, 0o600)
@@ -187,7 +186,7 @@ class Runs:
             self.causes.append(cause)
         return outcomes or {}, text
 
-    def run_chunk(self, ids: list[str]) -> tuple[dict[str, str], list[str]]:
+    def run_chunk(self, ids: "list[str]") -> "tuple[dict[str, str], list[str]]":
         """Run one chunk; ids the runner did not find are dropped and the rest run again. Returns the
         outcomes and the missing ids."""
         missing: list[str] = []
@@ -204,7 +203,7 @@ class Runs:
             ids = [i for i in ids if i not in found_missing]
         return outcomes, missing
 
-    def recover_truncated(self, missing: list[str]) -> list[str]:
+    def recover_truncated(self, missing: "list[str]") -> "list[str]":
         """Parametrized ids pytest did not find: their whole test function runs, and each id gets the
         outcome of the runs whose id equals it, or equals it once cut at its first space (SWE-bench's lists
         hold such ids); PASSED only if every such run passed. Returns the ids still missing."""
@@ -223,7 +222,7 @@ class Runs:
         return still
 
 
-def main(argv: list[str]) -> int:
+def main(argv: "list[str]") -> int:
     """`runner.py CONFIG OUT_DIR [--user NAME]` (as root), or the child mode."""
     if len(argv) > 1 and argv[1] == "--child":
         return child(argv)
