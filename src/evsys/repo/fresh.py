@@ -48,6 +48,10 @@ class RepoGradingError(RuntimeError):
     """The grading could not run (a sandbox failed, the tree was over its bounds, the runner broke)."""
 
 
+class TreeOverBounds(RepoGradingError):
+    """The agent's tree is over the copy bounds: the reward is 0 and this is the cause (the agent's doing)."""
+
+
 class RepoGradingTimeout(RepoGradingError, TimeoutError):
     """The tests ran past the verifier timeout."""
 
@@ -104,7 +108,7 @@ async def copy_tree(sandbox: Sandbox, workdir: str) -> Tree:
     top = Path(workdir).name
     outside_git = [c for c in copied.cut if not c.startswith((f"{top}/.git/", f"{top}/.git:", ".git"))]
     if outside_git or copied.cut_count > CUT_SHOWN:
-        raise RepoGradingError(
+        raise TreeOverBounds(
             f"the working tree at {workdir} is over the copy bounds ({copied.cut_count} entries cut, e.g. "
             + "; ".join((outside_git or copied.cut)[:3])
             + ")"
@@ -256,6 +260,8 @@ async def grade_repository(
     await asyncio.to_thread(verifier_dir.mkdir, parents=True, exist_ok=True)
     try:
         agent_tree = await copy_tree(agent, grading.workdir)
+    except TreeOverBounds as exc:
+        return await _cause_only(verifier_dir, str(exc))
     except SandboxError as exc:
         raise RepoGradingError(f"copying the agent's tree out: {exc}") from exc
     try:
@@ -269,9 +275,7 @@ async def grade_repository(
         try:
             patched, removed = await asyncio.to_thread(apply_test_patch, base, grading.test_patch)
         except TestPatchError as exc:
-            report = {"reward": 0.0, "cause": str(exc), "summary": str(exc), "tests": {}, "missing": []}
-            await asyncio.to_thread(write_report, verifier_dir, report)
-            return report
+            return await _cause_only(verifier_dir, str(exc))
         deletes = [*change.deletes, *removed]
         if prepared.whole:
             gone = set(deletes)
@@ -286,6 +290,13 @@ async def grade_repository(
     finally:
         await _kill_quietly(fresh)
     report = report_from_outcomes(outcomes, grading.config["fail_to_pass"], grading.config["pass_to_pass"])
+    await asyncio.to_thread(write_report, verifier_dir, report)
+    return report
+
+
+async def _cause_only(verifier_dir: Path, cause: str) -> dict:
+    """A grading that could not test: reward 0 and the cause, written into `verifier_dir`."""
+    report = {"reward": 0.0, "cause": cause, "summary": cause, "tests": {}, "missing": []}
     await asyncio.to_thread(write_report, verifier_dir, report)
     return report
 
