@@ -6,7 +6,7 @@ from __future__ import annotations
 import io
 import tarfile
 
-from evsys.repo.change import Entry, compute_change, overlay_tar, tree_of_tar
+from evsys.repo.change import Entry, change_patch, compute_change, overlay_tar, tree_of_tar
 
 BASE = {
     "calc/__init__.py": Entry(b"def neg(a):\n    return a\n"),
@@ -76,3 +76,15 @@ def test_the_overlay_is_root_owned_with_normal_modes():
     ) as tar:
         modes = {m.name: (m.mode, m.uid) for m in tar.getmembers()}
     assert modes == {"a": (0o755, 0), "a/b.py": (0o644, 0), "run": (0o755, 0)}
+
+
+def test_the_applied_change_reads_as_a_unified_diff():
+    agent = dict(BASE) | {
+        "calc/__init__.py": Entry(b"def neg(a):\n    return -a\n"),
+        "new.bin": Entry(b"\xff\x00"),
+    }
+    del agent["setup.cfg"]
+    patch = change_patch(BASE, compute_change(BASE, agent, []))
+    assert "--- a/calc/__init__.py\n+++ b/calc/__init__.py\n" in patch
+    assert "-    return a\n+    return -a\n" in patch
+    assert "--- a/setup.cfg\n+++ /dev/null\n" in patch and "Binary or link new.bin written\n" in patch

@@ -18,6 +18,7 @@ each, what could change how the tests run rather than what they test:
 from __future__ import annotations
 
 import configparser
+import difflib
 import io
 import posixpath
 import sys
@@ -108,7 +109,7 @@ def _pytest_section(name: str, data: bytes | None) -> object:
             return tomllib.loads(text).get("tool", {}).get("pytest")
         parser = configparser.RawConfigParser()
         parser.read_string(text)
-        return {s: dict(parser.items(s)) for s in ("tool:pytest", "pytest") if parser.has_section(s)}
+        return {s: dict(parser.items(s)) for s in ("tool:pytest", "pytest") if parser.has_section(s)} or None
     except (tomllib.TOMLDecodeError, configparser.Error, AttributeError):
         return "unparseable"
 
@@ -197,3 +198,32 @@ def overlay_tar(writes: dict[str, Entry]) -> bytes:
             info.size, info.mode = len(entry.data), 0o755 if entry.executable else 0o644
             tar.addfile(info, io.BytesIO(entry.data))
     return out.getvalue()
+
+
+MAX_PATCH_CHARS = 4 << 20
+
+
+def change_patch(base: Tree, change: Change) -> str:
+    """The change as a unified diff against `base` (what the grading applied, for reading; binary files and
+    links named only), cut at `MAX_PATCH_CHARS`."""
+    parts: list[str] = []
+    for path in sorted({*change.writes, *change.deletes}):
+        old, new = base.get(path), change.writes.get(path)
+        texts = [_text(e) for e in (old, new)]
+        if any(t is None for t, e in zip(texts, (old, new), strict=True) if e is not None):
+            parts.append(f"Binary or link {path} {'deleted' if new is None else 'written'}\n")
+            continue
+        before, after = ((t or "").splitlines(keepends=True) for t in texts)
+        a, b = (f"a/{path}" if old else "/dev/null"), (f"b/{path}" if new else "/dev/null")
+        parts.append("".join(difflib.unified_diff(before, after, a, b)))
+    text = "".join(parts)
+    return text if len(text) <= MAX_PATCH_CHARS else text[:MAX_PATCH_CHARS] + "\n[... cut ...]\n"
+
+
+def _text(entry: Entry | None) -> str | None:
+    if entry is None or entry.link:
+        return None
+    try:
+        return entry.data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None

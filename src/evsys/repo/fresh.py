@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from evsys.repo.cache import RepoCache
-from evsys.repo.change import Entry, Tree, compute_change, overlay_tar, read_tree, tree_of_tar
+from evsys.repo.change import Entry, Tree, change_patch, compute_change, overlay_tar, read_tree, tree_of_tar
 from evsys.repo.grade import report_from_outcomes, write_report
 from evsys.repo.workspace import RepoWorkspace
 from evsys.sandbox.base import HELPER_ENV, Sandbox, SandboxError
@@ -256,7 +256,7 @@ async def grade_repository(
 ) -> dict:
     """Grade the agent's tree (in `agent`) in `fresh` (prepared by `prepare_grading`, now unless `prepared`
     is given); the report, also written into `verifier_dir` (reward.json, tests.json, change.json,
-    test_output.txt). `RepoGradingError` when it cannot run."""
+    change.patch, test_output.txt). `RepoGradingError` when it cannot run."""
     await asyncio.to_thread(verifier_dir.mkdir, parents=True, exist_ok=True)
     try:
         agent_tree = await copy_tree(agent, grading.workdir)
@@ -272,6 +272,8 @@ async def grade_repository(
         grading.config["test_files"] = row_test_files(grading.test_patch, ids)
         change = await asyncio.to_thread(compute_change, base, agent_tree, grading.config["test_files"])
         await _write_json(verifier_dir / "change.json", change.summary())
+        patch = await asyncio.to_thread(change_patch, base, change)
+        await asyncio.to_thread((verifier_dir / "change.patch").write_text, patch)
         try:
             patched, removed = await asyncio.to_thread(apply_test_patch, base, grading.test_patch)
         except TestPatchError as exc:
