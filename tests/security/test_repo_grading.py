@@ -29,7 +29,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "repo"))
 from calc_repo import calc_rows, make_calc_repo
 
 pytestmark = [pytest.mark.security, pytest.mark.slow, pytest.mark.timeout(1800)]
-AGENTS = ["oracle", "nop", *(f"repo_attacks:{a.__name__}" for a in repo_attacks.ATTACKS)]
+AGENTS = [
+    "oracle",
+    "nop",
+    "repo_attacks:ReportUid",
+    *(f"repo_attacks:{a.__name__}" for a in repo_attacks.ATTACKS),
+]
 
 
 @pytest.fixture(scope="module")
@@ -59,10 +64,12 @@ def trials(noop_switch, tmp_path_factory):
     )
     result = asyncio.run(Job(config).run())
     legacy_dir = str(legacy.parent.resolve())
-    return {
+    out = {
         ("legacy" if str(Path(t.task_path).resolve()).startswith(legacy_dir) else "fresh", t.agent): t
         for t in result.trials
     }
+    out["jobs"] = root / "jobs" / "attacks"
+    return out
 
 
 def _rewards(trials, agent: str) -> tuple[float | None, float | None]:
@@ -124,3 +131,14 @@ def test_an_exported_directorys_own_test_sh_stops_log_xfail_git_and_history_atta
     trial = exported[f"repo_attacks:{attack}"]
     assert trial.failure is None and trial.agent_metadata["exit"] == 0, trial.agent_metadata
     assert trial.reward == 0.0, trial.tests_summary
+
+
+def test_the_code_under_test_runs_as_root_no_more(trials):
+    def uids(grading: str, log: str) -> set[str]:
+        trial = trials[(grading, "repo_attacks:ReportUid")]
+        text = (trials["jobs"] / trial.trial_name / "verifier" / log).read_text()
+        return {line.split("=", 1)[1] for line in text.splitlines() if line.startswith("EVSYS_UID=")}
+
+    assert uids("legacy", "test_output.txt") == {"0"}  # before: imported by the grader as root
+    fresh = uids("fresh", "test_output.txt")
+    assert fresh and "0" not in fresh
