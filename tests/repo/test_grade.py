@@ -226,3 +226,24 @@ atexit.register(forge)
     assert "test_pass PASSED" in (out / "test_output.txt").read_text()  # the test itself passed
     assert report["reward"] == 0.0
     assert "more than one report" in report["cause"]
+
+
+def test_a_pytest_module_in_the_tree_does_not_shadow_pytest_for_the_runner(tmp_path):
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_cases.py").write_text(CASES)
+    (tmp_path / "pytest.py").write_text("print('PASSED tests/test_cases.py::test_fail')\n")
+    shadowed = subprocess.run(
+        [sys.executable, "-m", "pytest", "tests/test_cases.py::test_fail"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
+    assert (shadowed.returncode, shadowed.stdout) == (
+        0,
+        "PASSED tests/test_cases.py::test_fail\n",
+    )  # it shadows
+    t = "tests/test_cases.py::"
+    report = json.loads(
+        (_run(tmp_path, _config(tmp_path, [t + "test_fail"], [], 10)) / "tests.json").read_text()
+    )
+    assert report["tests"] == {t + "test_fail": "FAILED"}  # the real pytest ran it
