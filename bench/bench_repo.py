@@ -1,6 +1,7 @@
 """Repository tasks: a trial's tree from the repo cache beside a fresh `git clone` of the same repository
-(same run), host checkouts (`clone --shared`, `git worktree`) for comparison, 8 concurrent trees, and 8
-concurrent oracle trials on one repository end to end.
+(same run), host checkouts (`clone --shared`, `git worktree`) for comparison, 8 concurrent trees, 8
+concurrent oracle trials on one repository end to end, and grading a row in a fresh sandbox beside the former
+in-sandbox grading (`EVSYS_BENCH_ROWS=rows.jsonl`: its first row instead of the calc repository's).
 
 The repository is generated (a few thousand Python files over some commits) so the figure does not depend
 on the network; `EVSYS_BENCH_REPO=/path/to/repo` measures a real one instead (its HEAD is the commit).
@@ -20,9 +21,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from evsys.agent.oracle import OracleAgent
 from evsys.repo.cache import RepoCache, remove_checkout
 
 TESTS_REPO = Path(__file__).resolve().parents[1] / "tests" / "repo"  # the calc repository the tests use
+TESTS_SECURITY = TESTS_REPO.parent / "security"  # repo_legacy: the former in-sandbox grading
+GRADING_ROUNDS = 7
+WORK_SEC = 5.0  # WorkingOracle's "work" before the gold patch
 ROUNDS = 7
 SHAPES = (
     (400, 3000),
@@ -166,6 +171,91 @@ async def measure_trials(work: Path) -> dict:
     }
 
 
+class WorkingOracle(OracleAgent):
+    """The oracle after `WORK_SEC` seconds of work: what the grading sandbox's preparation overlaps with."""
+
+    async def run(self, instruction, sandbox, ctx):
+        """Wait, then apply the gold patch."""
+        await asyncio.sleep(WORK_SEC)
+        return await super().run(instruction, sandbox, ctx)
+
+
+def _grading_row(work: Path) -> dict:
+    """The row graded: the first of `EVSYS_BENCH_ROWS` (a rows file), else the calc repository's calc-neg."""
+    if os.environ.get("EVSYS_BENCH_ROWS"):
+        return json.loads(Path(os.environ["EVSYS_BENCH_ROWS"]).read_text().splitlines()[0])
+    sys.path.insert(0, str(TESTS_REPO))
+    from calc_repo import calc_rows, make_calc_repo
+
+    return next(r for r in calc_rows(*make_calc_repo(work / "grading")) if r["instance_id"] == "calc-neg")
+
+
+async def measure_grading(work: Path) -> dict:
+    """One row graded in a fresh sandbox beside the former in-sandbox grading, `GRADING_ROUNDS` trials one at
+    a time of the oracle (done at once: the grading sandbox's preparation cannot overlap) and of
+    `WorkingOracle`; medians of the verifier phase and of the whole trial."""
+    sys.path.insert(0, str(TESTS_SECURITY))
+    from repo_legacy import legacy_copy
+
+    from evsys.engine.config import AgentSpec, JobConfig
+    from evsys.engine.job import Job
+    from evsys.repo.materialise import write_task_dir
+    from evsys.repo.rows import RepoTask
+
+    row = _grading_row(work)
+    fresh = write_task_dir(RepoTask.model_validate(row), work / "fresh" / row["instance_id"])
+    dirs = {"in_sandbox": legacy_copy(fresh, work / "legacy" / row["instance_id"]), "fresh": fresh}
+
+    async def trials(name: str, task_dir: Path, agent: str, attempts: int):
+        config = JobConfig(
+            datasets=[task_dir],
+            agents=[AgentSpec(name=agent)],
+            jobs_dir=work / "jobs",
+            job_name=name,
+            n_attempts=attempts,
+            n_concurrent=1,
+        )
+        return (await Job(config).run()).trials
+
+    for name, task_dir in dirs.items():
+        await trials(f"warm-{name}", task_dir, "oracle", 1)  # builds (or finds) the image
+    figures: dict = {"row": row["instance_id"]}
+    for agent in ("oracle", "bench_repo:WorkingOracle"):
+        short = agent.rsplit(":", 1)[-1]
+        done: dict[str, list] = {name: [] for name in dirs}
+        for n in range(GRADING_ROUNDS):  # interleaved: the machine's load drifts alike for both
+            for name, task_dir in dirs.items():
+                done[name] += await trials(f"{name}-{short}-{n}", task_dir, agent, 1)
+        for name, ran in done.items():
+            figures[f"{short}_{name}"] = {
+                "rewards": sorted({t.reward for t in ran}),
+                "verifier_ms": round(statistics.median((t.timing.verifier or 0.0) * 1000 for t in ran), 1),
+                "trial_ms": round(statistics.median((t.timing.total or 0.0) * 1000 for t in ran), 1),
+            }
+        for key in ("verifier_ms", "trial_ms"):
+            ratio = figures[f"{short}_fresh"][key] / figures[f"{short}_in_sandbox"][key]
+            figures[f"{short}_ratio_{key.removesuffix('_ms')}"] = round(ratio, 2)
+    return figures
+
+
+def _print_grading(g: dict) -> None:
+    print(f"grading one row ({g['row']}, {GRADING_ROUNDS} trials one at a time), medians:")
+    for short, what in (("oracle", "oracle"), ("WorkingOracle", f"oracle after {WORK_SEC:g} s of work")):
+        for name, label in (
+            ("in_sandbox", "in the agent's sandbox (before)"),
+            ("fresh", "in a fresh sandbox"),
+        ):
+            f = g[f"{short}_{name}"]
+            print(
+                f"  {what:<26} {label:<32} verifier {f['verifier_ms']:>8.1f} ms, "
+                f"trial {f['trial_ms']:>8.1f} ms, rewards {f['rewards']}"
+            )
+        print(
+            f"  {what:<26} fresh / in-sandbox: verifier {g[f'{short}_ratio_verifier']}x (target < 1.3x), "
+            f"trial {g[f'{short}_ratio_trial']}x"
+        )
+
+
 def _print(files: int, commits: int, c: dict) -> None:
     print(f"repository: {files} files, {commits} commits")
     rows = [
@@ -209,8 +299,11 @@ async def main() -> dict:
             _print(files, commits, figures)
             result[f"{files}_files_{commits}_commits"] = figures
         trials = await measure_trials(work)
+        grading = await measure_grading(work)
     print(f"{CONCURRENT} concurrent oracle trials on one repository: {json.dumps(trials)}")
+    _print_grading(grading)
     result["trials"] = trials
+    result["grading"] = grading
     return result
 
 

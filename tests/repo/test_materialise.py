@@ -22,6 +22,7 @@ def test_concurrent_writers_of_one_row_share_one_directory_and_a_changed_row_get
     assert sorted(p.name for p in (paths[0] / "tests").iterdir()) == [
         "config.json",
         "evsys_grade.py",
+        "evsys_runner.py",
         "test.patch",
         "test.sh",
     ]

@@ -230,3 +230,16 @@ async def test_a_very_deep_tree_is_copied_to_a_bounded_depth_without_harm(sandbo
     assert (tmp_path / "out" / "top").read_text() == "top\n"
     assert (tmp_path / "out" / "d" / "d" / "d").is_dir()
     assert (await sandbox.exec("echo alive")).stdout == "alive\n"  # the daemon is fine
+
+
+async def test_files_whose_data_crosses_a_flush_unaligned_are_all_copied(sandbox):
+    # 30 files of 20,001 bytes: whatever the directory order, the daemon's 256 KiB flush point is passed
+    # inside a file's data at an offset that is not a multiple of 512 (the tar used to lose its alignment
+    # there and end early)
+    files = {f"f{i:02}.bin": os.urandom(20_001) for i in range(30)}
+    for name, data in files.items():
+        await sandbox.exec(f"mkdir -p /srv/t && cat > /srv/t/{name}", user="root", stdin=data, cwd="/")
+    tree = await sandbox.copy_out("/srv/t")
+    with tarfile.open(fileobj=io.BytesIO(b"".join(tree.chunks))) as tar:
+        got = {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}
+    assert got == {f"t/{name}": data for name, data in files.items()}

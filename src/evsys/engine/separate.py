@@ -57,28 +57,9 @@ class SeparateVerifierMixin:
             self.fail(FailureCause.SANDBOX_FAILED, "the agent's sandbox was lost before verification")
             return
         artifacts = await self._collect_artifacts(task, trial_dir / "artifacts")
-        policy = self.network.verifier
-        spec = self.sandbox.spec.model_copy(
-            update={
-                "name": f"{self.sandbox.spec.name}-verifier",
-                "network": policy.mode,
-                "allowed_hosts": list(policy.allowed_hosts),
-                "binds": [],
-            }
-        )
-        try:
-            limit = self.config.sandbox_start_timeout_sec
-            slot = await self._timed(
-                "sandbox_start", self.slots.acquire(self.spec.trial_name, spec, timeout=limit)
-            )
-        except (TimeoutError, SandboxError, OSError, ValueError) as exc:
-            self.fail(FailureCause.SANDBOX_FAILED, f"the separate verifier's sandbox could not start: {exc}")
-            return
-        reusable = False
-        try:
-            reusable = await self._verify_in(self.slots.as_sandbox(slot), chain, vctx, artifacts, trial_dir)
-        finally:
-            await self.slots.release(slot, reusable=reusable)
+        async with self._fresh_sandbox() as fresh:  # evsys.engine.repograde
+            if fresh is not None:
+                fresh.reusable = await self._verify_in(fresh.sandbox, chain, vctx, artifacts, trial_dir)
 
     async def _verify_in(
         self, sandbox: Sandbox, chain: Any, vctx: Any, artifacts: list[tuple[str, Path]], trial_dir: Path

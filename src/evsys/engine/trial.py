@@ -36,6 +36,7 @@ from evsys.agent.base import Agent, AgentContext, AgentResult
 from evsys.agent.registry import AgentNotFoundError, resolve_agent
 from evsys.agent.single_turn import SingleTurnAgent
 from evsys.engine import environment
+from evsys.engine.repograde import RepoGradingMixin, graded_in_fresh_sandbox
 from evsys.engine.results import FailureCause, TrialFailure, TrialResult
 from evsys.engine.sandboxing import EnvironmentPhaseMixin, describe_exception, sandbox_spec
 from evsys.engine.separate import SeparateVerifierMixin
@@ -68,7 +69,14 @@ def classify_agent_exception(exc: BaseException) -> FailureCause:
         return FailureCause.AGENT_ERROR
 
 
-class Trial(EnvironmentPhaseMixin, VerifierPhaseMixin, StepsMixin, SeparateVerifierMixin, SidecarsMixin):
+class Trial(
+    EnvironmentPhaseMixin,
+    VerifierPhaseMixin,
+    StepsMixin,
+    SeparateVerifierMixin,
+    RepoGradingMixin,
+    SidecarsMixin,
+):
     """Runs one trial once (the job handles retries) and writes its files through `store`."""
 
     def __init__(
@@ -255,6 +263,7 @@ class Trial(EnvironmentPhaseMixin, VerifierPhaseMixin, StepsMixin, SeparateVerif
                 spec = await self._prepare_spec(agent, task, ctx)
                 if spec is None or not await self._start_sandbox(spec):
                     return
+                self._start_grading_preparation(task)  # a repository row's (evsys.engine.repograde)
                 if task.steps:
                     await self._run_steps(agent, task, ctx, trial_dir)
                     return
@@ -264,6 +273,7 @@ class Trial(EnvironmentPhaseMixin, VerifierPhaseMixin, StepsMixin, SeparateVerif
             ):  # without a sandbox, a failed model call leaves nothing to score
                 await self._after_agent(task, trial_dir)
         finally:
+            await self._release_grading_preparation()
             await agent.close()
 
     async def _prepare_spec(self, agent: Agent, task: Task, ctx: AgentContext) -> SandboxSpec | None:
@@ -338,6 +348,9 @@ class Trial(EnvironmentPhaseMixin, VerifierPhaseMixin, StepsMixin, SeparateVerif
             base_dir=task.path,
             timeout_sec=self.config.verifier_timeout_sec,
         )
+        if self.uses_sandbox and graded_in_fresh_sandbox(task):  # a repository row (evsys.engine.repograde)
+            await self._grade_repository(task, chain, vctx, trial_dir)
+            return
         if self.uses_sandbox and task.config.verifier.environment_mode == "separate":
             await self._verify_separately(task, chain, vctx, trial_dir)
             return

@@ -1,105 +1,24 @@
-"""Run a repository task's listed tests, parse per-test outcomes, write the reward (standard library only).
+"""Score a repository task's test outcomes: the reward and the per-test report (standard library only).
 
-This file is copied into every repository task's `tests/` (as `evsys_grade.py`) and runs inside the sandbox as
-the last step of `tests/test.sh`, in evsys and in Harbor alike. It reads `tests/config.json` (`test_cmd`,
-`fail_to_pass`, `pass_to_pass`, `chunk_size`), runs the test command on the listed ids in chunks (a huge list
-never makes one giant command line), drops ids the runner reports as not found (and records them) and reruns
-the rest of that chunk, parses the runner's log (pytest's `-rA` short summary, the lines SWE-bench's
-`parse_log_pytest` reads), and writes `reward.json` (`reward` 1.0 iff every FAIL_TO_PASS and PASS_TO_PASS test
-passed) and `tests.json` (every outcome, the failing ids, a one-line summary) into the verifier log directory.
+The outcomes come from `evsys.repo.runner` (a structured report written where the tests cannot write, never
+the test log). evsys scores them on the host (`evsys.repo.fresh`); an exported task directory's
+`tests/test.sh` runs this file (as `evsys_grade.py`) in the sandbox after the runner: `evsys_grade.py CONFIG
+OUT_DIR [--cause TEXT]` reads `OUT_DIR/outcomes.json` and writes `reward.json` (`reward` 1.0 iff every
+FAIL_TO_PASS and PASS_TO_PASS test passed) and `tests.json` (every outcome, the failing ids, a one-line
+summary) into OUT_DIR.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
-import shlex
-import subprocess
 import sys
 from pathlib import Path
 
-PASSED, FAILED, SKIPPED, ERROR, XFAIL, XPASS, MISSING = (
-    "PASSED",
-    "FAILED",
-    "SKIPPED",
-    "ERROR",
-    "XFAIL",
-    "XPASS",
-    "MISSING",
-)
-_STATUSES = (PASSED, FAILED, SKIPPED, ERROR, XFAIL, XPASS)
-_VERBOSE = re.compile(r"^(\S.*?::.*?) (PASSED|FAILED|SKIPPED|ERROR|XFAIL|XPASS)(?: |$)")
-_NOT_FOUND = re.compile(r"ERROR: (?:not found|file or directory not found): (\S+)")
-
-
-def parse_pytest_log(log: str) -> dict[str, str]:
-    """Per-test outcomes from pytest output run with `-rA` (`STATUS test_id[ - message]` summary lines) and
-    `-v` (`test_id STATUS [ nn%]` progress lines: the only place a skipped test is named by id). A test seen
-    twice keeps its last outcome (the summary comes after the progress lines)."""
-    outcomes: dict[str, str] = {}
-    for raw in log.splitlines():
-        line = raw.strip()
-        for status in _STATUSES:
-            if line.startswith(status + " "):
-                test = line[len(status) + 1 :].split(" - ", 1)[0].strip()
-                if "::" in test or test.endswith(".py"):
-                    outcomes[test] = status
-                break
-        else:
-            verbose = _VERBOSE.match(line)
-            if verbose:
-                outcomes[verbose.group(1)] = verbose.group(2)
-    return outcomes
-
-
-def _strip_root(test: str, root: str) -> str:
-    return test[len(root) + 1 :] if root and test.startswith(root + "/") else test
-
-
-def run_chunk(cmd: str, ids: list[str], log_file, root: str) -> tuple[str, list[str]]:
-    """Run one chunk; ids the runner did not find are dropped and the rest run again. Returns the log of the
-    last run and the missing ids."""
-    missing: list[str] = []
-    while True:
-        argv = shlex.split(cmd) + ids
-        proc = subprocess.run(
-            argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=root or None, check=False
-        )
-        text = proc.stdout.decode("utf-8", "replace")
-        log_file.write(f"$ {shlex.join(argv)}\n{text}\n")
-        gone = {_strip_root(m, root) for m in _NOT_FOUND.findall(text)}
-        # pytest names a parametrized id it cannot find by its function (`f`, not `f[x]`)
-        found_missing = [i for i in ids if {i, i.split("::")[0], i.split("[")[0]} & gone]
-        if not found_missing:
-            return text, missing
-        missing += found_missing
-        ids = [i for i in ids if i not in found_missing]
-        if not ids:
-            return "", missing
-
-
-def recover_truncated(
-    cmd: str, missing: list[str], outcomes: dict[str, str], log_file, root: str
-) -> list[str]:
-    """Parametrized ids pytest did not find: their whole test function runs, and each id gets the outcome of
-    the runs whose id equals it, or equals it once cut at its first space (SWE-bench's lists hold such ids:
-    its log parser splits lines on whitespace); PASSED only if every such run passed. Also recovers the valid
-    ids of a function pytest reported not found for another, invalid id. Returns the ids still missing."""
-    cut = [test for test in missing if "[" in test]
-    if not cut:
-        return missing
-    nodes = list(dict.fromkeys(test.split("[", 1)[0] for test in cut))
-    text, _ = run_chunk(cmd, nodes, log_file, root)
-    runs = parse_pytest_log(text)
-    still = [test for test in missing if test not in cut]
-    for test in cut:
-        hits = [status for run, status in runs.items() if test in (run, run.split(" ", 1)[0])]
-        if not hits:
-            still.append(test)
-            continue
-        outcomes[test] = PASSED if all(h == PASSED for h in hits) else next(h for h in hits if h != PASSED)
-    return still
+PASSED, XFAIL, MISSING = "PASSED", "XFAIL", "MISSING"
+# XFAIL from an xfail marker or a test file's pytest.xfail(): as in the gold run. XFAIL_OUTSIDE_TESTS (raised
+# by the code under test), XPASS, SKIPPED, FAILED, ERROR, NOT_RUN and MISSING do not pass.
+PASSING = (PASSED, XFAIL)
 
 
 def grade(
@@ -114,7 +33,7 @@ def grade(
         for test in ids:
             status = MISSING if test in missing else outcomes.get(test, "NOT_RUN")
             report["tests"][test] = status
-            if status not in (PASSED, XFAIL):
+            if status not in PASSING:
                 failing[test] = status
         ok = ok and not failing
         report[name] = {"passed": len(ids) - len(failing), "total": len(ids), "failing": failing}
@@ -156,6 +75,19 @@ def cause_only(out: Path, cause: str) -> None:
     print(cause)
 
 
+def report_from_outcomes(result: dict, fail_to_pass: list[str], pass_to_pass: list[str]) -> dict:
+    """The report of a runner's `outcomes.json` (its outcomes, missing ids and causes)."""
+    outcomes = {str(k): str(v) for k, v in dict(result.get("outcomes") or {}).items()}
+    missing = [str(m) for m in result.get("missing") or []]
+    report = grade(outcomes, fail_to_pass, pass_to_pass, missing)
+    causes = [str(c) for c in result.get("causes") or []]
+    if missing:
+        causes.append("test ids not found by the test runner: " + ", ".join(sorted(set(missing))))
+    if causes:
+        report["cause"] = "; ".join(dict.fromkeys(causes))
+    return report
+
+
 def main(argv: list[str]) -> int:
     """`evsys_grade.py CONFIG OUT_DIR [--cause TEXT]`."""
     config = json.loads(Path(argv[1]).read_text())
@@ -163,20 +95,12 @@ def main(argv: list[str]) -> int:
     if len(argv) > 4 and argv[3] == "--cause":
         cause_only(out, argv[4])
         return 0
-    f2p, p2p = config["fail_to_pass"], config["pass_to_pass"]
-    ids = list(dict.fromkeys(f2p + p2p))
-    size = max(1, int(config.get("chunk_size", 200)))
-    outcomes: dict[str, str] = {}
-    missing: list[str] = []
-    with open(out / "test_output.txt", "w", encoding="utf-8") as log_file:
-        for start in range(0, len(ids), size):
-            text, gone = run_chunk(config["test_cmd"], ids[start : start + size], log_file, config["root"])
-            outcomes.update(parse_pytest_log(text))
-            missing += gone
-        missing = recover_truncated(config["test_cmd"], missing, outcomes, log_file, config["root"])
-    report = grade(outcomes, f2p, p2p, missing)
-    if missing:
-        report["cause"] = "test ids not found by the test runner: " + ", ".join(sorted(set(missing)))
+    try:
+        result = json.loads((out / "outcomes.json").read_text())
+    except (OSError, ValueError) as exc:
+        cause_only(out, f"the test runner left no outcomes: {exc}")
+        return 0
+    report = report_from_outcomes(result, config["fail_to_pass"], config["pass_to_pass"])
     write_report(out, report)
     print(summary_line(report))
     return 0

@@ -4,13 +4,16 @@
                   instruction.md       the problem statement
                   environment/Dockerfile   python:<X>-slim + git + the row's pip packages (no row image)
                   solution/solve.sh + patch.diff   the gold patch (the oracle applies it)
-                  tests/test.sh + test.patch + config.json + evsys_grade.py   applied and run at verify time
+                  tests/test.patch + config.json + evsys_runner.py + evsys_grade.py   the grading's inputs
+                  tests/test.sh (+ base/ when exported)   the grading in Harbor's one-container model
 
-The gold patch and the test patch live in `solution/` and `tests/`, which reach the sandbox only for the
-oracle and for verification, never while the agent runs. For `evsys run`, evsys places the repository at
-trial start from the repo cache (`[metadata.evsys_repo]` names source, commit and install commands); an
-exported directory instead carries the tree (`environment/repo/`) and its Dockerfile copies it to /testbed and
-runs the install commands, so it runs anywhere Harbor's task format does.
+The gold patch and the test patch live in `solution/` and `tests/`, which reach a sandbox only for the
+oracle and for grading, never while the agent runs. evsys grades every such directory in a fresh sandbox
+(`[metadata] evsys_repo_grading`, evsys.repo.fresh); Harbor ignores that key and runs tests/test.sh. For
+`evsys run`, evsys places the repository at trial start from the repo cache (`[metadata.evsys_repo]` names
+source, commit and install commands); an exported directory instead carries the tree (`environment/repo/`) and
+its Dockerfile copies it to /testbed and runs the install commands, so it runs anywhere Harbor's task format
+does.
 """
 
 from __future__ import annotations
@@ -26,28 +29,44 @@ from io import BytesIO
 from pathlib import Path
 
 from evsys.repo.cache import RepoCache
+from evsys.repo.fresh import patch_paths, row_test_files
 from evsys.repo.rows import RepoTask
 from evsys.repo.workspace import METADATA_KEY
 
 GRADER = Path(__file__).with_name("grade.py")
-_GIT = "git -c safe.directory=* -c core.hooksPath=/dev/null"
+RUNNER = Path(__file__).with_name("runner.py")
+GRADING_KEY = "evsys_repo_grading"  # task.toml's [metadata]: evsys grades the row in a fresh sandbox
+FRESH_SANDBOX = "fresh-sandbox"
 
+# An exported directory's verification, in Harbor's one-container model (docs/repo-tasks.md says what it can
+# and cannot protect against): the touched files are restored from the base copies shipped in tests/base/,
+# the test patch applied with a throwaway git (the tree's own .git, its config, hooks and filters, is never
+# read), the tests run by evsys_runner.py (as `nobody` when there is one; outcomes from its report, never
+# from the log) and scored by evsys_grade.py.
 _TEST_SH = """#!/bin/bash
-# Restore the files the test patch touches (the agent may have edited them), apply it, run the listed tests.
 cd {workdir} || exit 1
 OUT=/logs/verifier
 mkdir -p "$OUT"
 PY=$(command -v python3 || command -v python)
-for f in $(sed -n 's|^diff --git a/\\(.*\\) b/.*$|\\1|p' /tests/test.patch); do
-  if {git} cat-file -e "HEAD:$f" 2>/dev/null; then {git} checkout -q HEAD -- "$f"; else rm -rf -- "$f"; fi
+G=$(mktemp -d)
+git init -q --bare "$G/git"
+GIT="git --git-dir=$G/git --work-tree={workdir} -c core.hooksPath=/dev/null"
+for f in $(sed -n 's|^diff --git a/\\(.*\\) b/\\(.*\\)$|\\1 \\2|p' /tests/test.patch); do
+  rm -rf -- "$f"
+  if [ -f "/tests/base/$f" ]; then mkdir -p -- "$(dirname -- "$f")" && cp -p -- "/tests/base/$f" "$f"; fi
 done
-if [ -s /tests/test.patch ] && ! {git} apply --verbose /tests/test.patch > "$OUT/test_patch.log" 2>&1; then
+if [ -s /tests/test.patch ] && ! $GIT apply --verbose /tests/test.patch > "$OUT/test_patch.log" 2>&1; then
   "$PY" /tests/evsys_grade.py /tests/config.json "$OUT" --cause \\
     "the test patch does not apply: $(grep -E '^error:' "$OUT/test_patch.log" | tail -n 2 | tr '\\n' ' ')"
   exit 0
 fi
+USER_ARG=$(id -u nobody > /dev/null 2>&1 && echo "--user nobody")
+"$PY" -I /tests/evsys_runner.py /tests/config.json "$OUT" $USER_ARG
 exec "$PY" /tests/evsys_grade.py /tests/config.json "$OUT"
 """
+
+# The oracle's patch, applied by root in the (trusted) oracle's tree
+_GIT = "git -c safe.directory={workdir} -c core.hooksPath=/dev/null"
 
 _SOLVE_SH = """#!/bin/bash
 set -e
@@ -94,6 +113,7 @@ def task_toml(task: RepoTask, *, with_repo: bool) -> str:
     }
     if task.version:
         data["metadata"]["version"] = task.version
+    data["metadata"][GRADING_KEY] = FRESH_SANDBOX  # evsys's grading; Harbor ignores it and runs tests/test.sh
     if task.image_name:
         data["environment"]["docker_image"] = task.image_name
     elif not with_repo:
@@ -133,6 +153,7 @@ def test_config(task: RepoTask) -> dict:
         "pass_to_pass": task.PASS_TO_PASS,
         "chunk_size": task.test_chunk_size,
         "root": task.workdir,
+        "test_files": row_test_files(task.test_patch, task.FAIL_TO_PASS + task.PASS_TO_PASS),
     }
 
 
@@ -152,12 +173,25 @@ def _write_tree(task: RepoTask, out: Path, cache: RepoCache, with_repo: bool) ->
         data = cache.archive(task.source, task.base_commit)
         with tarfile.open(fileobj=BytesIO(data)) as tar:
             tar.extractall(out / "environment" / "repo", filter="data")
-    _write(out / "solution" / "solve.sh", _SOLVE_SH.format(workdir=task.workdir, git=_GIT), 0o755)
+    git = _GIT.format(workdir=task.workdir)
+    _write(out / "solution" / "solve.sh", _SOLVE_SH.format(workdir=task.workdir, git=git), 0o755)
     _write(out / "solution" / "patch.diff", task.patch)
-    _write(out / "tests" / "test.sh", _TEST_SH.format(workdir=task.workdir, git=_GIT), 0o755)
+    _write(out / "tests" / "test.sh", _TEST_SH.format(workdir=task.workdir), 0o755)
     _write(out / "tests" / "test.patch", task.test_patch)
     _write(out / "tests" / "config.json", json.dumps(test_config(task), indent=2) + "\n")
     shutil.copyfile(GRADER, out / "tests" / "evsys_grade.py")
+    shutil.copyfile(RUNNER, out / "tests" / "evsys_runner.py")
+    if with_repo:
+        _write_base_files(task, out / "tests" / "base", cache)
+
+
+def _write_base_files(task: RepoTask, out: Path, cache: RepoCache) -> None:
+    """The base versions of the files the test patch touches (what an exported test.sh restores)."""
+    touched = set(patch_paths(task.test_patch))
+    data = cache.archive(task.source, task.base_commit)
+    with tarfile.open(fileobj=BytesIO(data)) as tar:
+        members = [m for m in tar.getmembers() if m.isfile() and m.name in touched]
+        tar.extractall(out, members=members, filter="data")
 
 
 def write_task_dir(
@@ -191,7 +225,7 @@ def write_task_dir(
 def materialised_dir(task: RepoTask, root: Path) -> Path:
     """The task directory of `task` under `root`, written unless an identical one is there (content-keyed)."""
     digest = hashlib.sha256(
-        (task.model_dump_json() + GRADER.read_text() + _TEST_SH + _SOLVE_SH).encode()
+        (task.model_dump_json() + GRADER.read_text() + RUNNER.read_text() + _TEST_SH + _SOLVE_SH).encode()
     ).hexdigest()[:16]
     out = Path(root) / digest / task.instance_id
     if not (out / "task.toml").is_file():  # content-keyed: one written by another process is the same

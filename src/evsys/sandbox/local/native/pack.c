@@ -108,18 +108,21 @@ static unsigned long long spent(const pack_t *pk)
     return pk->sent + pk->b.n;
 }
 
+/* sends whole 512-byte blocks only and keeps the rest, so the buffer's offset stays the stream's modulo 512
+ * (what pad() aligns to) however a file's data falls across flushes */
 static void flush(pack_t *pk)
 {
+    size_t n = pk->b.n - pk->b.n % 512;
     buf_t h = {0};
     m_begin(&h);
     m_kstr(&h, "op", "out");
     m_kint(&h, "id", pk->rid);
     m_kint(&h, "fd", 1);
     m_end(&h);
-    send_frame(&h, pk->b.p, pk->b.n);
+    send_frame(&h, pk->b.p, n);
     buf_free(&h);
-    pk->sent += pk->b.n;
-    pk->b.n = 0;
+    pk->sent += n;
+    buf_consume(&pk->b, n);
 }
 
 /* room for one more entry whose header (pax record included) takes up to `head` bytes, keeping 1024 for
