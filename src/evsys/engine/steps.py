@@ -205,7 +205,7 @@ class StepsMixin:
         try:
             scored = await verifier.read_rewards(step_dir / "verifier")
         except VerifierError as exc:
-            self.fail(FailureCause(exc.cause), f"step '{step.name}': {exc}")
+            self.fail(FailureCause(exc.failure_cause), f"step '{step.name}': {exc}")
             return
         outcome.rewards, outcome.reward = scored.rewards, scored.reward
 
