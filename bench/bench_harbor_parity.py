@@ -66,7 +66,7 @@ def dataset_copy(root: Path, only: list[str]) -> Path:
 
 async def load_bases(host: str) -> None:
     """The parity tasks' base images, as evsys has them (pulled or synthesised), loaded into the daemon."""
-    from evsys.engine.environment import image_service
+    from evsys.engine.trial.images import image_service
     from evsys.sandbox.docker import api
 
     service = image_service()

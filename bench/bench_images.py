@@ -115,7 +115,7 @@ def _cli_seconds(argv: list[str]) -> tuple[float, float]:
 
 async def main() -> dict:
     """Run the three comparisons and print them."""
-    from evsys.engine.environment import image_service
+    from evsys.engine.trial.images import image_service
 
     with tempfile.TemporaryDirectory(prefix="bench-images-") as tmp:
         root = Path(tmp)

@@ -6,8 +6,9 @@ gen = await run_rollouts(["Write a haiku"], outcome_reward=False, num_samples=4,
 ```
 
 It builds a `Job` over the items held in memory (`num_samples` attempts each, the `loop` agent unless `agent`
-names another), runs it, and reads every trial back into a group: token ids, loss mask, logprobs, reward(s),
-group-relative advantage, and the error of any trial that failed (the group keeps it and counts it). Every
+names another), runs it, and puts every trial into a group — its trajectory as the job kept it in memory, not
+read back from disk: token ids, loss mask, logprobs, reward(s), group-relative advantage, and the error of any
+trial that failed (the group keeps it and counts it). Every
 trial is also on disk under `<jobs_dir>/<job_name>/`, ready for `evsys export`; the items are saved there
 as a Python-task dataset (`tasks/dataset.toml` + `tasks.jsonl`), so `Job.resume(job_dir)` (or
 `evsys run --resume`) can finish an interrupted run as long as the same verifiers are registered.
@@ -36,7 +37,6 @@ from evsys.trajectory.groups import (
     TrajectoryGroup,
     rollout_from_trial,
 )
-from evsys.trajectory.models import Trajectory
 from evsys.util.atomic import write_text_atomic
 
 Item = VerifiedTask | PromptTask | RepoTask | str | Mapping[str, Any]
@@ -181,10 +181,11 @@ async def run_rollouts(
         )
     name = job_name or _job_name()
     root = Path(jobs_dir) if jobs_dir is not None else Path("jobs")
-    if items and all(isinstance(item, RepoTask) for item in items):
+    rows = [item for item in items if isinstance(item, RepoTask)]
+    if rows and len(rows) == len(items):
         settings = {"n_attempts": num_samples, "n_concurrent": n_concurrent, "max_retries": max_retries}
         return await run_repo_rollouts(
-            list(items),
+            rows,
             spec,
             factory,
             root / name,
@@ -210,6 +211,7 @@ async def run_rollouts(
         python_tasks=tasks,
         executor=executor,
         executor_options=dict(executor_options or {}),
+        keep_trajectories=True,
     )
     result = await job.run()
     return await asyncio.to_thread(collect_groups, job, result, tasks, advantage)
@@ -258,7 +260,13 @@ async def run_repo_rollouts(
         datasets=[dataset], agents=[spec], job_name=job_dir.name, jobs_dir=job_dir.parent, **settings
     )
     options = dict(executor_options or {})
-    job = Job(config, model_client_factory=factory, executor=executor, executor_options=options)
+    job = Job(
+        config,
+        model_client_factory=factory,
+        executor=executor,
+        executor_options=options,
+        keep_trajectories=True,
+    )
     result = await job.run()
     return await asyncio.to_thread(_repo_groups, job, result, rows, advantage)
 
@@ -297,7 +305,7 @@ def _fill_groups(
         if trial is None:
             groups[task_id].trajectories.append(_not_run(planned, task_id))
             continue
-        trajectory = read_trajectory(job.store.trial_dir(trial.trial_name) / "trajectory.json")
+        trajectory = job.store.trajectory(trial.trial_name)  # in memory; read only after a resume
         groups[task_id].trajectories.append(rollout_from_trial(trial, trajectory, task_id))
     for group in groups.values():
         group.trajectories.sort(key=lambda t: t.attempt)
@@ -311,11 +319,3 @@ def _not_run(planned: PlannedTrial, task_id: str) -> RolloutTrajectory:
         attempt=planned.config.attempt,
         error=RolloutError(cause="cancelled", message="the job was cancelled before this sample ran"),
     )
-
-
-def read_trajectory(path: Path) -> Trajectory | None:
-    """A trial's trajectory.json, or None when it is missing or unreadable."""
-    try:
-        return Trajectory.model_validate_json(path.read_bytes())
-    except (OSError, ValueError):
-        return None

@@ -32,6 +32,24 @@ def test_timeouts_apply_multipliers(task_factory):
     assert planned.config.agent_timeout_sec == 25.0
     assert planned.config.verifier_timeout_sec == 30.0
     assert planned.config.setup_timeout_sec == 360.0
+    assert planned.config.build_timeout_sec == 600.0
+
+
+def test_step_timeouts_are_scaled_once_when_planned(task_factory):
+    toml = (
+        '[task]\nname = "s"\n[agent]\ntimeout_sec = 10.0\n[verifier]\ntimeout_sec = 20.0\n'
+        '[[steps]]\nname = "own"\n[steps.agent]\ntimeout_sec = 4.0\n[steps.verifier]\ntimeout_sec = 6.0\n'
+        '[[steps]]\nname = "inherits"\n'
+    )
+    path = task_factory("s", toml=toml)
+    for name in ("own", "inherits"):
+        (path / "steps" / name).mkdir(parents=True)
+        (path / "steps" / name / "instruction.md").write_text(f"{name}\n")
+    cfg = config(task_factory.dataset, agent_timeout_multiplier=2.0, verifier_timeout_multiplier=3.0)
+    [planned] = plan_trials(cfg)
+    steps = planned.config.step_timeouts
+    assert (steps["own"].agent_timeout_sec, steps["own"].verifier_timeout_sec) == (8.0, 18.0)
+    assert (steps["inherits"].agent_timeout_sec, steps["inherits"].verifier_timeout_sec) == (20.0, 60.0)
 
 
 def test_same_agent_twice_gets_distinct_names(task_factory):

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import io
+import tarfile
+from pathlib import Path
+
 import pytest
 
 from evsys.engine import (
@@ -13,6 +17,7 @@ from evsys.engine import (
     TrialResult,
     read_job_config,
 )
+from evsys.trajectory.models import AgentInfo, Trajectory, TrajectoryRecorder
 
 
 def result(name: str, cause: FailureCause | None = None) -> TrialResult:
@@ -65,3 +70,33 @@ async def test_config_round_trip_and_errors(tmp_path):
 def test_job_name_must_be_file_safe(tmp_path):
     with pytest.raises(ValueError, match="is not a usable job name"):
         JobConfig(datasets=[tmp_path], job_name="../escape")
+
+
+def _trajectory(name: str, message: str) -> Trajectory:
+    recorder = TrajectoryRecorder(name, AgentInfo(name="oracle"))
+    recorder.add("agent", message)
+    return recorder.build()
+
+
+def _packed(path: Path, trajectory: Trajectory) -> bytes:
+    """A worker's trial dir as the tar `import_trial` takes."""
+    path.mkdir(parents=True)
+    (path / "trajectory.json").write_text(trajectory.model_dump_json())
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        tar.add(path, arcname=".")
+    return buf.getvalue()
+
+
+async def test_a_store_that_keeps_trajectories_hands_them_back_without_the_files(tmp_path):
+    store = JobStore(tmp_path / "job", keep_trajectories=True)
+    await store.reset_trial_dir("here")
+    await store.write_trajectory("here", _trajectory("here", "written here"))
+    files = _packed(tmp_path / "worker" / "away", _trajectory("away", "run away"))
+    await store.import_trial("away", files, result("away"))
+    for name in ("here", "away"):
+        (store.trial_dir(name) / "trajectory.json").unlink()  # what is handed back never came from disk
+    assert store.trajectory("here").steps[0].message == "written here"
+    assert store.trajectory("away").steps[0].message == "run away"
+    plain = JobStore(tmp_path / "job")  # by default nothing is kept: a trial's file is read
+    assert plain.trajectory("here") is None

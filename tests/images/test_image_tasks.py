@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from evsys.engine import AgentSpec, FailureCause, Job, JobConfig
-from evsys.engine.environment import image_service
+from evsys.engine.trial.images import image_service
 from evsys.images.bases import UBUNTU_KEYRINGS
 from evsys.images.build import host_ca_bundle
 

@@ -346,7 +346,7 @@ async def live_progress(job: Job, out: Console) -> AsyncIterator[None]:
             f"running {status['running']} | errored {status['errored']} | "
             f"mean reward {'-' if mean is None else f'{mean:.3f}'}"
         )
-        from evsys.engine.environment import build_activity
+        from evsys.engine.trial.images import build_activity
 
         building = build_activity()
         if building:

@@ -1,5 +1,6 @@
-"""Running trials: `TrialSpec` + `run_trial` (one trial anywhere), `Trial` (its phases), `Job` (many, via an
-`Executor`), `JobStore` (the job directory), results and metrics."""
+"""Running trials: `TrialSpec` + `run_trial` (one trial anywhere), `Trial` (evsys.engine.trial: its phases,
+one file each, over one `TrialState`), `Job` (many, via an `Executor`), `JobStore` (the job directory),
+results and metrics."""
 
 from evsys.engine.config import AgentSpec, JobConfig, TrialConfig
 from evsys.engine.executors import Executor, ExecutorContext, LocalExecutor, create_executor

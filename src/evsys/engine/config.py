@@ -125,8 +125,16 @@ class JobConfig(BaseModel):
         return self.jobs_dir / self.job_name
 
 
+class StepTimeouts(BaseModel):
+    """One step's timeouts as the trial runs them: the step's own, else the task's, scaled by the job."""
+
+    agent_timeout_sec: float | None = None
+    verifier_timeout_sec: float | None = None
+
+
 class TrialConfig(BaseModel):
-    """One planned trial, written to `<job>/<trial>/config.json`."""
+    """One planned trial, written to `<job>/<trial>/config.json`. Its timeouts are the task's scaled by the
+    job's multipliers, computed once when planning; the trial uses them as they are."""
 
     trial_name: str
     task_name: str
@@ -138,6 +146,12 @@ class TrialConfig(BaseModel):
     verifier_timeout_sec: float | None = None
     setup_timeout_sec: float | None = None
     sandbox_start_timeout_sec: float | None = None
+    build_timeout_sec: float | None = Field(
+        None, description="The limit on building the task's image and its sidecars' (scaled when planned)."
+    )
+    step_timeouts: dict[str, StepTimeouts] = Field(
+        default_factory=dict, description="A multi-step task's timeouts per step name (scaled when planned)."
+    )
     not_runnable: str | None = Field(
         None, description="Why the trial cannot run (task_invalid, environment_unsupported)."
     )

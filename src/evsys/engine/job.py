@@ -50,6 +50,8 @@ def default_model_client(agent: AgentSpec) -> Any:
     """The model client for `agent.model` (a `provider:model` string), via evsys.model."""
     from evsys.model.spec import create_model_client
 
+    if agent.model is None:
+        raise ValueError(f"agent '{agent.name}' names no model")
     return create_model_client(agent.model, base_url=agent.base_url)
 
 
@@ -79,6 +81,7 @@ class Job:
         on_agent_event: Callable[[dict[str, Any]], None] | None = None,
         executor: str = "local",
         executor_options: dict[str, Any] | None = None,
+        keep_trajectories: bool = False,
     ) -> None:
         datasets = [Path(p).absolute() for p in config.datasets]  # a resume may start from another directory
         self.config = config.model_copy(update={"datasets": datasets})
@@ -88,7 +91,8 @@ class Job:
         self.retry_errors = retry_errors
         self.model_client_factory = model_client_factory
         self.python_tasks = list(python_tasks) if python_tasks is not None else None
-        self.store = JobStore(config.job_dir)
+        # keep_trajectories: every trial's trajectory stays in memory too (`store.trajectory(name)`)
+        self.store = JobStore(config.job_dir, keep_trajectories=keep_trajectories)
         self.planned: list[PlannedTrial] = []
         self.results: dict[str, TrialResult] = {}
         self.running: set[str] = set()
@@ -209,8 +213,9 @@ class Job:
             raise
         result = await self._write_job_result()
         for worker in self._workers:
-            if not worker.cancelled() and worker.exception() is not None:
-                raise worker.exception()
+            error = None if worker.cancelled() else worker.exception()
+            if error is not None:
+                raise error
         return result
 
     async def _prepare(self) -> None:
@@ -276,9 +281,10 @@ class Job:
                 except asyncio.CancelledError:
                     await self._record_cancelled(name)
                     raise
-                if not self._should_retry(result, len(failures)):
+                failure = result.failure
+                if failure is None or not self._should_retry(result, len(failures)):
                     break
-                failures.append(result.failure)
+                failures.append(failure)
                 delay = retry_delay(
                     len(failures) - 1, self.config.retry_min_wait_sec, self.config.retry_max_wait_sec
                 )

@@ -7,7 +7,7 @@ import io
 import os
 import tarfile
 from pathlib import Path
-from typing import BinaryIO
+from typing import Protocol
 
 from evsys.sandbox.base import Sandbox
 from evsys.sandbox.copyout import CopyOutLimits
@@ -20,6 +20,14 @@ MAX_LINK_HOPS = 40
 MAX_CUT_NAMED = 20
 
 
+class Readable(Protocol):
+    """A byte stream read front to back (a file object, or the copy-out's chunk reader)."""
+
+    def read(self, size: int = -1, /) -> bytes:
+        """Up to `size` bytes (all that is left when negative)."""
+        ...
+
+
 async def copy_logs_out(sandbox: Sandbox, logs_dir: str, trial_dir: Path, limits: CopyOutLimits) -> list[str]:
     """Copy the sandbox's `/logs` into the trial dir within `limits` (`sandbox.copy_out`, the bounds enforced
     inside the sandbox); the warnings name what was cut or not placed."""
@@ -30,7 +38,7 @@ async def copy_logs_out(sandbox: Sandbox, logs_dir: str, trial_dir: Path, limits
     return warnings + await asyncio.to_thread(extract_logs, tree.reader(), trial_dir)
 
 
-def extract_logs(data: bytes | BinaryIO, trial_dir: Path) -> list[str]:
+def extract_logs(data: bytes | Readable, trial_dir: Path) -> list[str]:
     """Extract a tar of `/logs` (members named `logs/...`) straight into the trial dir, with no staging copy;
     `data` is the tar or a file object read once, front to back.
 
@@ -45,7 +53,8 @@ def extract_logs(data: bytes | BinaryIO, trial_dir: Path) -> list[str]:
     warnings: list[str] = []
     links: dict[str, str] = {}
     try:
-        with tarfile.open(fileobj=fileobj, mode="r|") as tar:
+        # stream mode ("r|") only ever reads; typeshed asks any file object for write/seek/tell as well
+        with tarfile.open(fileobj=fileobj, mode="r|") as tar:  # type: ignore[call-overload]
             for member in tar:
                 name = _log_name(member.name)
                 if name is None:
@@ -86,7 +95,10 @@ def _place(tar: tarfile.TarFile, member: tarfile.TarInfo, name: str, trial_dir: 
             os.makedirs(target, exist_ok=True)
         elif member.isfile():
             os.makedirs(os.path.dirname(target), exist_ok=True)
-            _write_file(target, tar.extractfile(member), member)
+            source = tar.extractfile(member)
+            if source is None:  # a regular file always has its data; never reached
+                return "its data could not be read"
+            _write_file(target, source, member)
         elif member.issym():
             links[name] = member.linkname
         else:
@@ -139,7 +151,7 @@ def _resolves_inside(name: str, links: dict[str, str]) -> bool:
     return bool(cur)
 
 
-def _write_file(target: str, source: BinaryIO, member: tarfile.TarInfo) -> None:
+def _write_file(target: str, source: Readable, member: tarfile.TarInfo) -> None:
     _remove(target)
     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:

@@ -3,7 +3,7 @@
 Trial names are deterministic — `<task>__<agent-slug>__<attempt>`, sanitised for file names and made unique —
 so a resumed job matches the trials of the first run. Tasks that fail to load become trials that fail with
 `task_invalid`; tasks with docker-compose sidecars fail with `environment_unsupported` unless the job skips
-builds (a task's image is built when its trial runs, see engine/environment.py). Either way the other trials
+builds (a task's image is built when its trial runs, see engine/trial/images.py). Either way the other trials
 are unaffected.
 
 Python tasks (a directory with a `dataset.toml`, or tasks handed over in memory by `run_rollouts`) are planned
@@ -19,7 +19,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
-from evsys.engine.config import AgentSpec, JobConfig, TrialConfig, slugify
+from evsys.engine.config import AgentSpec, JobConfig, StepTimeouts, TrialConfig, slugify
 from evsys.engine.results import FailureCause, TrialFailure
 from evsys.engine.spec import PlannedTrial, TaskRef, TrialSpec, python_task_as_task
 from evsys.repo.cache import cache_root
@@ -161,16 +161,38 @@ def _agent_slugs(agents: list[AgentSpec]) -> list[str]:
 
 
 def _timeouts(task: Task | None, config: JobConfig) -> dict[str, Any]:
+    """The trial's timeouts: the task's scaled by the job's multipliers (the only place they are scaled)."""
     if task is None:
         return {"log_limits": config.log_limits.resolved()}
     cfg = task.config
+    agent_timeout = cfg.agent.timeout_sec * config.agent_timeout_multiplier
+    verifier_timeout = cfg.verifier.timeout_sec * config.verifier_timeout_multiplier
+    build_timeout = cfg.environment.build_timeout_sec * config.setup_timeout_multiplier
+    steps = {
+        step.name: StepTimeouts(
+            agent_timeout_sec=_step_timeout(
+                step.config.agent.timeout_sec, agent_timeout, config.agent_timeout_multiplier
+            ),
+            verifier_timeout_sec=_step_timeout(
+                step.config.verifier.timeout_sec, verifier_timeout, config.verifier_timeout_multiplier
+            ),
+        )
+        for step in task.steps
+    }
     return {
-        "agent_timeout_sec": cfg.agent.timeout_sec * config.agent_timeout_multiplier,
-        "verifier_timeout_sec": cfg.verifier.timeout_sec * config.verifier_timeout_multiplier,
+        "agent_timeout_sec": agent_timeout,
+        "verifier_timeout_sec": verifier_timeout,
         "setup_timeout_sec": cfg.agent.setup_timeout_sec * config.setup_timeout_multiplier,
-        "sandbox_start_timeout_sec": cfg.environment.build_timeout_sec * config.setup_timeout_multiplier,
+        "sandbox_start_timeout_sec": build_timeout,
+        "build_timeout_sec": build_timeout,
+        "step_timeouts": steps,
         "log_limits": config.log_limits.over(cfg.environment.logs).resolved(),
     }
+
+
+def _step_timeout(own: float | None, task_scaled: float, multiplier: float) -> float:
+    """A step's own timeout scaled by the job's multiplier, else the task's (already scaled)."""
+    return task_scaled if own is None else own * multiplier
 
 
 def plan_trials(

@@ -53,6 +53,8 @@ def build_model_client(spec: TrialSpec) -> Any:
     from evsys.model.spec import create_model_client
 
     agent = spec.config.agent
+    if agent.model is None:
+        raise ValueError(f"agent '{agent.name}' names no model")
     return create_model_client(agent.model, base_url=agent.base_url)
 
 

@@ -85,7 +85,6 @@ class TrialSpec(BaseModel):
     pull: Literal["missing", "always", "never"] = Field(
         "missing", description="When a task's image and its bases are pulled (the job's `pull`)."
     )
-    setup_timeout_multiplier: float = Field(1.0, gt=0, description="Scales the image build timeout too.")
     failure: TrialFailure | None = Field(None, description="Decided while planning: the trial does not run.")
     retries: list[TrialFailure] = Field(default_factory=list, description="Failures of earlier tries.")
 
@@ -111,7 +110,6 @@ class TrialSpec(BaseModel):
             sandbox=job.sandbox,
             skip_build=job.skip_build,
             pull=job.pull,
-            setup_timeout_multiplier=job.setup_timeout_multiplier,
             failure=failure,
         )
 

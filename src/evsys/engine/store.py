@@ -46,12 +46,15 @@ class JobStoreError(ValueError):
 class JobStore:
     """Reads and writes one job directory."""
 
-    def __init__(self, job_dir: Path, *, durable: bool = True) -> None:
+    def __init__(self, job_dir: Path, *, durable: bool = True, keep_trajectories: bool = False) -> None:
         self.job_dir = Path(job_dir)
         self.durable = durable  # False: no fsync (a worker's scratch directory, which the driver re-writes)
         # as many descriptors as the host allows: servers a sandbox can reach keep a reserve of them free
         # (evsys.util.descriptors), so one trial's connections never stop another's result being written
         raise_descriptor_limit()
+        # with keep_trajectories, each trial's trajectory as last written or imported (run_rollouts hands
+        # them back without reading the files again)
+        self.trajectories: dict[str, Trajectory] | None = {} if keep_trajectories else None
 
     @property
     def config_path(self) -> Path:
@@ -93,8 +96,20 @@ class JobStore:
         await _write(self.trial_dir(result.trial_name) / RESULT, result, fsync=self.durable)
 
     async def write_trajectory(self, trial_name: str, trajectory: Trajectory) -> None:
-        """Save a trial's trajectory.json."""
+        """Save a trial's trajectory.json (and keep it in memory, when the store keeps trajectories)."""
         await _write(self.trial_dir(trial_name) / TRAJECTORY, trajectory, fsync=False)
+        if self.trajectories is not None:
+            self.trajectories[trial_name] = trajectory
+
+    def trajectory(self, trial_name: str) -> Trajectory | None:
+        """A trial's trajectory: the one kept in memory, else its trajectory.json (a trial an earlier run of
+        a resumed job finished); None when missing or unreadable."""
+        if self.trajectories is not None and trial_name in self.trajectories:
+            return self.trajectories[trial_name]
+        try:
+            return Trajectory.model_validate_json((self.trial_dir(trial_name) / TRAJECTORY).read_bytes())
+        except (OSError, ValueError):
+            return None
 
     async def write_trial_file(self, trial_name: str, relpath: str, content: str | bytes | object) -> None:
         """Save one file of a trial (e.g. `verifier/reward.json`): text, bytes, or JSON for anything else."""
@@ -121,7 +136,9 @@ class JobStore:
     def _import_trial(self, path: Path, files: bytes, result: TrialResult) -> None:
         """`import_trial` in one thread hop: recreate, extract, then the result (atomic, fsynced)."""
         _recreate(path)
-        _extract_trial_tar(files, path)
+        trajectory = _extract_trial_tar(files, path, keep_trajectory=self.trajectories is not None)
+        if self.trajectories is not None and trajectory is not None:
+            self.trajectories[result.trial_name] = trajectory
         write_json_atomic(path / RESULT, result, fsync=self.durable)
 
     def read_trial_result(self, trial_name: str) -> TrialResult | None:
@@ -171,10 +188,20 @@ def read_job_config(job_dir: Path) -> JobConfig:
         raise JobStoreError(f"{path}:{where}: {first['msg']}") from None
 
 
-def _extract_trial_tar(files: bytes, path: Path) -> None:
+def _extract_trial_tar(files: bytes, path: Path, *, keep_trajectory: bool = False) -> Trajectory | None:
+    """Extract a packed trial into `path` (all but its result.json); with `keep_trajectory`, its trajectory
+    parsed from the tar as well (None when it has none that parses)."""
     with tarfile.open(fileobj=io.BytesIO(files), mode="r:") as tar:
         members = [m for m in tar.getmembers() if m.name not in (".", RESULT, f"./{RESULT}")]
         tar.extractall(path, members=members, filter=links_stay_inside)
+        if not keep_trajectory:
+            return None
+        member = next((m for m in members if m.name in (TRAJECTORY, f"./{TRAJECTORY}") and m.isfile()), None)
+        data = tar.extractfile(member) if member is not None else None
+        try:
+            return Trajectory.model_validate_json(data.read()) if data is not None else None
+        except ValueError:
+            return None
 
 
 def _recreate(path: Path) -> None:

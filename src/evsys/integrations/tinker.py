@@ -26,8 +26,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from evsys.engine.environment import needs_image, task_image
-from evsys.engine.sandboxing import image_spec, sandbox_spec
+from evsys.engine.trial.environment import sandbox_spec
+from evsys.engine.trial.images import image_spec, needs_image, task_image
 from evsys.sandbox.base import Sandbox, SandboxError, SandboxSpec
 from evsys.sandbox.registry import DEFAULT_BACKEND, create_sandbox
 from evsys.task.loader import load_task

@@ -1,11 +1,12 @@
 """An episode: one trial of a task whose agent is the remote client, driven one step at a time.
 
-The episode runs the trial's own phases (evsys.engine.trial): the sandbox comes from the server's pool
-(started, or reset after an earlier episode), the agent phase is a `ServedAgent` that executes each client
-action with the loop agent's tools (evsys.agent.tools) and records it in the trajectory, and when the client
-calls `submit` (or the step limit is reached, or the task's agent timeout passes) the trial goes on to its
-verifier chain, copies /logs out, releases the sandbox and writes result.json and trajectory.json through the
-server's JobStore — a served episode is a trial of the serving job like any other.
+The episode is a `Trial` (evsys.engine.trial) whose agent is handed in, so it runs the trial's own phases:
+the sandbox comes from the server's pool (started, or reset after an earlier episode), the agent phase is a
+`ServedAgent` that executes each client action with the loop agent's tools (evsys.agent.tools) and records
+it in the trajectory, and when the client calls `submit` (or the step limit is reached, or the task's agent
+timeout passes) the trial goes on to its verifier chain, copies /logs out, releases the sandbox and writes
+result.json and trajectory.json through the server's JobStore — a served episode is a trial of the serving
+job like any other.
 
 An episode the client leaves (reset, close, disconnect, idle timeout) is still verified and recorded, in the
 background; its step count and the reason are in the trial's agent metadata.
@@ -161,29 +162,13 @@ class ServedAgent(Agent):
         self.requests.put_nowait(reason)
 
 
-class EpisodeTrial(Trial):
-    """A Trial whose agent is the given `ServedAgent`, always in a sandbox (tools need one)."""
-
-    def __init__(self, *args: Any, agent: ServedAgent, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.served_agent = agent
-
-    @property
-    def uses_sandbox(self) -> bool:
-        """Always: a served episode's actions run in its sandbox."""
-        return True
-
-    def _agent(self) -> Agent:
-        return self.served_agent
-
-
 class Episode:
     """One running episode: `start`, then `step` until `done`; `leave` ends it early (still recorded)."""
 
     def __init__(
         self,
         task: ServedTask,
-        trial: EpisodeTrial,
+        trial: Trial,
         agent: ServedAgent,
         episode_id: str,
         limits: EpisodeLimits,
@@ -215,7 +200,8 @@ class Episode:
         """An episode of `task` (not started yet) recording into `store`; its agent phase is `agent` (default:
         a `ServedAgent` running tool actions)."""
         agent = agent or ServedAgent(limits)
-        trial = EpisodeTrial(spec, store, task=task.task, slots=pool, agent=agent, model_client=model_client)
+        # the trial's agent phase is this agent, always in a sandbox (the client's actions run there)
+        trial = Trial(spec, store, task=task.task, slots=pool, agent=agent, model_client=model_client)
         return cls(task, trial, agent, episode_id or spec.trial_name, limits)
 
     @property
@@ -229,7 +215,8 @@ class Episode:
         on_finish = self.on_finish
         if on_finish is not None:
             self.runner.add_done_callback(lambda task: on_finish(self, task))
-        await asyncio.wait({self.agent.ready, self.runner}, return_when=asyncio.FIRST_COMPLETED)
+        started: set[asyncio.Future[Any]] = {self.agent.ready, self.runner}
+        await asyncio.wait(started, return_when=asyncio.FIRST_COMPLETED)
         if not self.agent.ready.done():
             result = await self.runner
             failure = result.failure.message if result.failure else "the trial ended before its agent phase"
@@ -293,7 +280,8 @@ class Episode:
         plus a grace: then the episode is ended rather than the session left waiting)."""
         assert self.runner is not None
         limit = step_timeout + STEP_GRACE_SEC
-        done, _ = await asyncio.wait({reply, self.runner}, timeout=limit, return_when=asyncio.FIRST_COMPLETED)
+        waiting: set[asyncio.Future[Any]] = {reply, self.runner}
+        done, _ = await asyncio.wait(waiting, timeout=limit, return_when=asyncio.FIRST_COMPLETED)
         if reply in done:
             return reply.result()
         if not done:  # the tool never answered: end the episode rather than leave the session waiting

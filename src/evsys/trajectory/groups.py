@@ -21,7 +21,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from evsys.trajectory.advantages import AdvantageMethod, compute_advantages
-from evsys.trajectory.models import Trajectory, Usage
+from evsys.trajectory.models import StepMetrics, Trajectory, Usage
 
 
 class RolloutError(BaseModel):
@@ -113,6 +113,15 @@ def _usable(metrics: Any) -> bool:
     return metrics.prompt_token_ids is not None and metrics.completion_token_ids is not None
 
 
+def _extends(metrics: StepMetrics, sequence: list[int], *, previous_usable: bool) -> bool:
+    """Whether a turn's prompt extends `sequence` (the tokens so far): the agent's own check when it recorded
+    one against the turn before (the loop agent's `extends_previous`), computed only when it did not."""
+    recorded = (metrics.model_extra or {}).get("extends_previous")
+    if previous_usable and isinstance(recorded, bool):
+        return recorded
+    return (metrics.prompt_token_ids or [])[: len(sequence)] == sequence
+
+
 def flatten_tokens(trajectory: Trajectory | None) -> TokenSequence:
     """The trajectory's model turns as one prompt + completion sequence (see the module docstring)."""
     turns = [m for m in _agent_turns(trajectory) if _usable(m)] if trajectory else []
@@ -121,9 +130,9 @@ def flatten_tokens(trajectory: Trajectory | None) -> TokenSequence:
     first = turns[0]
     seq = TokenSequence(prompt_token_ids=list(first.prompt_token_ids), has_tokens=True)
     sequence = list(first.prompt_token_ids)
-    for metrics in turns:
+    for index, metrics in enumerate(turns):
         prompt = metrics.prompt_token_ids
-        if prompt[: len(sequence)] != sequence:
+        if not _extends(metrics, sequence, previous_usable=index > 0):
             seq.prefix_break = True
             break
         context = prompt[len(sequence) :]

@@ -2,7 +2,7 @@
 
 A host behind a TLS-inspecting proxy trusts the proxy's certificate in its own CA bundle; an image's bundle
 does not. evsys hands the host's bundle to image builds (evsys.images.build, for the build only) and to
-sandboxes on an image that have network (evsys.engine.sandboxing, as a file placed at start), with the
+sandboxes on an image that have network (evsys.engine.trial.images, as a file placed at start), with the
 variables that point common tools at it. Nothing of it is ever stored in an image."""
 
 from __future__ import annotations

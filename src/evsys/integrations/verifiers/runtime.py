@@ -24,7 +24,7 @@ from verifiers.v1.configs.runtime import NetworkPolicyConfig, parse_network_rule
 from verifiers.v1.errors import SandboxError as VfSandboxError
 from verifiers.v1.runtimes.base import BaseRuntimeInfo, ProgramResult, Runtime, RuntimeProcess
 
-from evsys.engine.environment import image_service
+from evsys.engine.trial.images import image_service
 from evsys.images import ImageError
 from evsys.integrations.verifiers.bridge import LoopbackBridge
 from evsys.sandbox.base import (

@@ -9,7 +9,7 @@ service reachable by its name, the main sandbox as `main`). Its process is the s
 A `depends_on` condition is awaited before its dependent starts: `service_healthy` runs the service's
 healthcheck until it passes (Docker's semantics: failures in the start period do not count, then `retries`
 in a row fail the trial with `healthcheck_failed`), `service_completed_successfully` waits for the process
-to exit 0. Sidecars are stopped with the trial, after the main sandbox.
+to exit 0. Sidecars are stopped with the trial, after the main sandbox (`start_sidecars`, `stop_sidecars`).
 """
 
 from __future__ import annotations
@@ -18,12 +18,14 @@ import asyncio
 import contextlib
 import shlex
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
-from evsys.engine import environment
-from evsys.engine.healthcheck import HealthcheckFailed, await_healthy
 from evsys.engine.results import FailureCause
-from evsys.images import BuildContext, ImageError
+from evsys.engine.trial import images
+from evsys.engine.trial.healthcheck import HealthcheckFailed, await_healthy
+from evsys.engine.trial.state import TrialState
+from evsys.images import BuildContext, ImageError, PullPolicy
 from evsys.sandbox.base import NetworkMode, PodSpec, Sandbox, SandboxError, SandboxSpec
 from evsys.sandbox.image import ImageSpec
 from evsys.sandbox.registry import create_sandbox
@@ -72,7 +74,9 @@ class Sidecars:
         """The trial's pod as `hostname` sees it."""
         return PodSpec(name=self.pod_name, hostname=hostname, hosts=[MAIN, *self.project.services])
 
-    async def start(self, network: NetworkMode, *, pull, build_timeout: float, notices: list[str]) -> None:
+    async def start(
+        self, network: NetworkMode, *, pull: PullPolicy, build_timeout: float, notices: list[str]
+    ) -> None:
         """Start every sidecar in dependency order, awaiting each `depends_on` condition, then `main`'s."""
         for service_name in self.project.start_order():
             service = self.project.services[service_name]
@@ -82,22 +86,22 @@ class Sidecars:
         await self._await_conditions(self.project.main_depends_on, MAIN)
 
     async def _image(
-        self, service: ComposeService, *, pull, build_timeout: float, notices: list[str]
+        self, service: ComposeService, *, pull: PullPolicy, build_timeout: float, notices: list[str]
     ) -> ImageSpec:
         log = self.trial_dir / "environment" / f"build-{service.name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        images = environment.image_service(pull)
+        image_service = images.image_service(pull)
         try:
             if service.build_context is not None:
                 context = BuildContext(service.build_context / service.dockerfile, service.build_context)
                 name = f"{self.task.name}-{service.name}"
-                result = await images.build(
+                result = await image_service.build(
                     context, name=name, timeout=build_timeout, log=log, notice=notices.append
                 )
                 return result.spec
             assert service.image is not None
-            stored, _ = await images.ensure_ref(service.image, log=log, notice=notices.append)
-            return await images.storage.spec(stored)
+            stored, _ = await image_service.ensure_ref(service.image, log=log, notice=notices.append)
+            return await image_service.storage.spec(stored)
         except ImageError as exc:
             raise SidecarFailed(
                 FailureCause.ENVIRONMENT_BUILD_FAILED,
@@ -139,7 +143,7 @@ class Sidecars:
                 f"sidecar {service.name}: its process did not start: {result.stderr}",
             )
 
-    async def _await_conditions(self, conditions: dict[str, str], dependent: str) -> None:
+    async def _await_conditions(self, conditions: Mapping[str, str], dependent: str) -> None:
         for name, condition in conditions.items():
             if condition == "service_healthy":
                 await self._healthy(name, dependent)
@@ -210,37 +214,32 @@ class Sidecars:
         return warnings
 
 
-class SidecarsMixin:
-    """The trial's side of sidecars: started before the main sandbox (which joins their pod), stopped after
-    it. Mixed into `Trial` (uses its `fail`, `_timed`, `spec`, `config`, `store` and `result`)."""
-
-    sidecars: Sidecars | None = None
-
-    async def _start_sidecars(self, task: Task, spec: SandboxSpec) -> SandboxSpec | None:
-        """Start the task's sidecars; `spec` in their pod as `main`, or None once a failure is recorded."""
-        project = task.environment.compose
-        if project is None or not project.services:
-            return spec
-        trial_dir = self.store.trial_dir(self.config.trial_name)
-        self.sidecars = Sidecars(
-            task, project, backend=self.spec.sandbox, name=spec.name, trial_dir=trial_dir
+async def start_sidecars(state: TrialState, task: Task, spec: SandboxSpec) -> SandboxSpec | None:
+    """Start the task's sidecars (before the main sandbox); `spec` in their pod as `main`, or None once a
+    failure is recorded."""
+    project = task.environment.compose
+    if project is None or not project.services:
+        return spec
+    trial_dir = state.store.trial_dir(state.config.trial_name)
+    sidecars = Sidecars(task, project, backend=state.spec.sandbox, name=spec.name, trial_dir=trial_dir)
+    state.sidecars = sidecars
+    notices: list[str] = []
+    limit = images.build_timeout(state, task)
+    try:
+        await state.timed(
+            "sandbox_start",
+            sidecars.start(spec.network, pull=state.spec.pull, build_timeout=limit, notices=notices),
         )
-        notices: list[str] = []
-        limit = task.config.environment.build_timeout_sec * self.spec.setup_timeout_multiplier
-        try:
-            await self._timed(
-                "sandbox_start",
-                self.sidecars.start(spec.network, pull=self.spec.pull, build_timeout=limit, notices=notices),
-            )
-        except SidecarFailed as exc:
-            self.fail(exc.cause, str(exc))
-            return None
-        finally:
-            self.result.warnings += notices
-        return spec.model_copy(update={"pod": self.sidecars.pod(MAIN)})
+    except SidecarFailed as exc:
+        state.fail(exc.cause, str(exc))
+        return None
+    finally:
+        state.result.warnings += notices
+    return spec.model_copy(update={"pod": sidecars.pod(MAIN)})
 
-    async def _stop_sidecars(self) -> None:
-        """Stop the sidecars (after the main sandbox); failures become warnings."""
-        sidecars, self.sidecars = self.sidecars, None
-        if sidecars is not None:
-            self.result.warnings += await sidecars.stop()
+
+async def stop_sidecars(state: TrialState) -> None:
+    """Stop the sidecars (after the main sandbox, which shares their network); failures become warnings."""
+    sidecars, state.sidecars = state.sidecars, None
+    if sidecars is not None:
+        state.result.warnings += await sidecars.stop()

@@ -1,0 +1,126 @@
+"""The agent phase of a trial: which agent runs, its optional `prepare_sandbox` hook and `setup` (together
+bounded by the setup timeout), and `run` bounded by the agent timeout.
+
+A Python task without a sandbox is answered by `SingleTurnAgent` (one model call); every other task by the
+agent the trial names. An agent's exception becomes the trial's failure: `sandbox_failed` for a
+`SandboxError` (the sandbox is then not reused), else the cause the exception declares (evsys.agent.base),
+else `agent_error`; its traceback goes to the trial's exception.txt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from typing import TypeVar
+
+from evsys.agent.base import Agent, AgentContext, AgentResult
+from evsys.agent.registry import resolve_agent
+from evsys.agent.single_turn import SingleTurnAgent
+from evsys.engine.results import FailureCause
+from evsys.engine.trial.state import TrialState, describe_exception
+from evsys.sandbox.base import SandboxError, SandboxSpec
+from evsys.trajectory.models import AgentInfo
+
+T = TypeVar("T")
+
+
+class SetupFailed(Exception):
+    """A step of agent setup failed; the failure is already recorded on the trial."""
+
+
+def classify_agent_exception(exc: BaseException) -> FailureCause:
+    """The failure cause of an exception raised by an agent (see evsys.agent.base)."""
+    if isinstance(exc, SandboxError):
+        return FailureCause.SANDBOX_FAILED
+    declared = getattr(exc, "failure_cause", None)
+    try:
+        return FailureCause(declared) if declared else FailureCause.AGENT_ERROR
+    except ValueError:
+        return FailureCause.AGENT_ERROR
+
+
+def trial_agent(state: TrialState) -> Agent:
+    """The agent of the trial: `SingleTurnAgent` for a Python task without a sandbox, else the named one."""
+    agent = state.config.agent
+    if not state.uses_sandbox:
+        return SingleTurnAgent(**agent.kwargs)
+    return resolve_agent(agent.name, agent.kwargs)
+
+
+def agent_info(state: TrialState, agent: Agent) -> AgentInfo:
+    """Who acts, for the trajectory: the agent's name and version and the model."""
+    return AgentInfo(
+        name=agent.name if state.uses_sandbox else state.config.agent.name,
+        version=str(getattr(agent, "version", "unknown")),
+        model_name=state.config.agent.model,
+    )
+
+
+def agent_failed(state: TrialState, exc: Exception, what: str) -> None:
+    """Record an agent's exception as the trial's failure and keep its traceback."""
+    cause = classify_agent_exception(exc)
+    if cause == FailureCause.SANDBOX_FAILED:
+        state.sandbox_alive = False
+    state.fail(cause, f"{what}: {describe_exception(exc)}")
+    state.keep_traceback(exc)
+
+
+async def setup_step(state: TrialState, awaitable: Awaitable[T]) -> T:
+    """One step of agent setup, all steps together bounded by the setup timeout; `SetupFailed` once the
+    failure is recorded."""
+    limit = state.config.setup_timeout_sec
+    spent = state.result.timing.agent_setup or 0.0
+    try:
+        return await state.timed("agent_setup", awaitable, None if limit is None else limit - spent)
+    except TimeoutError:
+        state.fail(FailureCause.AGENT_ERROR, f"agent setup did not finish within {limit:g} s")
+    except Exception as exc:
+        agent_failed(state, exc, "agent setup failed")
+    raise SetupFailed
+
+
+async def prepare_sandbox(
+    state: TrialState, agent: Agent, spec: SandboxSpec, ctx: AgentContext
+) -> SandboxSpec | None:
+    """`spec` adjusted by the agent's `prepare_sandbox` hook (e.g. a harness binding its install tree and
+    proxy socket); None once its failure is recorded."""
+    try:
+        return await setup_step(state, agent.prepare_sandbox(spec, ctx))
+    except SetupFailed:
+        return None
+
+
+async def setup_agent(state: TrialState, agent: Agent, ctx: AgentContext) -> bool:
+    """`agent.setup` in the trial's sandbox; False once its failure is recorded."""
+    # None only for a Python task without a sandbox, whose SingleTurnAgent takes none
+    setup = agent.setup(state.sandbox, ctx)  # type: ignore[arg-type]
+    try:
+        await setup_step(state, setup)
+    except SetupFailed:
+        return False
+    return True
+
+
+async def run_agent(
+    state: TrialState, agent: Agent, instruction: str, ctx: AgentContext, limit: float | None
+) -> bool:
+    """`agent.run` bounded by `limit` seconds; sets `agent_finished` (and returns True) when it returned
+    normally, keeping what it reported (metadata, steps, usage)."""
+    # None only for a Python task without a sandbox, whose SingleTurnAgent takes none
+    run = agent.run(instruction, state.sandbox, ctx)  # type: ignore[arg-type]
+    try:
+        result = await state.timed("agent_run", run, limit)
+    except TimeoutError:
+        message = f"the agent ran past its timeout of {limit:g} s and was killed"
+        state.fail(FailureCause.AGENT_TIMEOUT, message)
+        return False
+    except Exception as exc:
+        agent_failed(state, exc, "the agent failed")
+        return False
+    state.agent_finished = True
+    if isinstance(result, AgentResult):
+        state.result.agent_metadata = result.metadata
+        ctx.trajectory.extend(result.steps)
+        if result.usage is not None:
+            state.result.usage = result.usage
+            state.usage_from_agent = True
+    return True

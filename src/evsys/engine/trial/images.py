@@ -1,0 +1,137 @@
+"""A trial's environment image: which tasks run on an image, getting that image from `evsys.images`, and the
+trial's sandbox spec moved onto it.
+
+A task runs on an image when its Dockerfile needs a build (RUN, a base other than a plain one) or its
+task.toml names a `docker_image`, unless the job skips builds (then it runs on the host rootfs and the
+trial records `ran_on_host_image`). Tasks with no Dockerfile and Python tasks keep the host rootfs.
+One `ImageService` per pull policy is shared by every trial of the process, so concurrent trials of one
+task wait for a single build. The build log goes to `<trial>/environment/build.log`; the build is bounded by
+the trial's `build_timeout_sec` (the task's, scaled by the job's setup multiplier when planned).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from evsys.engine.results import FailureCause, TrialImage
+from evsys.engine.trial.state import TrialState
+from evsys.images import ImageError, ImageResult, ImageService, PullPolicy
+from evsys.sandbox.base import FileCopy, SandboxSpec
+from evsys.sandbox.image import ImageSpec
+from evsys.task.models import Task
+from evsys.util.hostca import SANDBOX_CA_PATH, ca_environment, host_ca_bundle
+
+_SERVICES: dict[str, ImageService] = {}
+BUILD_LOG = "environment/build.log"
+_ACTIVITY: dict[str, tuple[float, str]] = {}
+
+
+def needs_image(task: Task, skip_build: bool) -> bool:
+    """True when the task runs on a built or pulled image rather than the host rootfs."""
+    return task.environment.needs_image and not skip_build
+
+
+def image_service(pull_policy: PullPolicy = "missing") -> ImageService:
+    """The process's image service for a pull policy."""
+    if pull_policy not in _SERVICES:
+        _SERVICES[pull_policy] = ImageService(pull_policy=pull_policy)
+    return _SERVICES[pull_policy]
+
+
+def build_activity() -> list[str]:
+    """What image builds print right now (one line per task being built), for progress displays."""
+    now = time.monotonic()
+    return [f"{task}: {line}" for task, (at, line) in sorted(_ACTIVITY.items()) if now - at < 600]
+
+
+async def task_image(
+    task: Task,
+    trial_dir: Path,
+    *,
+    pull_policy: PullPolicy,
+    timeout: float,  # noqa: ASYNC109 - the build's own limit
+    notices: list[str],
+) -> ImageResult:
+    """The image of `task` (built, pulled or cached), its build log under the trial dir."""
+    log = trial_dir / BUILD_LOG
+    log.parent.mkdir(parents=True, exist_ok=True)
+
+    def on_line(line: str) -> None:
+        if line.strip():
+            _ACTIVITY[task.name] = (time.monotonic(), line.strip()[:120])
+
+    try:
+        return await image_service(pull_policy).task_image(
+            task.path,
+            docker_image=task.config.environment.docker_image,
+            build_timeout=timeout,
+            name=task.name,
+            log=log,
+            on_line=on_line,
+            notice=notices.append,
+        )
+    finally:
+        _ACTIVITY.pop(task.name, None)
+
+
+def image_spec(spec: SandboxSpec, task: Task, image: ImageSpec) -> SandboxSpec:
+    """`spec` on an image: the image brings the Dockerfile's files, ENV, WORKDIR and USER; task.toml's
+    `[environment] env` and `workdir` still apply on top. A sandbox with network also gets the host's CA
+    bundle and the variables pointing tools at it (the host rootfs has it already; an image does not), unless
+    the task sets them itself."""
+    env = task.config.environment
+    user = image.config.user or ""
+    files: list[FileCopy] = []
+    variables: dict[str, str] = {}
+    bundle = host_ca_bundle()
+    if spec.network != "no-network" and bundle is not None:
+        files.append(FileCopy(src=bundle, dst=SANDBOX_CA_PATH))
+        variables = ca_environment(SANDBOX_CA_PATH)
+    return spec.model_copy(
+        update={
+            "image": image,
+            "files": files,
+            "env": variables | dict(env.env),
+            "workdir": env.workdir or image.config.workdir or task.environment.workdir,
+            "user": "root" if user.split(":")[0] in ("root", "0") else spec.user,
+        }
+    )
+
+
+def build_timeout(state: TrialState, task: Task) -> float:
+    """The trial's limit on building its images: as planned, else (a spec made by hand) the task's own."""
+    planned = state.config.build_timeout_sec
+    return planned if planned is not None else task.config.environment.build_timeout_sec
+
+
+async def on_image(state: TrialState, task: Task, spec: SandboxSpec) -> SandboxSpec | None:
+    """`spec` moved onto the task's image (built, pulled or cached now, recorded on the result); None once
+    a failed build is recorded."""
+    trial_dir = state.store.trial_dir(state.config.trial_name)
+    notices: list[str] = []
+    try:
+        image = await state.timed(
+            "environment_build",
+            task_image(
+                task,
+                trial_dir,
+                pull_policy=state.spec.pull,
+                timeout=build_timeout(state, task),
+                notices=notices,
+            ),
+        )
+    except ImageError as exc:
+        state.fail(FailureCause.ENVIRONMENT_BUILD_FAILED, f"{exc} (log: {BUILD_LOG})")
+        return None
+    finally:
+        state.result.warnings += notices
+    state.result.image = TrialImage(
+        ref=image.spec.ref,
+        source=image.source,
+        key=image.key,
+        synthesised_bases=image.synthesised_bases,
+        pull_error=image.pull_error,
+        seconds=image.seconds,
+    )
+    return image_spec(spec, task, image.spec)
