@@ -131,7 +131,7 @@ def diff(
         )  # fmt: skip
     out = _out()
     out.print(table)
-    both = [r for r in rows if r.delta is not None]
-    up = sum(1 for r in both if r.delta > 1e-9)
-    down = sum(1 for r in both if r.delta < -1e-9)
+    both = [r.delta for r in rows if r.delta is not None]
+    up = sum(1 for change in both if change > 1e-9)
+    down = sum(1 for change in both if change < -1e-9)
     out.print(f"{len(both)} in both: {up} better, {down} worse, {len(both) - up - down} unchanged")

@@ -14,6 +14,7 @@ import hashlib
 import os
 import re
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -138,6 +139,11 @@ def _file_digest(path: str) -> bytes:
     return h.digest()
 
 
+def _keep_prefix(name: str) -> Callable[[re.Match[str]], str]:
+    """A `re.sub` replacement: the match's first group followed by `name` (taken as is, no escapes)."""
+    return lambda match: match.group(1) + name
+
+
 def with_stored_bases(text: str, stored_as: dict[str, str]) -> str:
     """The Dockerfile with each base reference (`FROM x`, `COPY --from=x`) that is stored under another name
     (one given by digest) replaced by that name: buildah finds it without a registry."""
@@ -145,11 +151,7 @@ def with_stored_bases(text: str, stored_as: dict[str, str]) -> str:
         if written == stored:
             continue
         quoted = re.escape(written)
-        text = re.sub(
-            rf"(?im)^(\s*FROM\s+(?:--\S+\s+)*){quoted}(?=\s|$)",
-            lambda m, name=stored: m.group(1) + name,
-            text,
-        )
+        text = re.sub(rf"(?im)^(\s*FROM\s+(?:--\S+\s+)*){quoted}(?=\s|$)", _keep_prefix(stored), text)
         text = re.sub(rf"(?i)--from={quoted}(?=\s)", f"--from={stored}", text)
     return text
 

@@ -96,7 +96,7 @@ async def run_tool(
         except TimeoutError:
             timed_out = True
             await _stop_group(proc)
-        await proc.wait()
+        code = await proc.wait()
     except BaseException:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
@@ -106,7 +106,7 @@ async def run_tool(
         if sink is not None:
             sink.close()
     text = b"".join(chunks).decode("utf-8", "replace")
-    return ToolResult(proc.returncode if not timed_out else -9, text, timed_out)
+    return ToolResult(code if not timed_out else -9, text, timed_out)
 
 
 async def _stop_group(proc: asyncio.subprocess.Process) -> None:

@@ -188,7 +188,10 @@ class PerTurnHarnessAdapter(ProcessHarnessAdapter):
                 queue.put_nowait(event)
         except Exception as exc:  # a broken native log must not lose the turn's outcome
             detail = f"reading the harness's output after turn {turn} failed: {type(exc).__name__}: {exc}"
-            data = {"kind": "after_turn", "message": f"harness {self.config.name!r}: {detail}"}
+            data: dict[str, Any] = {
+                "kind": "after_turn",
+                "message": f"harness {self.config.name!r}: {detail}",
+            }
             queue.put_nowait(HarnessEvent(type=HarnessEventType.ERROR, data=data, turn=turn))
         if code != 0:
             stopped = " (stop() was called during the turn)" if self.stopped else ""

@@ -73,7 +73,7 @@ def sandbox_path(dst: str) -> PurePosixPath:
 @functools.cache
 def host_system_entries() -> list[tuple[str, str | None]]:
     """Top-level system entries: (name, symlink target, or None for a directory bound read-only)."""
-    entries = []
+    entries: list[tuple[str, str | None]] = []
     for name in SYSTEM_DIRS:
         host = Path("/") / name
         if host.is_symlink():

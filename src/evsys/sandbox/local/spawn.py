@@ -13,6 +13,7 @@ from __future__ import annotations
 import array
 import asyncio
 import contextlib
+import functools
 import marshal
 import os
 import select
@@ -73,7 +74,12 @@ async def wait_readable(fd: int) -> None:
     """Wait (on the event loop, never blocking it) until `fd` is readable."""
     loop = asyncio.get_running_loop()
     ready = loop.create_future()
-    loop.add_reader(fd, lambda: ready.done() or ready.set_result(None))
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_reader(fd, wake)
     try:
         await ready
     finally:
@@ -239,7 +245,7 @@ async def _attach(pid: int, pidfd: int, pipes: list, limit: int) -> SpawnedProce
     readers = []
     for pipe in (stdout, stderr):
         reader = asyncio.StreamReader(limit=limit, loop=loop)
-        await loop.connect_read_pipe(lambda r=reader: asyncio.StreamReaderProtocol(r, loop=loop), pipe)
+        await loop.connect_read_pipe(functools.partial(asyncio.StreamReaderProtocol, reader, loop=loop), pipe)
         readers.append(reader)
     transport, protocol = await loop.connect_write_pipe(
         lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader(loop=loop), loop=loop), stdin
