@@ -21,14 +21,15 @@ def export(
     advantage: Annotated[str, typer.Option("--advantage", help="mean | mean_std | leave_one_out")] = "mean",
 ) -> None:
     """Export a job: RL rows (tokens, masks, logprobs, rewards, advantages), SFT chats, ATIF copies."""
-    from evsys.trajectory.advantages import ADVANTAGE_METHODS, is_advantage_method
-    from evsys.trajectory.export import EXPORT_FORMATS, ExportError, export_job, is_export_format
+    from evsys.trajectory.advantages import ADVANTAGE_METHODS
+    from evsys.trajectory.export import EXPORT_FORMATS, ExportError, export_job
+    from evsys.util.literals import is_one_of
 
     err = Console(stderr=True, highlight=False, soft_wrap=True)
-    if not is_export_format(fmt):
+    if not is_one_of(fmt, EXPORT_FORMATS):
         err.print(f"[red]error:[/red] --format must be one of {', '.join(EXPORT_FORMATS)}, got {fmt!r}")
         raise typer.Exit(2)
-    if not is_advantage_method(advantage):
+    if not is_one_of(advantage, ADVANTAGE_METHODS):
         err.print(f"[red]error:[/red] --advantage must be one of {', '.join(ADVANTAGE_METHODS)}")
         raise typer.Exit(2)
     try:

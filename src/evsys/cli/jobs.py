@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+
+if TYPE_CHECKING:
+    from evsys.viewer.jobdata import LoadedJob
 
 jobs_app = typer.Typer(no_args_is_help=True, help="List, summarise and compare job directories.")
 
@@ -29,7 +32,7 @@ def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
-def _load(path: Path):
+def _load(path: Path) -> LoadedJob:
     from evsys.viewer.jobdata import is_job_dir, load_job
 
     if not is_job_dir(path):

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.panel import Panel
+
+if TYPE_CHECKING:
+    from evsys.trajectory.models import Step
+    from evsys.viewer.trialdata import LoadedTrial
 
 trial_app = typer.Typer(no_args_is_help=True, help="Show one trial of a job.")
 
@@ -52,7 +56,7 @@ def show(
         out.print("logs: " + ", ".join(escape(f.path) for f in trial.logs))
 
 
-def _outcome(out: Console, trial) -> None:
+def _outcome(out: Console, trial: LoadedTrial) -> None:
     result = trial.result
     if result is None:
         out.print(f"[bold]{escape(trial.name)}[/]: no result.json yet")
@@ -69,7 +73,7 @@ def _outcome(out: Console, trial) -> None:
     out.print("timing: " + ", ".join(f"{name} {value:.2f}s" for name, value in phases))
 
 
-def _step(out: Console, step, full: bool) -> None:
+def _step(out: Console, step: Step, full: bool) -> None:
     parts: list[str] = []
     if step.reasoning_content:
         parts.append(f"[dim]reasoning: {escape(_clip(step.reasoning_content, full))}[/]")

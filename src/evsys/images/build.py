@@ -14,11 +14,11 @@ import hashlib
 import os
 import re
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from evsys.images.storage import ImageError, Storage, run_tool
+from evsys.images.storage import ImageError, LineCallback, Storage, run_tool
 from evsys.task.dockerfile_syntax import split_instructions
 from evsys.task.dockerignore import DockerIgnore
 from evsys.util.hostca import CA_VARIABLES, ca_environment, host_ca_bundle
@@ -106,7 +106,7 @@ class BuildContext:
         it changes whenever `key` might."""
         h = hashlib.sha256(f"{self.dockerfile}\0{sorted(self.build_args.items())}".encode())
         count = 0
-        for path in [self.dockerfile, *_walk(self.context)]:
+        for path in [str(self.dockerfile), *_walk(self.context)]:
             st = os.lstat(path)
             h.update(f"{path}|{st.st_size}|{st.st_mtime_ns}|{st.st_mode}\0".encode())
             count += 1
@@ -124,7 +124,7 @@ class BuildContext:
         return h.hexdigest()
 
 
-def _walk(top: Path):
+def _walk(top: Path) -> Iterator[str]:
     for root, dirs, files in os.walk(top):
         dirs.sort()
         for name in sorted(files) + dirs:
@@ -170,7 +170,7 @@ async def buildah_bud(
     *,
     timeout: float,  # noqa: ASYNC109 - the build's own limit
     log: Path | None = None,
-    on_line=None,
+    on_line: LineCallback | None = None,
 ) -> None:
     """Build `ctx` into `storage` as `tag`; raise BuildFailed with the log tail on failure or timeout."""
     storage.home.mkdir(parents=True, exist_ok=True)

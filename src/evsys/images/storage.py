@@ -16,6 +16,7 @@ import os
 import shutil
 import signal
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +24,9 @@ from evsys.sandbox.image import ImageConfig, ImageSpec
 
 STOP_GRACE = 10.0
 TOOL_PACKAGES = {"buildah": "buildah", "skopeo": "skopeo", "mmdebstrap": "mmdebstrap"}
+
+LineCallback = Callable[[str], None]
+"""Called with each line a tool prints (a build's progress)."""
 
 
 class ImageError(RuntimeError):
@@ -61,7 +65,7 @@ async def run_tool(
     *,
     timeout: float | None = None,  # noqa: ASYNC109 - the tool's own limit
     log: Path | None = None,
-    on_line=None,
+    on_line: LineCallback | None = None,
     env: dict[str, str] | None = None,
 ) -> ToolResult:
     """Run a tool in its own process group; its output (stdout and stderr merged) goes to `log` as it comes

@@ -18,6 +18,7 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
+from typing import TextIO
 
 PASSED, FAILED, SKIPPED, ERROR, XFAIL, XPASS, MISSING = (
     "PASSED",
@@ -57,7 +58,7 @@ def _strip_root(test: str, root: str) -> str:
     return test[len(root) + 1 :] if root and test.startswith(root + "/") else test
 
 
-def run_chunk(cmd: str, ids: list[str], log_file, root: str) -> tuple[str, list[str]]:
+def run_chunk(cmd: str, ids: list[str], log_file: TextIO, root: str) -> tuple[str, list[str]]:
     """Run one chunk; ids the runner did not find are dropped and the rest run again. Returns the log of the
     last run and the missing ids."""
     missing: list[str] = []
@@ -80,7 +81,7 @@ def run_chunk(cmd: str, ids: list[str], log_file, root: str) -> tuple[str, list[
 
 
 def recover_truncated(
-    cmd: str, missing: list[str], outcomes: dict[str, str], log_file, root: str
+    cmd: str, missing: list[str], outcomes: dict[str, str], log_file: TextIO, root: str
 ) -> list[str]:
     """Parametrized ids pytest did not find: their whole test function runs, and each id gets the outcome of
     the runs whose id equals it, or equals it once cut at its first space (SWE-bench's lists hold such ids:

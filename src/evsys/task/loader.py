@@ -38,7 +38,8 @@ class TaskLoadError(Exception):
     def __str__(self) -> str:
         return "\n".join(str(p) for p in self.errors) or f"{self.task_name}: invalid task"
 
-    def __reduce__(self):  # keep pickling (multiprocessing, ray) working
+    def __reduce__(self) -> tuple[type[TaskLoadError], tuple[str, Path, list[Problem]]]:
+        # keep pickling (multiprocessing, ray) working
         return (TaskLoadError, (self.task_name, self.path, self.problems))
 
 

@@ -17,18 +17,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Literal, TypeGuard, get_args
+from typing import Literal, get_args
 
 from pydantic import BaseModel, Field
 
 AdvantageMethod = Literal["mean", "mean_std", "leave_one_out"]
 ADVANTAGE_METHODS: tuple[AdvantageMethod, ...] = get_args(AdvantageMethod)
-
-
-def is_advantage_method(name: str) -> TypeGuard[AdvantageMethod]:
-    """Whether `name` is one of ADVANTAGE_METHODS."""
-    return name in ADVANTAGE_METHODS
-
 
 ZERO_VARIANCE_TOL = 1e-12
 """Rewards whose max - min is at most this are treated as all equal."""

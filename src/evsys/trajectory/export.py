@@ -12,7 +12,7 @@ import io
 import json
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Literal, TypeGuard, get_args
+from typing import Any, Literal, get_args
 
 from evsys.trajectory.advantages import AdvantageMethod
 from evsys.trajectory.groups import RolloutTrajectory, TrajectoryGroup, TrialRecord, rollout_from_trial
@@ -39,11 +39,6 @@ RL_COLUMNS = (
 
 class ExportError(ValueError):
     """The job directory cannot be exported (missing, no trials); the message names the path."""
-
-
-def is_export_format(name: str) -> TypeGuard[ExportFormat]:
-    """Whether `name` is one of EXPORT_FORMATS."""
-    return name in EXPORT_FORMATS
 
 
 def _trial_dirs(job_dir: Path) -> list[Path]:

@@ -211,8 +211,9 @@ async def _wait_exit(process: HarnessProcess, reader: asyncio.Task) -> int:
         while process.returncode is None:
             watched = {waiter} if reader.done() else {waiter, reader}
             done, _ = await asyncio.wait(watched, timeout=EXIT_POLL_S)
-            if reader in done and reader.exception() is not None:
-                raise reader.exception()  # type: ignore[misc]
+            failure = reader.exception() if reader in done else None
+            if failure is not None:
+                raise failure
             if waiter in done:
                 return waiter.result()
         return process.returncode

@@ -36,12 +36,17 @@ class SpawnedProcess:
     """A bwrap child started through the spawner: its pipes as asyncio streams, plus kill and async wait."""
 
     def __init__(
-        self, pid: int, pidfd: int, stdin: asyncio.StreamWriter, stdout: asyncio.StreamReader, stderr
+        self,
+        pid: int,
+        pidfd: int,
+        stdin: asyncio.StreamWriter,
+        stdout: asyncio.StreamReader,
+        stderr: asyncio.StreamReader,
     ) -> None:
         self.pid = pid
         self.stdin = stdin
         self.stdout = stdout
-        self.stderr: asyncio.StreamReader = stderr
+        self.stderr = stderr
         self._pidfd = pidfd
         self._exited = False
 
