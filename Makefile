@@ -23,10 +23,13 @@ test: setup
 bench: setup
 	$(PY) bench/run_all.py $(BENCH)
 
+# What CI checks besides the tests: ruff (lint and format), the import layers in .importlinter, and types
+# (mypy over src/evsys, configured in pyproject.toml's [tool.mypy]).
 lint: setup
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/ruff format --check src tests bench
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 
 format: setup
 	$(VENV)/bin/ruff format src tests bench

@@ -23,12 +23,13 @@ def export(
     """Export a job: RL rows (tokens, masks, logprobs, rewards, advantages), SFT chats, ATIF copies."""
     from evsys.trajectory.advantages import ADVANTAGE_METHODS
     from evsys.trajectory.export import EXPORT_FORMATS, ExportError, export_job
+    from evsys.util.literals import is_one_of
 
     err = Console(stderr=True, highlight=False, soft_wrap=True)
-    if fmt not in EXPORT_FORMATS:
+    if not is_one_of(fmt, EXPORT_FORMATS):
         err.print(f"[red]error:[/red] --format must be one of {', '.join(EXPORT_FORMATS)}, got {fmt!r}")
         raise typer.Exit(2)
-    if advantage not in ADVANTAGE_METHODS:
+    if not is_one_of(advantage, ADVANTAGE_METHODS):
         err.print(f"[red]error:[/red] --advantage must be one of {', '.join(ADVANTAGE_METHODS)}")
         raise typer.Exit(2)
     try:

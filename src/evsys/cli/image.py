@@ -6,19 +6,22 @@ import asyncio
 import json
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+if TYPE_CHECKING:
+    from evsys.task.models import Task
+
 image_app = typer.Typer(no_args_is_help=True)
 console = Console(stderr=True)
 out = Console()
 
 
-def _size(n: int) -> str:
+def _size(n: float) -> str:
     for unit in ("B", "KB", "MB", "GB"):
         if n < 1024 or unit == "GB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -41,9 +44,11 @@ def build(
 ) -> None:
     """Build (or pull) the image of every task that runs on one, ahead of a run."""
     from evsys.images import ImageError, ImageService
+    from evsys.images.service import PULL_POLICIES
     from evsys.task.loader import DatasetNotFoundError, load_tasks
+    from evsys.util.literals import is_one_of
 
-    if pull not in ("missing", "always", "never"):
+    if not is_one_of(pull, PULL_POLICIES):
         raise _fail(f"--pull must be missing, always or never, not {pull!r}")
     tasks = []
     try:
@@ -51,11 +56,11 @@ def build(
             tasks += load_tasks(path).tasks
     except DatasetNotFoundError as exc:
         raise _fail(str(exc)) from None
-    service = ImageService(pull_policy=pull)  # type: ignore[arg-type]
+    service = ImageService(pull_policy=pull)
     table = Table("task", "image", "source", "seconds")
     failed = 0
 
-    async def one(task) -> None:
+    async def one(task: Task) -> None:
         nonlocal failed
         if not task.environment.needs_image:
             table.add_row(task.name, "-", "host rootfs (nothing to build)", "-")

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from evsys.cli.markup import shown
+
+if TYPE_CHECKING:
+    from evsys.viewer.jobdata import LoadedJob
 
 jobs_app = typer.Typer(no_args_is_help=True, help="List, summarise and compare job directories.")
 
@@ -30,7 +33,7 @@ def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.3f}"
 
 
-def _load(path: Path):
+def _load(path: Path) -> LoadedJob:
     from evsys.viewer.jobdata import is_job_dir, load_job
 
     if not is_job_dir(path):
@@ -132,7 +135,7 @@ def diff(
         )  # fmt: skip
     out = _out()
     out.print(table)
-    both = [r for r in rows if r.delta is not None]
-    up = sum(1 for r in both if r.delta > 1e-9)
-    down = sum(1 for r in both if r.delta < -1e-9)
+    both = [r.delta for r in rows if r.delta is not None]
+    up = sum(1 for change in both if change > 1e-9)
+    down = sum(1 for change in both if change < -1e-9)
     out.print(f"{len(both)} in both: {up} better, {down} worse, {len(both) - up - down} unchanged")

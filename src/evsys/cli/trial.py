@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 from rich.panel import Panel
 
 from evsys.cli.markup import shown
+
+if TYPE_CHECKING:
+    from evsys.trajectory.models import Step
+    from evsys.viewer.trialdata import LoadedTrial
 
 trial_app = typer.Typer(no_args_is_help=True, help="Show one trial of a job.")
 
@@ -54,7 +58,7 @@ def show(
         out.print("logs: " + ", ".join(shown(f.path) for f in trial.logs))
 
 
-def _outcome(out: Console, trial) -> None:
+def _outcome(out: Console, trial: LoadedTrial) -> None:
     result = trial.result
     if result is None:
         out.print(f"[bold]{shown(trial.name)}[/]: no result.json yet")
@@ -71,7 +75,7 @@ def _outcome(out: Console, trial) -> None:
     out.print("timing: " + ", ".join(f"{name} {value:.2f}s" for name, value in phases))
 
 
-def _step(out: Console, step, full: bool) -> None:
+def _step(out: Console, step: Step, full: bool) -> None:
     parts: list[str] = []
     if step.reasoning_content:
         parts.append(f"[dim]reasoning: {shown(_clip(step.reasoning_content, full))}[/]")

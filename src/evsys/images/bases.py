@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 from evsys.images.refs import SynthesisPlan
-from evsys.images.storage import ImageError, Storage, run_tool, tool
+from evsys.images.storage import ImageError, LineCallback, Storage, run_tool, tool
 
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 UBUNTU_MIRROR = "http://archive.ubuntu.com/ubuntu"
@@ -87,7 +87,12 @@ def mmdebstrap_argv(plan: SynthesisPlan, output: Path) -> list[str]:
 
 
 async def synthesise(
-    storage: Storage, name: str, plan: SynthesisPlan, *, log: Path | None = None, on_line=None
+    storage: Storage,
+    name: str,
+    plan: SynthesisPlan,
+    *,
+    log: Path | None = None,
+    on_line: LineCallback | None = None,
 ) -> None:
     """Build the distribution of `plan` with mmdebstrap and commit it into `storage` as `name`."""
     storage.home.mkdir(parents=True, exist_ok=True)

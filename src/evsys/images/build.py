@@ -14,10 +14,11 @@ import hashlib
 import os
 import re
 import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from evsys.images.storage import ImageError, Storage, run_tool
+from evsys.images.storage import ImageError, LineCallback, Storage, run_tool
 from evsys.task.dockerfile_syntax import split_instructions
 from evsys.task.dockerignore import DockerIgnore
 from evsys.util.hostca import CA_VARIABLES, ca_environment, host_ca_bundle
@@ -105,7 +106,7 @@ class BuildContext:
         it changes whenever `key` might."""
         h = hashlib.sha256(f"{self.dockerfile}\0{sorted(self.build_args.items())}".encode())
         count = 0
-        for path in [self.dockerfile, *_walk(self.context)]:
+        for path in [str(self.dockerfile), *_walk(self.context)]:
             st = os.lstat(path)
             h.update(f"{path}|{st.st_size}|{st.st_mtime_ns}|{st.st_mode}\0".encode())
             count += 1
@@ -123,7 +124,7 @@ class BuildContext:
         return h.hexdigest()
 
 
-def _walk(top: Path):
+def _walk(top: Path) -> Iterator[str]:
     for root, dirs, files in os.walk(top):
         dirs.sort()
         for name in sorted(files) + dirs:
@@ -138,6 +139,11 @@ def _file_digest(path: str) -> bytes:
     return h.digest()
 
 
+def _keep_prefix(name: str) -> Callable[[re.Match[str]], str]:
+    """A `re.sub` replacement: the match's first group followed by `name` (taken as is, no escapes)."""
+    return lambda match: match.group(1) + name
+
+
 def with_stored_bases(text: str, stored_as: dict[str, str]) -> str:
     """The Dockerfile with each base reference (`FROM x`, `COPY --from=x`) that is stored under another name
     (one given by digest) replaced by that name: buildah finds it without a registry."""
@@ -145,11 +151,7 @@ def with_stored_bases(text: str, stored_as: dict[str, str]) -> str:
         if written == stored:
             continue
         quoted = re.escape(written)
-        text = re.sub(
-            rf"(?im)^(\s*FROM\s+(?:--\S+\s+)*){quoted}(?=\s|$)",
-            lambda m, name=stored: m.group(1) + name,
-            text,
-        )
+        text = re.sub(rf"(?im)^(\s*FROM\s+(?:--\S+\s+)*){quoted}(?=\s|$)", _keep_prefix(stored), text)
         text = re.sub(rf"(?i)--from={quoted}(?=\s)", f"--from={stored}", text)
     return text
 
@@ -168,7 +170,7 @@ async def buildah_bud(
     *,
     timeout: float,  # noqa: ASYNC109 - the build's own limit
     log: Path | None = None,
-    on_line=None,
+    on_line: LineCallback | None = None,
 ) -> None:
     """Build `ctx` into `storage` as `tag`; raise BuildFailed with the log tail on failure or timeout."""
     storage.home.mkdir(parents=True, exist_ok=True)

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 
 from evsys.images.refs import ImageRef
-from evsys.images.storage import ImageError, Storage, run_tool, tool
+from evsys.images.storage import ImageError, LineCallback, Storage, run_tool, tool
 
 PULL_TIMEOUT = 1800.0
 _AUTH_WORDS = ("unauthorized", "authentication required", "denied", "401")
@@ -70,7 +70,7 @@ async def pull(
     *,
     timeout: float = PULL_TIMEOUT,  # noqa: ASYNC109 - the pull's own limit
     log: Path | None = None,
-    on_line=None,
+    on_line: LineCallback | None = None,
 ) -> None:
     """Copy `ref` from its registry into `storage` under its full name (and digest when given by digest)."""
     argv = [tool("skopeo"), "copy", "--retry-times", "1"]

@@ -18,18 +18,19 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, Field
 
 from evsys.images import bases, pull
 from evsys.images.build import BuildContext, buildah_bud
-from evsys.images.refs import ImageRefError, parse_ref, synthesis_plan
-from evsys.images.storage import ImageError, Storage, run_tool
+from evsys.images.refs import ImageRef, ImageRefError, SynthesisPlan, parse_ref, synthesis_plan
+from evsys.images.storage import ImageError, LineCallback, Storage, run_tool
 from evsys.sandbox.image import ImageSpec
 from evsys.util.atomic import write_text_atomic
 
 PullPolicy = Literal["missing", "always", "never"]
+PULL_POLICIES: tuple[PullPolicy, ...] = get_args(PullPolicy)
 Source = Literal["cached", "built", "pulled", "stored"]
 DOCKERFILE = "environment/Dockerfile"
 SMALL_CONTEXT = 64  # context entries fingerprinted on the event loop (~1 µs each); larger ones in a thread
@@ -87,7 +88,12 @@ class ImageService:
 
     # ---------------------------------------------------------------- references and bases
     async def ensure_ref(
-        self, text: str, *, log: Path | None = None, on_line=None, notice: Notice | None = None
+        self,
+        text: str,
+        *,
+        log: Path | None = None,
+        on_line: LineCallback | None = None,
+        notice: Notice | None = None,
     ) -> tuple[str, str | None]:
         """Make the image `text` present in the storage: stored, pulled or (for a well-known base that cannot
         be pulled) synthesised. Returns (name in the storage, description if synthesised)."""
@@ -155,7 +161,9 @@ class ImageService:
         if done.returncode != 0:
             raise ImageError(f"buildah tag {source} {name} failed: {done.output.strip()[-300:]}")
 
-    async def _build_python(self, name: str, plan, distro: str, *, log: Path | None, on_line) -> None:
+    async def _build_python(
+        self, name: str, plan: SynthesisPlan, distro: str, *, log: Path | None, on_line: LineCallback | None
+    ) -> None:
         """Build `python:3.X` on top of its synthesised distribution base, stored as `name`."""
         with tempfile.TemporaryDirectory(prefix="python-base-", dir=self.storage.home) as tmp:
             dockerfile = Path(tmp) / "Dockerfile"
@@ -172,7 +180,7 @@ class ImageService:
     def _synth_path(self, image_id: str) -> Path:
         return self.storage.home / "synthesised" / image_id
 
-    def _synth_note(self, record: dict, ref=None) -> str | None:
+    def _synth_note(self, record: dict, ref: ImageRef | None = None) -> str | None:
         """What a stored image was synthesised as (for `ref`, the plan of that reference: its own notes), or
         None when it was pulled or built."""
         try:
@@ -191,7 +199,7 @@ class ImageService:
         build_timeout: float = 600.0,
         name: str = "task",
         log: Path | None = None,
-        on_line=None,
+        on_line: LineCallback | None = None,
         notice: Notice | None = None,
     ) -> ImageResult:
         """The image a task directory runs on: its `docker_image` (pulled, or built from its Dockerfile when
@@ -236,7 +244,7 @@ class ImageService:
         name: str = "task",
         timeout: float = 600.0,  # noqa: ASYNC109 - the build's limit
         log: Path | None = None,
-        on_line=None,
+        on_line: LineCallback | None = None,
         notice: Notice | None = None,
     ) -> ImageResult:
         """Build `ctx` once (by content key) and return its image."""

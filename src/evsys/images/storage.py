@@ -16,6 +16,7 @@ import os
 import shutil
 import signal
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +24,9 @@ from evsys.sandbox.image import ImageConfig, ImageSpec
 
 STOP_GRACE = 10.0
 TOOL_PACKAGES = {"buildah": "buildah", "skopeo": "skopeo", "mmdebstrap": "mmdebstrap"}
+
+LineCallback = Callable[[str], None]
+"""Called with each line a tool prints (a build's progress)."""
 
 
 class ImageError(RuntimeError):
@@ -61,7 +65,7 @@ async def run_tool(
     *,
     timeout: float | None = None,  # noqa: ASYNC109 - the tool's own limit
     log: Path | None = None,
-    on_line=None,
+    on_line: LineCallback | None = None,
     env: dict[str, str] | None = None,
 ) -> ToolResult:
     """Run a tool in its own process group; its output (stdout and stderr merged) goes to `log` as it comes
@@ -96,7 +100,7 @@ async def run_tool(
         except TimeoutError:
             timed_out = True
             await _stop_group(proc)
-        await proc.wait()
+        code = await proc.wait()
     except BaseException:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
@@ -106,7 +110,7 @@ async def run_tool(
         if sink is not None:
             sink.close()
     text = b"".join(chunks).decode("utf-8", "replace")
-    return ToolResult(proc.returncode if not timed_out else -9, text, timed_out)
+    return ToolResult(code if not timed_out else -9, text, timed_out)
 
 
 async def _stop_group(proc: asyncio.subprocess.Process) -> None:

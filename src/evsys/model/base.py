@@ -7,7 +7,7 @@ that cannot provide them leave them `None` rather than guessing."""
 
 from __future__ import annotations
 
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -18,6 +18,7 @@ ToolSchema = dict[str, Any]
 """One tool in OpenAI shape: {"type": "function", "function": {"name", "description", "parameters"}}."""
 
 FinishReason = Literal["stop", "length", "tool_calls"]
+FINISH_REASONS: tuple[FinishReason, ...] = get_args(FinishReason)
 
 
 class SamplingParams(BaseModel):

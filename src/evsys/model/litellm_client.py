@@ -10,7 +10,15 @@ import os
 import time
 from typing import Any
 
-from evsys.model.base import Completion, Message, SamplingParams, ToolSchema, Usage
+from evsys.model.base import (
+    FINISH_REASONS,
+    Completion,
+    FinishReason,
+    Message,
+    SamplingParams,
+    ToolSchema,
+    Usage,
+)
 from evsys.model.errors import ModelError, RetryableModelError
 from evsys.model.openai_client import map_status_error
 from evsys.model.openai_wire import parse_tool_call
@@ -95,7 +103,7 @@ class LiteLLMClient:
         except Exception:  # models missing from the price table have no cost
             cost = None
         usage = getattr(response, "usage", None)
-        finish = choice.finish_reason if choice.finish_reason in ("stop", "length", "tool_calls") else "stop"
+        finish: FinishReason = choice.finish_reason if choice.finish_reason in FINISH_REASONS else "stop"
         return Completion(
             text=message.content or "",
             tool_calls=calls,

@@ -15,7 +15,15 @@ import os
 import time
 from typing import Any
 
-from evsys.model.base import Completion, Message, SamplingParams, ToolSchema, Usage
+from evsys.model.base import (
+    FINISH_REASONS,
+    Completion,
+    FinishReason,
+    Message,
+    SamplingParams,
+    ToolSchema,
+    Usage,
+)
 from evsys.model.errors import (
     AuthenticationError,
     ContextOverflowError,
@@ -136,7 +144,7 @@ class OpenAIClient:
         prompt_ids = _extra(response, "prompt_token_ids", "input_ids") or _extra(choice, "prompt_token_ids")
         usage = response.usage
         cached = getattr(getattr(usage, "prompt_tokens_details", None), "cached_tokens", 0) or 0
-        finish = choice.finish_reason if choice.finish_reason in ("stop", "length", "tool_calls") else "stop"
+        finish: FinishReason = choice.finish_reason if choice.finish_reason in FINISH_REASONS else "stop"
         if calls and finish == "stop":
             finish = "tool_calls"
         return Completion(
@@ -208,4 +216,5 @@ def _extra(obj: Any, *names: str) -> list[int] | None:
 
 def _ids_from_entries(entries: list[Any]) -> list[int] | None:
     ids = [(getattr(e, "model_extra", None) or {}).get("id") for e in entries]
-    return ids if ids and all(isinstance(i, int) for i in ids) else None
+    ints = [i for i in ids if isinstance(i, int)]
+    return ints if ids and len(ints) == len(ids) else None

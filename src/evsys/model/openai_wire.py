@@ -91,8 +91,9 @@ class TextCompletionRequest(_SamplingRequest):
             prompt = prompt[0]
         if isinstance(prompt, str):
             return encode(prompt)
-        if all(isinstance(t, int) for t in prompt):
-            return list(prompt)  # type: ignore[arg-type]
+        ids = [t for t in prompt if isinstance(t, int)]
+        if len(ids) == len(prompt):
+            return ids
         raise ValueError("prompt must be one string or one list of token ids (batches are not supported)")
 
 

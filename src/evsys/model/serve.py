@@ -183,6 +183,8 @@ async def _stream_chat(
         if body.return_token_ids:
             choice.token_ids = [token_id]
         yield stream.event(choice)
+    else:
+        raise ModelError("the engine's token stream ended without its result")
     delta = Delta(content=completion.text[sent:] if len(completion.text) > sent else None)
     if completion.tool_calls:
         delta.tool_calls = [WireToolCall.of(call, index) for index, call in enumerate(completion.tool_calls)]

@@ -10,6 +10,7 @@ send many).
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
@@ -34,6 +35,7 @@ class _Refusing(BaseModel):
     @classmethod
     def _no_penalty(cls, value: float, info: ValidationInfo) -> float:
         if value != 0.0:
+            assert info.field_name is not None  # a field validator always knows its field
             raise _refuse(info.field_name, "only 0 is accepted")
         return value
 
@@ -88,7 +90,7 @@ class ServeTextRequest(_Refusing, TextCompletionRequest):
     model_config = ConfigDict(extra="forbid")
 
 
-def validation_error_text(error: dict) -> str:
+def validation_error_text(error: Mapping[str, Any]) -> str:
     """One pydantic error of a request body as `field: what is wrong` (refusals without pydantic's prefix)."""
     where = ".".join(map(str, error["loc"][1:]))
     if error["type"] == "extra_forbidden":
@@ -96,6 +98,6 @@ def validation_error_text(error: dict) -> str:
     return f"{where}: {error['msg'].removeprefix('Value error, ')}"
 
 
-def validation_error_param(errors: list[dict]) -> str | None:
+def validation_error_param(errors: Sequence[Any]) -> str | None:
     """The field the first error is about (OpenAI's `error.param`)."""
     return ".".join(map(str, errors[0]["loc"][1:])) or None if errors else None

@@ -124,7 +124,8 @@ def bound_tar(data: bytes, limits: CopyOutLimits, first: Sequence[str] = ()) -> 
         members.sort(key=lambda m: not any(m.name == a or m.name.startswith(a + "/") for a in ahead))
         for member in members:
             why = _over(member, limits, entries=len(dst.getmembers()))
-            payload = src.extractfile(member).read(limits.max_file_bytes) if member.isfile() else None
+            file = src.extractfile(member) if member.isfile() else None
+            payload = file.read(limits.max_file_bytes) if file is not None else None
             if why is None and payload is not None and len(payload) < member.size:
                 why = f"kept the first {len(payload)} of {member.size} bytes"
                 member.size = len(payload)

@@ -41,7 +41,7 @@ class CheckReport(BaseModel):
 
     def lines(self) -> list[tuple[str, str]]:
         """Every problem as (severity, `path/file:field: message`) with paths as the user gave them."""
-        out = []
+        out: list[tuple[str, str]] = []
         for task in self.tasks:
             for problem in task.problems:
                 located = problem.model_copy(update={"file": str(task.path / problem.file)})

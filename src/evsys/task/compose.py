@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
@@ -164,7 +165,9 @@ def _healthcheck(value: object, field: str) -> ComposeHealthcheck | None:
     return check
 
 
-def _service(name: str, raw: dict, env_dir: Path, names: set[str], warn) -> ComposeService:
+def _service(
+    name: str, raw: dict, env_dir: Path, names: set[str], warn: Callable[[str, str], None]
+) -> ComposeService:
     field = f"services.{name}"
     service = ComposeService(name=name)
     if "depends_on" in raw:

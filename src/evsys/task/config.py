@@ -16,6 +16,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
 
 from evsys.task import harbor_keys
 from evsys.task.models import Problem, TaskConfig
@@ -179,7 +180,7 @@ _EXPECTED = {
 }
 
 
-def type_error_message(error: dict[str, Any]) -> str:
+def type_error_message(error: ErrorDetails) -> str:
     """Turn one pydantic error into `expected ..., got ...` wording for users who edit TOML."""
     kind = error["type"]
     got = _describe(error.get("input"))

@@ -366,7 +366,8 @@ def parse_dockerfile(
 def resolve_environment(task_dir: Path) -> tuple[ResolvedEnvironment, list[Problem]]:
     """Resolve `task_dir/environment/`: its Dockerfile (if any) and compose files (which need an image)."""
     env_dir = task_dir / "environment"
-    result, problems = ResolvedEnvironment(), []
+    result = ResolvedEnvironment()
+    problems: list[Problem] = []
     dockerfile = env_dir / "Dockerfile"
     if dockerfile.is_file():
         try:

@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 
 from evsys.task.config import parse_task_toml
 from evsys.task.dockerfile import is_trivial_base, resolve_environment
-from evsys.task.models import Problem, ResolvedEnvironment, Task, TaskConfig
+from evsys.task.models import Problem, ResolvedEnvironment, Severity, Task, TaskConfig
 from evsys.task.steps import load_steps
 
 TASK_MARKERS = ("task.toml", "instruction.md")
@@ -38,7 +38,8 @@ class TaskLoadError(Exception):
     def __str__(self) -> str:
         return "\n".join(str(p) for p in self.errors) or f"{self.task_name}: invalid task"
 
-    def __reduce__(self):  # keep pickling (multiprocessing, ray) working
+    def __reduce__(self) -> tuple[type[TaskLoadError], tuple[str, Path, list[Problem]]]:
+        # keep pickling (multiprocessing, ray) working
         return (TaskLoadError, (self.task_name, self.path, self.problems))
 
 
@@ -99,7 +100,7 @@ def _check_scripts(task_dir: Path, problems: list[Problem], *, require_solution:
             Problem(file="tests/test.sh", message="missing (the verifier runs it to write the reward)")
         )
     if not (task_dir / "solution" / "solve.sh").is_file():
-        severity = "error" if require_solution else "warning"
+        severity: Severity = "error" if require_solution else "warning"
         problems.append(
             Problem(
                 file="solution/solve.sh", message="missing (the oracle agent needs it)", severity=severity

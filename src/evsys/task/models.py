@@ -171,13 +171,16 @@ class CopyOptions(BaseModel):
     chmod: str | None = None
 
 
+Severity = Literal["error", "warning"]
+
+
 class Problem(BaseModel):
     """One thing wrong with a task directory, located by file (relative to the task) and field or line."""
 
     file: str
     field: str | None = None
     message: str
-    severity: Literal["error", "warning"] = "error"
+    severity: Severity = "error"
 
     def __str__(self) -> str:
         where = f"{self.file}:{self.field}" if self.field else self.file

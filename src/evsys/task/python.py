@@ -394,9 +394,10 @@ def load_python_tasks(
         return _load_path(Path(source), verifier, system_prompt, columns, split)
     if isinstance(source, Mapping):
         _fail("<rows>", "expected an iterable of rows (dicts), got a single dict")
+    records: Iterable[Mapping[str, Any]] = source
     if hasattr(source, "columns") and hasattr(source, "to_dict"):  # a pandas DataFrame
-        source = source.to_dict(orient="records")
-    rows = ((i, row) for i, row in enumerate(source, start=1))
+        records = source.to_dict(orient="records")
+    rows = ((i, row) for i, row in enumerate(records, start=1))
     defaults = {"verifier": verifier, "system_prompt": system_prompt}
     return _convert(rows, _Source("<rows>", "item", dict(columns or {}), defaults))
 

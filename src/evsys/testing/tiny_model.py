@@ -159,7 +159,9 @@ def _build_tokenizer(recipe: TinyModelRecipe) -> Any:
 
         def apply_chat_template(self, *args: Any, **kwargs: Any) -> str:
             bootstrap = PreTrainedTokenizerFast(tokenizer_object=_empty_tokenizer())
-            return bootstrap.apply_chat_template(*args, **kwargs)
+            text = bootstrap.apply_chat_template(*args, **kwargs)
+            assert isinstance(text, str), "chats are rendered with tokenize=False"
+            return text
 
     renderer = _Renderer()
     corpus = list(FILLER_TEXT)

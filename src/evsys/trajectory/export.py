@@ -12,7 +12,7 @@ import io
 import json
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from evsys.trajectory.advantages import AdvantageMethod
 from evsys.trajectory.groups import RolloutTrajectory, TrajectoryGroup, TrialRecord, rollout_from_trial
@@ -20,7 +20,7 @@ from evsys.trajectory.models import Trajectory
 from evsys.util.atomic import write_bytes_atomic, write_text_atomic
 
 ExportFormat = Literal["rl", "sft", "atif", "parquet"]
-EXPORT_FORMATS: tuple[str, ...] = ("rl", "sft", "atif", "parquet")
+EXPORT_FORMATS: tuple[ExportFormat, ...] = get_args(ExportFormat)
 RL_COLUMNS = (
     "group_id",
     "task_id",

@@ -209,6 +209,8 @@ def _check_weights(weights: list[float], count: int) -> None:
 class Gate(Rubric):
     """Passes its child's score through when it is >= `threshold`, else scores 0."""
 
+    rubric: Rubric  # the child, registered by add_rubric
+
     def __init__(self, rubric: Rubric, threshold: float = 1.0) -> None:
         super().__init__()
         if not math.isfinite(float(threshold)):

@@ -15,8 +15,10 @@ viewer listens on are refused (a web page elsewhere cannot reach the API through
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from evsys.viewer.files import TEXT_CAP, UnsafePathError
 from evsys.viewer.jobdata import (
@@ -32,6 +34,11 @@ from evsys.viewer.jobdata import (
 from evsys.viewer.tokens import TokenDecoder
 from evsys.viewer.trialdata import load_trial, read_trial_file
 
+if TYPE_CHECKING:
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
 CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
     "object-src 'none'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
@@ -45,7 +52,7 @@ SECURITY_HEADERS = {
 ALLOWED_HOSTS = ("127.0.0.1", "localhost")
 
 
-def _starlette():
+def _starlette() -> None:
     try:
         import starlette  # noqa: F401
         import uvicorn  # noqa: F401
@@ -88,7 +95,7 @@ class JobSource:
         return sorted(listings, key=lambda j: (j.started_at or "", j.name), reverse=True)
 
 
-def create_app(source: JobSource):
+def create_app(source: JobSource) -> ASGIApp:
     """The Starlette application serving `source`."""
     _starlette()
     from starlette.applications import Starlette
@@ -98,8 +105,8 @@ def create_app(source: JobSource):
 
     static_dir = Path(str(resources.files("evsys.viewer") / "static"))
 
-    def api(handler):
-        def endpoint(request):
+    def api(handler: Callable[[Request], dict[str, Any]]) -> Callable[[Request], Response]:
+        def endpoint(request: Request) -> Response:
             try:
                 body = handler(request)
             except (UnsafePathError, FileNotFoundError) as exc:
@@ -108,35 +115,35 @@ def create_app(source: JobSource):
 
         return endpoint
 
-    def jobs(request):
+    def jobs(request: Request) -> dict[str, Any]:
         return {"jobs": [j.model_dump(mode="json") for j in source.listings()], "single": source.only}
 
-    def job(request):
+    def job(request: Request) -> dict[str, Any]:
         loaded = source.load(request.path_params["job"])
         body = loaded.model_dump(mode="json")
         body["running"] = loaded.running
         body["n_errors"] = loaded.n_errors
         return body
 
-    def trial(request):
+    def trial(request: Request) -> dict[str, Any]:
         job_dir = source.job_dir(request.path_params["job"])
         loaded = load_trial(job_dir, request.path_params["trial"])
         if source.decoder is not None:
             loaded.token_texts = source.decoder.completion_texts(loaded.trajectory)
         return loaded.model_dump(mode="json")
 
-    def trial_file(request):
+    def trial_file(request: Request) -> dict[str, Any]:
         job_dir = source.job_dir(request.path_params["job"])
         rel_path = request.query_params.get("path", "")
         text = read_trial_file(job_dir, request.path_params["trial"], rel_path, TEXT_CAP)
         return {"text": text.text, "size": text.size, "truncated": text.truncated}
 
-    def diff(request):
+    def diff(request: Request) -> dict[str, Any]:
         a = source.load(request.query_params.get("a", ""))
         b = source.load(request.query_params.get("b", ""))
         return {"a": a.name, "b": b.name, "rows": [r.model_dump(mode="json") for r in diff_jobs(a, b)]}
 
-    def index(request):
+    def index(request: Request) -> Response:
         return FileResponse(static_dir / "index.html", media_type="text/html; charset=utf-8")
 
     app = Starlette(
@@ -153,10 +160,10 @@ def create_app(source: JobSource):
     return _guarded(app)
 
 
-def _guarded(app):
+def _guarded(app: ASGIApp) -> ASGIApp:
     """Wrap `app`: refuse foreign Host headers and non-GET methods, add the security headers."""
 
-    async def guarded(scope, receive, send):
+    async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await app(scope, receive, send)
         headers = dict(scope.get("headers") or [])
@@ -164,7 +171,7 @@ def _guarded(app):
         if host not in ALLOWED_HOSTS or scope["method"] not in ("GET", "HEAD"):
             return await _refuse(send, 403 if host not in ALLOWED_HOSTS else 405)
 
-        async def send_with_headers(message):
+        async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 extra = [(k.lower().encode(), v.encode()) for k, v in SECURITY_HEADERS.items()]
                 message["headers"] = [*message.get("headers", []), *extra]
@@ -175,7 +182,7 @@ def _guarded(app):
     return guarded
 
 
-async def _refuse(send, status: int) -> None:
+async def _refuse(send: Send, status: int) -> None:
     body = b"refused\n"
     headers = [(b"content-type", b"text/plain"), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": headers})

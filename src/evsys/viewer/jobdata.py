@@ -9,6 +9,7 @@ same definitions `evsys run` prints.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TypeVar
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -172,7 +173,7 @@ def list_jobs(jobs_dir: Path) -> list[JobListing]:
 def change_stamp(job_dir: Path) -> tuple:
     """What changes when a job makes progress: its directory (trial dirs added) and its result.json
     (rewritten as trials finish and once at the end)."""
-    stamps = []
+    stamps: list[tuple[int, int, int] | None] = []
     for path in (job_dir, job_dir / RESULT):
         try:
             st = path.stat()
@@ -240,7 +241,10 @@ def diff_jobs(a: LoadedJob, b: LoadedJob) -> list[TaskDelta]:
     return rows
 
 
-def _pair(a: str | None, b: str | None) -> str | None:
+_Name = TypeVar("_Name", str, str | None)
+
+
+def _pair(a: _Name, b: _Name) -> _Name:
     return a if a == b else f"{a or '-'} -> {b or '-'}"
 
 

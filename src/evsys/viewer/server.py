@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from evsys.util.net import listening_socket
 from evsys.viewer.app import JobSource
 from evsys.viewer.jobdata import is_job_dir
 from evsys.viewer.tokens import TokenDecoder
+
+if TYPE_CHECKING:
+    from starlette.types import ASGIApp
 
 HOST = "127.0.0.1"
 
@@ -37,7 +41,7 @@ def url_of(sock: socket.socket, source: JobSource) -> str:
     return f"http://{HOST}:{port}/{suffix}"
 
 
-def serve(app, sock: socket.socket) -> None:
+def serve(app: ASGIApp, sock: socket.socket) -> None:
     """Serve the viewer application (`create_app`) on `sock` until interrupted (blocks)."""
     import uvicorn
 

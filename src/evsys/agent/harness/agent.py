@@ -76,15 +76,15 @@ class HarnessAgent(Agent):
 
     async def run(self, instruction: str, sandbox: Sandbox, ctx: AgentContext) -> AgentResult:
         """One turn with the instruction; the proxy's calls become the trajectory."""
-        self.build_adapter(sandbox, ctx.workdir, ctx.timeout_sec or DEFAULT_TURN_TIMEOUT)
+        adapter = self.build_adapter(sandbox, ctx.workdir, ctx.timeout_sec or DEFAULT_TURN_TIMEOUT)
         events = EventLog()
         try:
-            await self.adapter.start()
-            async for event in self.adapter.send_message_streaming(instruction):
+            await adapter.start()
+            async for event in adapter.send_message_streaming(instruction):
                 events.append(event)
                 ctx.emit({"harness": self.name, **event.model_dump(mode="json")})
         finally:
-            await self.adapter.stop()
+            await adapter.stop()
             await self._save(ctx, events)
         last = events.last
         if last is None or last.type != HarnessEventType.TURN_COMPLETE or last.data.get("status") != "ok":
@@ -105,6 +105,8 @@ class HarnessAgent(Agent):
 
     async def _save_native(self, ctx: AgentContext) -> None:
         """The harness's own log as ATIF (the adapter's `native_steps()`), beside the proxy's view."""
+        if self.adapter is None:
+            return
         try:
             steps = await self.adapter.native_steps()
         except Exception as exc:  # the native log is a bonus: never fail the trial over it

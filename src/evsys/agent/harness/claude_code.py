@@ -37,7 +37,14 @@ from evsys.agent.harness.install import HarnessInstall
 from evsys.agent.harness.process import HarnessProcess
 from evsys.agent.harness.stdio import StdioHarnessAdapter
 from evsys.agent.harness.turns import json_object
-from evsys.trajectory.models import Observation, ObservationResult, Step, StepMetrics, ToolCall
+from evsys.trajectory.models import (
+    Observation,
+    ObservationResult,
+    Step,
+    StepMetrics,
+    StepSource,
+    ToolCall,
+)
 
 CLAUDE_CODE_VERSION = "2.1.330"
 SERVER_NAME = "evsys-env"
@@ -276,7 +283,7 @@ class _StepBuilder:
         self.by_call: dict[str, Step] = {}
         self.open_agent: tuple[str, Step] | None = None  # (message id, step) of the response being read
 
-    def add(self, source: str, record: dict[str, Any], message: str = "") -> Step:
+    def add(self, source: StepSource, record: dict[str, Any], message: str = "") -> Step:
         stamp = {"timestamp": record["timestamp"]} if isinstance(record.get("timestamp"), str) else {}
         step = Step(step_id=len(self.steps) + 1, source=source, message=message, **stamp)
         self.steps.append(step)
@@ -321,7 +328,8 @@ class _StepBuilder:
                 )
             elif kind == "tool_use":
                 call_id = str(block.get("id") or "")
-                arguments = block.get("input") if isinstance(block.get("input"), dict) else {}
+                given = block.get("input")
+                arguments = given if isinstance(given, dict) else {}
                 call = ToolCall(
                     tool_call_id=call_id, function_name=str(block.get("name", "")), arguments=arguments
                 )

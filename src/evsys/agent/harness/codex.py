@@ -29,7 +29,14 @@ from evsys.agent.harness.install import HarnessInstall
 from evsys.agent.harness.per_turn import PerTurnHarnessAdapter
 from evsys.agent.harness.stdio import ProtocolViolation
 from evsys.agent.harness.turns import json_object
-from evsys.trajectory.models import Observation, ObservationResult, Step, StepMetrics, ToolCall
+from evsys.trajectory.models import (
+    Observation,
+    ObservationResult,
+    Step,
+    StepMetrics,
+    StepSource,
+    ToolCall,
+)
 
 CODEX_VERSION = "0.169.0"
 PROVIDER_ID = "evsys"
@@ -267,7 +274,7 @@ class _StepBuilder:
         self.open_agent: Step | None = None  # the agent step of the response being read
         self.reasoning: list[str] = []
 
-    def add(self, source: str, timestamp: str, message: str = "") -> Step:
+    def add(self, source: StepSource, timestamp: str, message: str = "") -> Step:
         step = Step(step_id=len(self.steps) + 1, timestamp=timestamp, source=source, message=message)
         self.steps.append(step)
         return step

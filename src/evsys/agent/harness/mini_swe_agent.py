@@ -314,7 +314,9 @@ def trajectory_events(data: dict[str, Any], turn: int) -> list[HarnessEvent]:
 
 def _metrics(message: dict[str, Any]) -> StepMetrics | None:
     extra = message.get("extra")
-    response = extra.get("response") if isinstance(extra, dict) else None
+    if not isinstance(extra, dict):
+        return None
+    response = extra.get("response")
     usage = response.get("usage") if isinstance(response, dict) else None
     if not isinstance(usage, dict):
         return None

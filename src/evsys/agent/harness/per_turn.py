@@ -188,7 +188,10 @@ class PerTurnHarnessAdapter(ProcessHarnessAdapter):
                 queue.put_nowait(event)
         except Exception as exc:  # a broken native log must not lose the turn's outcome
             detail = f"reading the harness's output after turn {turn} failed: {type(exc).__name__}: {exc}"
-            data = {"kind": "after_turn", "message": f"harness {self.config.name!r}: {detail}"}
+            data: dict[str, Any] = {
+                "kind": "after_turn",
+                "message": f"harness {self.config.name!r}: {detail}",
+            }
             queue.put_nowait(HarnessEvent(type=HarnessEventType.ERROR, data=data, turn=turn))
         if code != 0:
             stopped = " (stop() was called during the turn)" if self.stopped else ""
@@ -208,8 +211,9 @@ async def _wait_exit(process: HarnessProcess, reader: asyncio.Task) -> int:
         while process.returncode is None:
             watched = {waiter} if reader.done() else {waiter, reader}
             done, _ = await asyncio.wait(watched, timeout=EXIT_POLL_S)
-            if reader in done and reader.exception() is not None:
-                raise reader.exception()  # type: ignore[misc]
+            failure = reader.exception() if reader in done else None
+            if failure is not None:
+                raise failure
             if waiter in done:
                 return waiter.result()
         return process.returncode

@@ -48,10 +48,12 @@ class HostProcess:
     """A harness process on the host, leader of its own process group."""
 
     def __init__(self, process: asyncio.subprocess.Process) -> None:
+        if process.stdin is None or process.stdout is None or process.stderr is None:
+            raise ValueError("a harness process needs piped stdin, stdout and stderr")
         self._process = process
-        self.stdin = process.stdin
-        self.stdout = process.stdout
-        self.stderr = process.stderr
+        self.stdin: asyncio.StreamWriter = process.stdin
+        self.stdout: asyncio.StreamReader = process.stdout
+        self.stderr: asyncio.StreamReader = process.stderr
 
     @property
     def pid(self) -> int:

@@ -142,7 +142,7 @@ class ProcessHarnessAdapter(HarnessAdapter):
         mcp: McpEndpoint | None = None,
     ) -> None:
         super().__init__(config, endpoint=endpoint, mcp=mcp)
-        self.launcher = launcher or HostProcessLauncher()
+        self.launcher: ProcessLauncher = launcher or HostProcessLauncher()
         self.process: HarnessProcess | None = None
         self.turns = 0
         self._stderr: StderrTail | None = None

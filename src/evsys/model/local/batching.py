@@ -15,7 +15,7 @@ import threading
 from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from evsys.model.base import SamplingParams
 from evsys.model.local.engine import (
@@ -42,7 +42,7 @@ class _Sequence:
     generator: Any = None
     ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
-    finish: str | None = None
+    finish: Literal["stop", "length"] | None = None
 
 
 class BatchingScheduler:
@@ -198,7 +198,8 @@ class BatchingScheduler:
             seq.finish = "length"
 
     def _resolve(self, seq: _Sequence) -> None:
-        result = GenerationResult(seq.ids, seq.logprobs, seq.finish)  # type: ignore[arg-type]
+        assert seq.finish is not None, "only finished sequences are resolved"
+        result = GenerationResult(seq.ids, seq.logprobs, seq.finish)
         if not seq.future.done():
             seq.future.set_result(result)
 

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from evsys.model.base import Completion, Message, SamplingParams, ToolSchema, Usage
+from evsys.model.base import Completion, FinishReason, Message, SamplingParams, ToolSchema, Usage
 from evsys.model.local.batching import BatchingScheduler
 from evsys.model.local.engine import GenerationResult, LocalEngine, TokenCallback
 from evsys.model.local.loader import resolve_model_dir
@@ -151,7 +151,7 @@ def build_completion(
     False, the tool calls) out of the ids."""
     parsed = renderer.parse(result.completion_ids, params.stop)
     calls = parsed.tool_calls if tool_calls else []
-    finish = result.finish_reason
+    finish: FinishReason = result.finish_reason
     if calls and finish == "stop":
         finish = "tool_calls"
     return Completion(

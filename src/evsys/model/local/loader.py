@@ -91,7 +91,7 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
 
     log.info("converting %s to safetensors under %s (once)", gguf, target)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model: Any = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)  # class per GGUF
     # The weights are de-quantised to float32 on load; drop the GGUF marker so they can be saved as-is.
     model.hf_quantizer = None
     if hasattr(model.config, "quantization_config"):

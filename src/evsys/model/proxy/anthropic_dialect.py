@@ -185,8 +185,6 @@ def stream_events(request: AnthropicRequest, completion: Completion) -> Iterator
                 delta = {"type": "input_json_delta", "partial_json": piece}
                 yield _event("content_block_delta", {"index": index, "delta": delta})
         yield _event("content_block_stop", {"index": index})
-    delta = {"stop_reason": full["stop_reason"], "stop_sequence": None}
-    yield _event(
-        "message_delta", {"delta": delta, "usage": {"output_tokens": full["usage"]["output_tokens"]}}
-    )
+    stop = {"stop_reason": full["stop_reason"], "stop_sequence": None}
+    yield _event("message_delta", {"delta": stop, "usage": {"output_tokens": full["usage"]["output_tokens"]}})
     yield _event("message_stop", {})

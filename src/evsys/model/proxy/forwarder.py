@@ -16,6 +16,7 @@ import argparse
 import asyncio
 import contextlib
 import sys
+from collections.abc import Awaitable, Callable
 
 CHUNK = 65536
 
@@ -38,7 +39,7 @@ async def _close(writer: asyncio.StreamWriter) -> None:
         await writer.wait_closed()
 
 
-def make_handler(uds: str):
+def make_handler(uds: str) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]:
     """The connection handler: connect to `uds` and forward both directions until both are done."""
 
     async def handle(client_reader: asyncio.StreamReader, client_writer: asyncio.StreamWriter) -> None:

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from evsys.model.base import ModelClient
 from evsys.model.proxy import anthropic_dialect, openai_dialect, responses_dialect
@@ -134,17 +134,19 @@ class ModelProxy:
         if port is None and uds is None:
             raise ValueError("ModelProxy.start needs a TCP port or a unix socket path (uds=)")
         sockets = []
+        url = ""
         if port is not None:
             sockets.append(_bind_tcp(host, port))
             bound = sockets[-1].getsockname()
-            self.url = f"http://{host if ':' not in host else f'[{host}]'}:{bound[1]}"
+            url = f"http://{host if ':' not in host else f'[{host}]'}:{bound[1]}"
         if uds is not None:
             self.uds_path = Path(uds)
             sockets.append(_bind_uds(self.uds_path))
-            self.url = self.url or f"http+unix://{self.uds_path}"
+            url = url or f"http+unix://{self.uds_path}"
+        self.url = url
         self._listener = _listener(self.app, sockets, self.shared_limits)
         await self._listener.start()
-        return self.url
+        return url
 
     async def stop(self) -> None:
         """Close every session and stop listening (idempotent)."""
@@ -165,8 +167,8 @@ class ModelProxy:
                 "open_session needs a model_client: the proxy was created without a default client"
             )
         if hasattr(source, "complete"):  # a client, else a factory of clients
-            return source  # type: ignore[return-value]
-        return source()  # type: ignore[operator]
+            return source  # type: ignore[return-value]  # hasattr narrows a union to a made-up intersection
+        return source()
 
     def open_session(
         self, model_client: ModelClient | None = None, *, key: str | None = None
@@ -345,13 +347,16 @@ class _RawAsgi:
         await self.handler(scope, receive, send)
 
 
+_REQUEST_MODELS: dict[Dialect, type[BaseModel]] = {
+    "openai": openai_dialect.OpenAIChatRequest,
+    "anthropic": anthropic_dialect.AnthropicRequest,
+    "responses": responses_dialect.ResponsesRequest,
+}
+
+
 async def _parse(request: Any, dialect: Dialect) -> tuple[Any, str | None]:
     """Validate the JSON body; on failure return a message naming the offending fields."""
-    model = {
-        "openai": openai_dialect.OpenAIChatRequest,
-        "anthropic": anthropic_dialect.AnthropicRequest,
-        "responses": responses_dialect.ResponsesRequest,
-    }[dialect]
+    model = _REQUEST_MODELS[dialect]
     try:
         body = loads_bounded(await request.body())
     except ValueError as exc:

@@ -8,7 +8,7 @@ convention that most open tool-calling models follow)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from evsys.model.base import Message, ToolCall, ToolSchema
@@ -60,7 +60,7 @@ HERMES_CHATML_TEMPLATE = r"""
 
 def has_tool_support(chat_template: str | None) -> bool:
     """Whether a model's own chat template renders tool schemas (it mentions `tools`)."""
-    return bool(chat_template) and "tools" in chat_template
+    return chat_template is not None and "tools" in chat_template
 
 
 def select_template(tokenizer: Any) -> str:
@@ -105,7 +105,7 @@ class ChatTemplateRenderer(Renderer):
     tool_call_markers = (OPEN_TAG,)
 
     def __init__(
-        self, tokenizer: Any, end_token_ids: Sequence[int] = (), template: str | None = None
+        self, tokenizer: Any, end_token_ids: Iterable[int] = (), template: str | None = None
     ) -> None:
         self.tokenizer = tokenizer
         self.template = template or select_template(tokenizer)

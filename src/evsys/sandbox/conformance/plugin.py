@@ -12,6 +12,7 @@ import asyncio
 import itertools
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -64,7 +65,7 @@ def sandbox_backend(sandbox_backend_name: str) -> type[Sandbox]:
     return cls
 
 
-def new_spec(**fields: object) -> SandboxSpec:
+def new_spec(**fields: Any) -> SandboxSpec:
     """A spec with a unique name (what the suite's sandboxes are started with)."""
     fields.setdefault("name", f"conformance-{os.getpid()}-{next(_names)}")
     return SandboxSpec(**fields)

@@ -148,10 +148,11 @@ async def test_copy_out_keeps_within_its_bounds_and_packs_first_names_first(sand
         user="root",
     )
     assert made.stdout == "made\n"
-    limits = CopyOutLimits(max_bytes=64 * 1024, max_entries=30, max_depth=4, max_file_bytes=1000)
+    max_bytes = 64 * 1024
+    limits = CopyOutLimits(max_bytes=max_bytes, max_entries=30, max_depth=4, max_file_bytes=1000)
     tree = await sandbox.copy_out("/logs", limits, first=["verifier"])
     data = b"".join(tree.chunks)
-    assert len(data) <= limits.max_bytes
+    assert len(data) <= max_bytes
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         members = {m.name: m for m in tar.getmembers()}
         reward = tar.extractfile("logs/verifier/reward.txt")

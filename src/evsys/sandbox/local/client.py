@@ -151,7 +151,8 @@ class DaemonClient:
             raise
 
     def _dispatch(self, header: dict, payload: bytes) -> None:
-        pending = self._pending.get(header.get("id"))
+        rid = header.get("id")
+        pending = self._pending.get(rid) if isinstance(rid, int) else None
         if pending is None:
             return
         op = header.get("op")

@@ -10,6 +10,7 @@ import time
 from evsys.sandbox.base import ExecResult, SandboxError
 from evsys.sandbox.local import rootfs
 from evsys.sandbox.local.bwrap import tmp_size_mb
+from evsys.sandbox.local.core import LocalSandboxCore
 from evsys.sandbox.local.process import SandboxProcess
 from evsys.sandbox.shell import ExecShellSession
 
@@ -23,7 +24,7 @@ def expand_path(value: str, path: str) -> str:
     return value.replace("${PATH}", path).replace("$PATH", path)
 
 
-class LocalCommandsMixin:
+class LocalCommandsMixin(LocalSandboxCore):
     """The command half of `LocalSandbox` (uses its `_running_client()`, `spec`, `_cgroup` and `_shells`)."""
 
     def _env(self, user: str, extra: dict[str, str] | None) -> dict[str, str]:

@@ -12,10 +12,11 @@ from pathlib import Path
 from evsys.sandbox.base import SandboxError
 from evsys.sandbox.copyout import CopiedTree, CopyOutLimits
 from evsys.sandbox.local import rootfs
+from evsys.sandbox.local.core import LocalSandboxCore
 from evsys.util.tarsafe import extract_one, tar_of
 
 
-class LocalFilesMixin:
+class LocalFilesMixin(LocalSandboxCore):
     """The file half of `LocalSandbox` (uses its `_running_client()`); overrides the `Sandbox` defaults that
     would start `tar`, `tail` or `rm` processes."""
 
@@ -52,7 +53,7 @@ class LocalFilesMixin:
         return b"".join((await self.copy_out(src)).chunks)
 
     async def copy_out(
-        self, src: str, limits: CopyOutLimits | None = None, *, first: list[str] | tuple[str, ...] = ()
+        self, src: str, limits: CopyOutLimits | None = None, *, first: Sequence[str] = ()
     ) -> CopiedTree:
         """Like `download_tar`, bounded: the daemon stops adding to the tar at `limits` (cutting files to fit,
         sparse files to what is allocated) and reports what it cut; `first` names (relative to `src`, at most
@@ -91,9 +92,9 @@ class LocalFilesMixin:
     async def files(
         self,
         *,
-        remove: list[str] = (),
-        empty: list[str] = (),
-        mkdir: list[str] = (),
+        remove: Sequence[str] = (),
+        empty: Sequence[str] = (),
+        mkdir: Sequence[str] = (),
         extract: str | None = None,
         data: bytes = b"",
     ) -> None:

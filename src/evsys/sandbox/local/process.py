@@ -103,12 +103,14 @@ class SandboxProcess:
     async def _start(self, request: dict, payload: bytes) -> None:
         self._rid, self._future = await self._client.start_request(request, payload, self._on_frame)
         self.stdin = SandboxStdin(self._client, self._rid)
-        self.stdout.set_transport(_PipeFlow(self._client, self._rid, 1))
-        self.stderr.set_transport(_PipeFlow(self._client, self._rid, 2))
+        # StreamReader only calls pause_reading/resume_reading on its transport; _PipeFlow has just those.
+        for reader, fd in ((self.stdout, 1), (self.stderr, 2)):
+            reader.set_transport(_PipeFlow(self._client, self._rid, fd))  # type: ignore[arg-type]  # see above
         self._future.add_done_callback(self._on_exit)
         await self._started.wait()
-        if self._future.done() and self._future.exception() is not None:
-            raise self._future.exception()
+        failure = self._future.exception() if self._future.done() else None
+        if failure is not None:
+            raise failure
 
     def _on_frame(self, header: dict, payload: bytes) -> None:
         op = header.get("op")

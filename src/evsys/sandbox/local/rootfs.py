@@ -22,6 +22,7 @@ import hashlib
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
 from evsys.sandbox.base import AGENT_LOGS_DIR, ARTIFACTS_DIR, VERIFIER_LOGS_DIR, FileCopy, SandboxError
@@ -73,7 +74,7 @@ def sandbox_path(dst: str) -> PurePosixPath:
 @functools.cache
 def host_system_entries() -> list[tuple[str, str | None]]:
     """Top-level system entries: (name, symlink target, or None for a directory bound read-only)."""
-    entries = []
+    entries: list[tuple[str, str | None]] = []
     for name in SYSTEM_DIRS:
         host = Path("/") / name
         if host.is_symlink():
@@ -113,7 +114,7 @@ def _copy_etc(etc: Path) -> None:
             shutil.copy2(src, dst, follow_symlinks=False)
 
 
-def _build(final: Path, fill) -> Path:
+def _build(final: Path, fill: Callable[[Path], None]) -> Path:
     """Build a layer in a temp dir next to `final` with `fill(tmpdir)` and rename it into place."""
     if final.is_dir():
         return final

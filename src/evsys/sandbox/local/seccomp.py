@@ -24,6 +24,8 @@ import errno
 import functools
 import os
 import tempfile
+from types import ModuleType
+from typing import Any
 
 from evsys.sandbox.local.uidfilter import uid_filter
 
@@ -116,7 +118,7 @@ def seccomp_bpf() -> bytes:
         return f.read()
 
 
-def _socket_rules(filt, sc) -> None:
+def _socket_rules(filt: Any, sc: ModuleType) -> None:  # pyseccomp has no types
     """Refuse socket(2) for every address family outside ALLOWED_FAMILIES and every netlink protocol but
     NETLINK_ROUTE. The family is compared as a 64-bit value: one with high bits set is refused too."""
     no_family = sc.ERRNO(errno.EAFNOSUPPORT)

@@ -13,6 +13,7 @@ from __future__ import annotations
 import array
 import asyncio
 import contextlib
+import functools
 import marshal
 import os
 import select
@@ -35,12 +36,17 @@ class SpawnedProcess:
     """A bwrap child started through the spawner: its pipes as asyncio streams, plus kill and async wait."""
 
     def __init__(
-        self, pid: int, pidfd: int, stdin: asyncio.StreamWriter, stdout: asyncio.StreamReader, stderr
+        self,
+        pid: int,
+        pidfd: int,
+        stdin: asyncio.StreamWriter,
+        stdout: asyncio.StreamReader,
+        stderr: asyncio.StreamReader,
     ) -> None:
         self.pid = pid
         self.stdin = stdin
         self.stdout = stdout
-        self.stderr: asyncio.StreamReader = stderr
+        self.stderr = stderr
         self._pidfd = pidfd
         self._exited = False
 
@@ -73,7 +79,12 @@ async def wait_readable(fd: int) -> None:
     """Wait (on the event loop, never blocking it) until `fd` is readable."""
     loop = asyncio.get_running_loop()
     ready = loop.create_future()
-    loop.add_reader(fd, lambda: ready.done() or ready.set_result(None))
+
+    def wake() -> None:
+        if not ready.done():
+            ready.set_result(None)
+
+    loop.add_reader(fd, wake)
     try:
         await ready
     finally:
@@ -239,7 +250,7 @@ async def _attach(pid: int, pidfd: int, pipes: list, limit: int) -> SpawnedProce
     readers = []
     for pipe in (stdout, stderr):
         reader = asyncio.StreamReader(limit=limit, loop=loop)
-        await loop.connect_read_pipe(lambda r=reader: asyncio.StreamReaderProtocol(r, loop=loop), pipe)
+        await loop.connect_read_pipe(functools.partial(asyncio.StreamReaderProtocol, reader, loop=loop), pipe)
         readers.append(reader)
     transport, protocol = await loop.connect_write_pipe(
         lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader(loop=loop), loop=loop), stdin

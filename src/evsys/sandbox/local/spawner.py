@@ -104,7 +104,7 @@ def serve(sock: socket.socket) -> None:
             return
         try:
             pid, fds = spawn(marshal.loads(msg), passed)
-            reply = {"pid": pid}
+            reply: dict[str, int | str] = {"pid": pid}
         except Exception as exc:
             fds, reply = [], {"error": f"{type(exc).__name__}: {exc}"}
         finally:
