@@ -110,7 +110,9 @@ def total_usage(trials: list[TrialResult]) -> Usage:
     )
 
 
-def group_metrics(agent: str, model: str | None, dataset: str, trials: list[TrialResult], n_attempts: int):
+def group_metrics(
+    agent: str, model: str | None, dataset: str, trials: list[TrialResult], n_attempts: int
+) -> GroupMetrics:
     """The metrics of one (agent, model, dataset) group."""
     counted = scored(trials)
     errors: dict[str, int] = defaultdict(int)

@@ -30,6 +30,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+from typing import Any
 
 REPORT_MARK = "evsys-report-v1"
 MAX_REPORT_BYTES = 32 << 20
@@ -51,14 +52,14 @@ class Reporter:
         self.outcomes: dict[str, str] = {}
         self.untrusted_xfail: set[str] = set()
 
-    def _xfail_is_trusted(self, excinfo) -> bool:
+    def _xfail_is_trusted(self, excinfo: "Any") -> bool:
         """Whether the `pytest.xfail()` call was made from a test file (the caller of xfail's frame)."""
         entries = list(excinfo.traceback)
         caller = str(entries[-2].path) if len(entries) >= 2 else ""
         rel = os.path.relpath(caller, self.root) if caller.startswith(self.root + os.sep) else caller
         return rel in self.trusted or os.path.basename(rel) == "conftest.py"
 
-    def pytest_runtest_makereport(self, item, call):
+    def pytest_runtest_makereport(self, item: "Any", call: "Any") -> None:
         """Note xfails raised by a `pytest.xfail()` call outside the test files."""
         import pytest
 
@@ -67,7 +68,7 @@ class Reporter:
             if not self._xfail_is_trusted(excinfo):
                 self.untrusted_xfail.add(item.nodeid)
 
-    def pytest_runtest_logreport(self, report):
+    def pytest_runtest_logreport(self, report: "Any") -> None:
         """The outcome of a test from its setup, call and teardown reports."""
         nodeid, current = report.nodeid, self.outcomes.get(report.nodeid)
         wasxfail = hasattr(report, "wasxfail")
@@ -88,7 +89,7 @@ class Reporter:
         if current != "ERROR":
             self.outcomes[nodeid] = status
 
-    def pytest_sessionfinish(self, session):
+    def pytest_sessionfinish(self, session: "Any") -> None:
         """Write the report through the descriptor, once."""
         data = json.dumps({"mark": REPORT_MARK, "outcomes": self.outcomes}).encode() + b"\n"
         if self.fd >= 0:

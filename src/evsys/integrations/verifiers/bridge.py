@@ -16,10 +16,11 @@ import os
 import shutil
 import socket
 import tempfile
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from evsys.model.proxy import forwarder as forwarder_module
-from evsys.model.proxy.forwarder import _close, _pump
+from evsys.model.proxy.forwarder import close_writer, pump
 from evsys.sandbox.base import Bind, Sandbox, SandboxError, StreamingProcess
 
 MOUNT = "/run/evsys-bridge"
@@ -93,19 +94,19 @@ class LoopbackBridge:
         shutil.rmtree(self.host_dir, ignore_errors=True)
 
 
-def _relay_to(port: int):
+def _relay_to(port: int) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]:
     """A unix-socket connection handler that relays to host 127.0.0.1:`port`."""
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             up_reader, up_writer = await asyncio.open_connection("127.0.0.1", port, family=socket.AF_INET)
         except OSError:
-            await _close(writer)
+            await close_writer(writer)
             return
         try:
-            await asyncio.gather(_pump(reader, up_writer), _pump(up_reader, writer))
+            await asyncio.gather(pump(reader, up_writer), pump(up_reader, writer))
         finally:
-            await _close(up_writer)
-            await _close(writer)
+            await close_writer(up_writer)
+            await close_writer(writer)
 
     return handle

@@ -29,6 +29,7 @@ from evsys.images import ImageError
 from evsys.integrations.verifiers.bridge import LoopbackBridge
 from evsys.sandbox.base import (
     Capability,
+    ExecResult,
     NetworkMode,
     Sandbox,
     SandboxError,
@@ -232,7 +233,9 @@ class EvsysRuntime(Runtime):
             raise VfSandboxError(f"background process failed to start: {result.stderr.strip()[-500:]}")
 
     # ------------------------------------------------------------------ files
-    async def _exec(self, command: str, *, env: dict[str, str] | None = None, stdin: bytes | None = None):
+    async def _exec(
+        self, command: str, *, env: dict[str, str] | None = None, stdin: bytes | None = None
+    ) -> ExecResult:
         sandbox = await self._ready()
         try:
             return await sandbox.exec(command, env=env, user=self.user, stdin=stdin)

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 CHUNK = 65536
 
 
-async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+async def pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     """Copy until EOF, then half-close the other side so the peer sees the end of the request/response."""
     try:
         while data := await reader.read(CHUNK):
@@ -33,7 +33,8 @@ async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
         pass
 
 
-async def _close(writer: asyncio.StreamWriter) -> None:
+async def close_writer(writer: asyncio.StreamWriter) -> None:
+    """Close `writer` and wait for it, ignoring a peer that is already gone."""
     writer.close()
     with contextlib.suppress(ConnectionError, OSError):
         await writer.wait_closed()
@@ -47,13 +48,13 @@ def make_handler(uds: str) -> Callable[[asyncio.StreamReader, asyncio.StreamWrit
             upstream_reader, upstream_writer = await asyncio.open_unix_connection(uds)
         except OSError as exc:
             print(f"forwarder: cannot connect to {uds}: {exc}", file=sys.stderr, flush=True)
-            await _close(client_writer)
+            await close_writer(client_writer)
             return
         try:
-            await asyncio.gather(_pump(client_reader, upstream_writer), _pump(upstream_reader, client_writer))
+            await asyncio.gather(pump(client_reader, upstream_writer), pump(upstream_reader, client_writer))
         finally:
-            await _close(upstream_writer)
-            await _close(client_writer)
+            await close_writer(upstream_writer)
+            await close_writer(client_writer)
 
     return handle
 
