@@ -25,8 +25,8 @@ from typing import Any
 
 from evsys.engine.config import AgentSpec, JobConfig
 from evsys.engine.job import Job
-from evsys.engine.results import JobResult
 from evsys.engine.spec import PlannedTrial
+from evsys.records import JobResult, Trajectory
 from evsys.repo.rows import RepoTask
 from evsys.task.python import PromptTask, VerifiedTask, load_python_tasks
 from evsys.trajectory.advantages import ADVANTAGE_METHODS, AdvantageMethod
@@ -36,7 +36,6 @@ from evsys.trajectory.groups import (
     TrajectoryGroup,
     rollout_from_trial,
 )
-from evsys.trajectory.models import Trajectory
 from evsys.util.atomic import write_text_atomic
 
 Item = VerifiedTask | PromptTask | RepoTask | str | Mapping[str, Any]

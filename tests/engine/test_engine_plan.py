@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from evsys.engine import AgentSpec, FailureCause, JobConfig, PlanError, plan_trials
+from evsys.engine import AgentSpec, JobConfig, PlanError, plan_trials
+from evsys.records import FailureCause
 
 
 def config(dataset, **kw) -> JobConfig:

@@ -4,15 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from evsys.engine import (
-    FailureCause,
-    JobConfig,
-    JobStore,
-    JobStoreError,
-    TrialFailure,
-    TrialResult,
-    read_job_config,
-)
+from evsys.engine import JobConfig, JobStore, JobStoreError, read_job_config
+from evsys.records import FailureCause, TrialFailure, TrialResult
 
 
 def result(name: str, cause: FailureCause | None = None) -> TrialResult:

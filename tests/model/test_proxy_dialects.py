@@ -6,11 +6,12 @@ import json
 
 import pytest
 
-from evsys.model.base import Completion, SamplingParams, ToolCall, Usage
+from evsys.model.base import Completion, SamplingParams, ToolCall
 from evsys.model.local.client import LocalModelClient
 from evsys.model.proxy import ModelProxy, ProxyCall, ProxySession, calls_to_steps
 from evsys.model.proxy.anthropic_dialect import AnthropicRequest, stream_events
 from evsys.model.proxy.openai_dialect import OpenAIChatRequest, stream_chunks
+from evsys.records import Usage
 from evsys.testing.tiny_model import DEMO_RECIPE, build_tiny_model
 
 

@@ -13,15 +13,12 @@ from conformance_backends import ExecDefaultsSandbox
 from sandbox_helpers import spec
 
 from evsys.agent.harness.sandboxed import SandboxLauncher, SpawnUnsupported
-from evsys.engine.results import FailureCause
 from evsys.engine.trial import classify_agent_exception
+from evsys.records import FailureCause, ImageConfig, ImageSpec, SandboxSpec
 from evsys.sandbox import (
-    ImageConfig,
-    ImageSpec,
     LocalSandbox,
     Sandbox,
     SandboxError,
-    SandboxSpec,
     SandboxUnsupported,
     UnknownSandboxBackend,
     create_sandbox,

@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from evsys.sandbox.base import Bind, SandboxSpec
+from evsys.records import Bind, SandboxSpec
 from evsys.sandbox.slots import SLOT_UID_BASE, SlotPool
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap missing")
@@ -120,8 +120,8 @@ class _ScriptedModel:
 async def test_the_loop_agent_runs_in_shared_slots_as_their_users(tmp_path):
     from evsys.agent.base import AgentContext
     from evsys.agent.loop import LoopAgent
+    from evsys.records import AgentInfo, TrajectoryRecorder
     from evsys.task.models import ResolvedEnvironment, Task
-    from evsys.trajectory.models import AgentInfo, TrajectoryRecorder
 
     pool = SlotPool(_spec(tmp_path), slots_per_sandbox=2)
     slots = [await pool.acquire("a"), await pool.acquire("b")]

@@ -16,8 +16,8 @@ import pytest
 from evsys.agent.harness.mcp_server import ToolOutput
 from evsys.agent.tools import SandboxTools
 from evsys.model.base import ToolCall
+from evsys.records import DEFAULT_MAX_OUTPUT_BYTES, ExecResult, SandboxSpec
 from evsys.sandbox import LocalSandbox
-from evsys.sandbox.base import DEFAULT_MAX_OUTPUT_BYTES, ExecResult, SandboxSpec
 
 pytestmark = pytest.mark.security
 
@@ -34,7 +34,8 @@ def spec(**kw) -> SandboxSpec:
 ORCHESTRATOR = textwrap.dedent(
     """
     import asyncio, json, sys
-    from evsys.sandbox import LocalSandbox, SandboxSpec
+    from evsys.sandbox import LocalSandbox
+    from evsys.records import SandboxSpec
 
     def hwm():
         for line in open("/proc/self/status"):

@@ -12,9 +12,9 @@ Hooks with defaults: `async prepare_sandbox(spec, ctx) -> SandboxSpec` runs befo
 `async close()` runs when the trial ends, whatever happened (stop helpers the agent started outside the
 sandbox).
 
-Errors: any exception from `run` fails the trial with cause `agent_error`; an exception with a
-`failure_cause = "model_error"` attribute (e.g. `ModelCallError`, or a model client's own error class)
-fails it with `model_error`. Both are retried when the job allows retries.
+Errors: any exception from `run` fails the trial with cause `agent_error`; a `CausedError` (evsys.records)
+fails it with its own `failure_cause` (e.g. `ModelCallError` or a model client's `ModelError`:
+`model_error`). Both are retried when the job allows retries.
 """
 
 from __future__ import annotations
@@ -26,29 +26,29 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from evsys.sandbox.base import Sandbox, SandboxSpec
-from evsys.trajectory.models import Step, TrajectoryRecorder, Usage
+from evsys.records import CausedError, FailureCause, SandboxSpec, Step, TrajectoryRecorder, Usage
+from evsys.sandbox.base import Sandbox
 
 if TYPE_CHECKING:
     from evsys.task.models import Task
 
 
-class AgentError(Exception):
+class AgentError(CausedError):
     """The agent failed (cause `agent_error`)."""
 
-    failure_cause = "agent_error"
+    failure_cause = FailureCause.AGENT_ERROR
 
 
 class AgentTimeoutError(AgentError):
     """The agent ran past its timeout (cause `agent_timeout`, never retried)."""
 
-    failure_cause = "agent_timeout"
+    failure_cause = FailureCause.AGENT_TIMEOUT
 
 
 class ModelCallError(AgentError):
     """A model call failed: unreachable server, rate limit, malformed response (cause `model_error`)."""
 
-    failure_cause = "model_error"
+    failure_cause = FailureCause.MODEL_ERROR
 
 
 class AgentResult(BaseModel):

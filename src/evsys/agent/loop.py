@@ -31,8 +31,8 @@ from evsys.agent.base import Agent, AgentContext, AgentError, AgentResult, Model
 from evsys.agent.tools import SandboxTools, ToolOutcome
 from evsys.model.base import Completion, Message, SamplingParams
 from evsys.model.errors import ContextOverflowError, ModelError
+from evsys.records import Observation, ObservationResult, StepMetrics, ToolCall
 from evsys.sandbox.base import Sandbox
-from evsys.trajectory.models import Observation, ObservationResult, StepMetrics, ToolCall
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are an autonomous agent working in a Linux sandbox. Use the tools to complete the task: run "

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from evsys.agent.base import Agent, AgentContext, AgentResult
+from evsys.records import Usage
 from evsys.sandbox.base import Sandbox
-from evsys.trajectory.models import Usage
 
 
 class NopAgent(Agent):

@@ -14,7 +14,8 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from evsys.model.base import ToolCall
-from evsys.sandbox.base import ExecResult, Sandbox, ShellSession
+from evsys.records import ExecResult
+from evsys.sandbox.base import Sandbox, ShellSession
 
 ErrorKind = Literal["parse", "unknown_tool", "bad_arguments", "execution"]
 READ_LIMIT_BYTES = 4 * 1024 * 1024

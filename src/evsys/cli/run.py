@@ -30,7 +30,7 @@ from evsys.cli.checks import fail as _fail
 if TYPE_CHECKING:
     from evsys.engine.config import JobConfig
     from evsys.engine.job import Job
-    from evsys.engine.results import JobResult
+    from evsys.records import JobResult
 
 
 class NetworkChoice(StrEnum):
@@ -88,7 +88,7 @@ def _build_job(
 
 def _log_limits(texts: list[str]) -> dict[str, int] | None:
     """The `--log-limit KEY=VALUE` flags as a dict (None when there are none); a usage error if one is bad."""
-    from evsys.sandbox.copyout import parse_limit
+    from evsys.records import parse_limit
 
     try:
         return dict(parse_limit(text) for text in texts) or None

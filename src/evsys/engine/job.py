@@ -33,13 +33,12 @@ from evsys.engine.config import RESUME_SAFE_FIELDS, AgentSpec, JobConfig
 from evsys.engine.executors.base import Executor, ExecutorContext, create_executor
 from evsys.engine.metrics import compute_metrics, total_usage
 from evsys.engine.plan import PythonTaskItem, plan_trials
-from evsys.engine.results import RETRYABLE_CAUSES, FailureCause, JobResult, TrialFailure, TrialResult
 from evsys.engine.run import MODEL_FREE_AGENTS, TrialResources
 from evsys.engine.spec import PlannedTrial
 from evsys.engine.store import JobStore, JobStoreError
+from evsys.records import RETRYABLE_CAUSES, FailureCause, JobResult, TrialFailure, TrialResult, utc_now
 from evsys.sandbox.registry import sandbox_class
 from evsys.sandbox.slots import SlotPool
-from evsys.trajectory.models import utc_now
 
 TrialCallback = Callable[[TrialResult], Awaitable[None] | None]
 ModelClientFactory = Callable[[AgentSpec], Any]

@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from evsys.engine.config import AgentSpec, JobConfig, TrialConfig, slugify
-from evsys.engine.results import FailureCause, TrialFailure
 from evsys.engine.spec import PlannedTrial, TaskRef, TrialSpec, python_task_as_task
+from evsys.records import FailureCause, TrialFailure
 from evsys.repo.cache import cache_root
 from evsys.repo.materialise import materialised_dir
 from evsys.repo.rows import RepoRowsError, is_repo_dataset, load_repo_rows

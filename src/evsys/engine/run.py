@@ -22,10 +22,10 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from evsys.engine.results import TrialResult
 from evsys.engine.spec import TrialSpec
 from evsys.engine.store import JobStore
 from evsys.engine.trial import Trial
+from evsys.records import TrialResult
 from evsys.sandbox.slots import SlotPool
 from evsys.task.models import Task
 

@@ -12,11 +12,10 @@ import secrets
 from evsys.engine import environment
 from evsys.engine.config import slugify
 from evsys.engine.healthcheck import HealthcheckFailed, await_healthy
-from evsys.engine.results import FailureCause, TrialImage
 from evsys.images import ImageError
+from evsys.records import FailureCause, FileCopy, ImageSpec, SandboxSpec, TrialImage
 from evsys.repo.workspace import WorkspaceError, place_workspace, task_workspace
-from evsys.sandbox.base import Capability, FileCopy, SandboxError, SandboxSpec
-from evsys.sandbox.image import ImageSpec
+from evsys.sandbox.base import Capability, SandboxError
 from evsys.task.models import Task
 from evsys.task.network import NetworkPlan, NetworkPolicy, resolve_network_plan
 from evsys.util.hostca import SANDBOX_CA_PATH, ca_environment, host_ca_bundle

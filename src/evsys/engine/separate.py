@@ -16,7 +16,7 @@ import shutil
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from evsys.engine.results import FailureCause
+from evsys.records import FailureCause
 from evsys.sandbox.base import ARTIFACTS_DIR, Sandbox, SandboxError
 from evsys.task.models import ArtifactSpec, Task
 

@@ -22,10 +22,9 @@ from pathlib import Path
 
 from evsys.engine import environment
 from evsys.engine.healthcheck import HealthcheckFailed, await_healthy
-from evsys.engine.results import FailureCause
 from evsys.images import BuildContext, ImageError
-from evsys.sandbox.base import NetworkMode, PodSpec, Sandbox, SandboxError, SandboxSpec
-from evsys.sandbox.image import ImageSpec
+from evsys.records import FailureCause, ImageSpec, NetworkMode, PodSpec, SandboxSpec
+from evsys.sandbox.base import Sandbox, SandboxError
 from evsys.sandbox.registry import create_sandbox
 from evsys.task.compose import MAIN, ComposeProject, ComposeService
 from evsys.task.models import HealthcheckConfig, Task

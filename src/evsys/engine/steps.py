@@ -27,7 +27,7 @@ import tempfile
 from pathlib import Path
 
 from evsys.agent.base import Agent, AgentContext
-from evsys.engine.results import FailureCause, StepResult, TrialFailure
+from evsys.records import FailureCause, StepResult, TrialFailure
 from evsys.sandbox.base import LOGS_DIR, TESTS_DIR, SandboxError
 from evsys.task.models import Task, TaskStep
 from evsys.task.network import resolve_network_plan

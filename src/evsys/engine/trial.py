@@ -36,7 +36,6 @@ from evsys.agent.base import Agent, AgentContext, AgentResult
 from evsys.agent.registry import AgentNotFoundError, resolve_agent
 from evsys.agent.single_turn import SingleTurnAgent
 from evsys.engine import environment
-from evsys.engine.results import FailureCause, TrialFailure, TrialResult
 from evsys.engine.sandboxing import EnvironmentPhaseMixin, describe_exception, sandbox_spec
 from evsys.engine.separate import SeparateVerifierMixin
 from evsys.engine.sidecars import SidecarsMixin
@@ -44,12 +43,21 @@ from evsys.engine.spec import TrialSpec
 from evsys.engine.steps import StepsMixin
 from evsys.engine.store import JobStore
 from evsys.engine.verifying import VerifierPhaseMixin
+from evsys.records import (
+    AgentInfo,
+    FailureCause,
+    SandboxSpec,
+    Trajectory,
+    TrajectoryRecorder,
+    TrialFailure,
+    TrialResult,
+    utc_now,
+)
 from evsys.repo.workspace import METADATA_KEY
-from evsys.sandbox.base import Sandbox, SandboxError, SandboxSpec
+from evsys.sandbox.base import Sandbox, SandboxError
 from evsys.sandbox.slots import Slot, SlotPool
 from evsys.task.models import Task
 from evsys.task.network import DEFAULT_PLAN, PUBLIC, resolve_network_plan
-from evsys.trajectory.models import AgentInfo, Trajectory, TrajectoryRecorder, utc_now
 from evsys.verify.chain import VerifyContext, chain_for_task
 
 T = TypeVar("T")

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from evsys.engine.logs import copy_logs_out
-from evsys.engine.results import FailureCause
 from evsys.engine.sandboxing import describe_exception
+from evsys.records import FailureCause
 from evsys.repo.report import read_tests_summary
 from evsys.sandbox.base import LOGS_DIR, Sandbox, SandboxError
 from evsys.verify.base import VerifierError

@@ -11,6 +11,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from evsys.records import Usage
+
 Message = dict[str, Any]
 """One chat message in OpenAI shape: {"role", "content", "tool_calls", "tool_call_id"}."""
 
@@ -51,14 +53,6 @@ class ToolCall(BaseModel):
     parse_error: str | None = Field(
         None, description="Why the call could not be parsed; the agent reports it."
     )
-
-
-class Usage(BaseModel):
-    """Token counts of one request."""
-
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cached_tokens: int = 0
 
 
 class Completion(BaseModel):

@@ -17,7 +17,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from evsys.model.base import Completion, Message, SamplingParams, ToolCall, ToolSchema, Usage
+from evsys.model.base import Completion, Message, SamplingParams, ToolCall, ToolSchema
+from evsys.records import Usage
 
 SSE_DONE = "data: [DONE]\n\n"
 

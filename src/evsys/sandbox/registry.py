@@ -17,7 +17,8 @@ from __future__ import annotations
 import difflib
 from importlib.metadata import EntryPoint, entry_points
 
-from evsys.sandbox.base import Sandbox, SandboxSpec, SandboxUnsupported
+from evsys.records import SandboxSpec
+from evsys.sandbox.base import Sandbox, SandboxUnsupported
 
 ENTRY_POINT_GROUP = "evsys.sandboxes"
 DEFAULT_BACKEND = "local"

@@ -30,7 +30,8 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from evsys.sandbox.base import HELPER_ENV, ExecResult, Sandbox, SandboxError, SandboxSpec
+from evsys.records import ExecResult, SandboxSpec
+from evsys.sandbox.base import HELPER_ENV, Sandbox, SandboxError
 from evsys.sandbox.pool import SandboxPool
 
 SLOT_UID_BASE = 20000

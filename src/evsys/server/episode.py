@@ -23,9 +23,10 @@ from typing import Any, TypeVar
 from evsys import __version__
 from evsys.agent.base import Agent, AgentContext, AgentError, AgentResult
 from evsys.agent.tools import SandboxTools, ToolOutcome
-from evsys.engine import JobStore, TrialResult
+from evsys.engine import JobStore
 from evsys.engine.trial import Trial
 from evsys.model.base import ToolCall as ModelToolCall
+from evsys.records import Observation, ObservationResult, ToolCall, TrialResult
 from evsys.sandbox.base import Sandbox
 from evsys.sandbox.slots import SlotPool
 from evsys.server.catalog import SERVED_AGENT, ServedTask
@@ -38,7 +39,6 @@ from evsys.server.protocol import (
     ServeError,
     ToolError,
 )
-from evsys.trajectory.models import Observation, ObservationResult, ToolCall
 
 T = TypeVar("T")
 TOOL_NAMES = [s["function"]["name"] for s in SandboxTools.schemas()]

@@ -22,8 +22,8 @@ from evsys.agent.harness.catalog import HarnessDefinition, get_definition
 from evsys.agent.harness.config import ModelEndpoint
 from evsys.agent.harness.events import HarnessEvent, HarnessEventType
 from evsys.agent.harness.sandboxed import HarnessPlumbing, SandboxLauncher
-from evsys.sandbox.base import Sandbox, SandboxSpec
-from evsys.trajectory.models import AgentInfo, TrajectoryRecorder
+from evsys.records import AgentInfo, SandboxSpec, TrajectoryRecorder
+from evsys.sandbox.base import Sandbox
 from evsys.util.atomic import write_text_atomic
 
 EVENTS_FILE = "harness-events.jsonl"

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from evsys.agent.harness.config import ModelEndpoint
     from evsys.agent.harness.install import HarnessInstall
     from evsys.agent.harness.process import ProcessLauncher
-    from evsys.sandbox.base import Bind
+    from evsys.records import Bind
 
 Dialect = Literal["openai", "anthropic", "responses"]
 

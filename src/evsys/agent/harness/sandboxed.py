@@ -30,15 +30,8 @@ from evsys.agent.harness.catalog import HarnessSetup
 from evsys.agent.harness.config import ModelEndpoint
 from evsys.agent.harness.install import HarnessInstall, HarnessInstaller
 from evsys.agent.harness.process import BASE_ENV
-from evsys.sandbox.base import (
-    HELPER_ENV,
-    Bind,
-    Capability,
-    Sandbox,
-    SandboxError,
-    SandboxSpec,
-    StreamingProcess,
-)
+from evsys.records import Bind, CausedError, FailureCause, SandboxSpec
+from evsys.sandbox.base import HELPER_ENV, Capability, Sandbox, SandboxError, StreamingProcess
 from evsys.sandbox.local.rootfs import AGENT_HOME
 from evsys.sandbox.registry import DEFAULT_BACKEND, create_sandbox
 
@@ -51,11 +44,11 @@ FORWARDER = f"{RUN_DIR}/forwarder.py"
 FORWARDER_START_TIMEOUT = 15.0
 
 
-class SpawnUnsupported(RuntimeError):
+class SpawnUnsupported(CausedError, RuntimeError):
     """The sandbox backend cannot stream processes, which a harness needs (cause `environment_unsupported`:
     retrying on the same backend cannot help)."""
 
-    failure_cause = "environment_unsupported"
+    failure_cause = FailureCause.ENVIRONMENT_UNSUPPORTED
 
 
 def require_spawn(sandbox: Sandbox) -> None:

@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from importlib.metadata import entry_points
 from typing import Any, ClassVar
 
-from evsys.engine.results import TrialResult
 from evsys.engine.run import TrialResources
 from evsys.engine.spec import PlannedTrial
 from evsys.engine.store import JobStore
+from evsys.records import TrialResult
 
 EXECUTOR_ENTRY_POINTS = "evsys.executors"
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from evsys.engine.executors.base import Executor
-from evsys.engine.results import TrialResult
 from evsys.engine.run import run_trial
 from evsys.engine.spec import PlannedTrial
+from evsys.records import TrialResult
 
 
 class LocalExecutor(Executor):

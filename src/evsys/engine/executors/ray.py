@@ -39,9 +39,9 @@ from evsys.engine.executors.ray_worker import (
     pack_directory,
     run_trial_task,
 )
-from evsys.engine.results import FailureCause, TrialFailure, TrialResult
 from evsys.engine.run import run_trial
 from evsys.engine.spec import PlannedTrial, TrialSpec
+from evsys.records import FailureCause, TrialFailure, TrialResult
 
 CANCELLED_MESSAGE = "the job was cancelled while this trial ran; resume reruns it"
 MB = 1024 * 1024

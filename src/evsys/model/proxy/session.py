@@ -17,14 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from evsys.model.base import Completion, Message, ModelClient, SamplingParams, ToolSchema
-from evsys.trajectory.models import (
-    Observation,
-    ObservationResult,
-    Step,
-    StepMetrics,
-    ToolCall,
-    utc_now,
-)
+from evsys.records import Observation, ObservationResult, Step, StepMetrics, ToolCall, utc_now
 
 log = logging.getLogger(__name__)
 

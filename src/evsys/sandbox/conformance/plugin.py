@@ -16,7 +16,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 import pytest_asyncio
 
-from evsys.sandbox.base import Sandbox, SandboxSpec
+from evsys.records import SandboxSpec
+from evsys.sandbox.base import Sandbox
 from evsys.sandbox.registry import sandbox_backends, sandbox_class
 
 ENV_VAR = "EVSYS_SANDBOX_BACKENDS"

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from evsys.records import CopyOutLimits
 from evsys.sandbox.base import SandboxError
-from evsys.sandbox.copyout import CopyOutLimits
 
 pytestmark = pytest.mark.asyncio
 

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from evsys.sandbox.base import SandboxSpec
+from evsys.records import SandboxSpec
 from evsys.sandbox.local import cgroups, native
 
 

@@ -9,16 +9,14 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from evsys.records import Bind, NetworkMode, SandboxSpec
 from evsys.sandbox.base import (
     SOLUTION_DIR,
     TESTS_DIR,
     VERIFIER_LOGS_DIR,
-    Bind,
     Capability,
-    NetworkMode,
     Sandbox,
     SandboxError,
-    SandboxSpec,
     SandboxUnsupported,
 )
 from evsys.sandbox.entrypoint import run_entrypoint
