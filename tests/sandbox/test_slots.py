@@ -107,13 +107,16 @@ class _ScriptedModel:
     """Runs one bash command (the instruction), then submits."""
 
     async def complete(self, messages, **kwargs):
-        from evsys.model.base import Completion, ToolCall
+        from evsys.model.base import Completion
+        from evsys.records import ToolCall
 
         if len(messages) <= 2:
             command = messages[-1]["content"]
-            call = ToolCall(id="1", name="bash", arguments="{}", parsed_arguments={"command": command})
+            call = ToolCall(
+                tool_call_id="1", function_name="bash", arguments={"command": command}, raw_arguments="{}"
+            )
         else:
-            call = ToolCall(id="2", name="submit", arguments="{}", parsed_arguments={})
+            call = ToolCall(tool_call_id="2", function_name="submit", arguments={}, raw_arguments="{}")
         return Completion(text="", tool_calls=[call], finish_reason="tool_calls")
 
 

@@ -15,8 +15,7 @@ import pytest
 
 from evsys.agent.harness.mcp_server import ToolOutput
 from evsys.agent.tools import SandboxTools
-from evsys.model.base import ToolCall
-from evsys.records import DEFAULT_MAX_OUTPUT_BYTES, ExecResult, SandboxSpec
+from evsys.records import DEFAULT_MAX_OUTPUT_BYTES, ExecResult, SandboxSpec, ToolCall
 from evsys.sandbox import LocalSandbox
 
 pytestmark = pytest.mark.security
@@ -131,7 +130,7 @@ async def check_loop_marker(sb: LocalSandbox) -> None:
     """seq 1 100000 (588,895 bytes) through the loop agent's bash tool, with 8 KiB kept."""
     tools = SandboxTools(sb, workdir="/app", max_output_chars=1_000_000)
     args = {"command": "seq 1 100000"}
-    call = ToolCall(id="c1", name="bash", arguments=json.dumps(args), parsed_arguments=args)
+    call = ToolCall(tool_call_id="c1", function_name="bash", arguments=args, raw_arguments=json.dumps(args))
     outcome = await tools.call(call)
     assert outcome.content.startswith("1\n2\n3\n")
     assert "bytes of output omitted here (588,895 bytes in all)" in outcome.content

@@ -13,8 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from evsys.model.base import ToolCall
-from evsys.records import ExecResult
+from evsys.records import ExecResult, ToolCall
 from evsys.sandbox.base import Sandbox, ShellSession
 
 ErrorKind = Literal["parse", "unknown_tool", "bad_arguments", "execution"]
@@ -144,19 +143,20 @@ class SandboxTools:
             return ToolOutcome(
                 content=f"error: could not parse your tool call: {call.parse_error}", error_kind="parse"
             )
-        if call.name not in _KNOWN:
+        if call.function_name not in _KNOWN:
             names = ", ".join(_KNOWN)
             return ToolOutcome(
-                content=f"error: unknown tool {call.name!r}; available: {names}", error_kind="unknown_tool"
+                content=f"error: unknown tool {call.function_name!r}; available: {names}",
+                error_kind="unknown_tool",
             )
-        args = call.parsed_arguments or {}
-        problem = _check_arguments(call.name, args)
+        args = call.arguments
+        problem = _check_arguments(call.function_name, args)
         if problem:
-            return ToolOutcome(content=f"error: {call.name}: {problem}", error_kind="bad_arguments")
+            return ToolOutcome(content=f"error: {call.function_name}: {problem}", error_kind="bad_arguments")
         try:
-            outcome = await getattr(self, f"_{call.name}")(**args)
+            outcome = await getattr(self, f"_{call.function_name}")(**args)
         except Exception as exc:  # a sandbox failure is shown to the model and counted
-            return ToolOutcome(content=f"error: {call.name} failed: {exc}", error_kind="execution")
+            return ToolOutcome(content=f"error: {call.function_name} failed: {exc}", error_kind="execution")
         return outcome.model_copy(update={"content": clip(outcome.content, self.max_output_chars)})
 
     async def _bash(self, command: str) -> ToolOutcome:
