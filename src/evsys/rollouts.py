@@ -23,7 +23,10 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
 from evsys.engine.config import AgentSpec, JobConfig
+from evsys.engine.executors.base import executor_class
 from evsys.engine.job import Job
 from evsys.engine.spec import PlannedTrial
 from evsys.records import JobResult, Trajectory
@@ -154,7 +157,7 @@ async def run_rollouts(
     job_name: str | None = None,
     advantage: AdvantageMethod = "mean",
     executor: str = "local",
-    executor_options: Mapping[str, Any] | None = None,
+    executor_options: BaseModel | Mapping[str, Any] | None = None,
 ) -> list[TrajectoryGroup]:
     """Roll out every item `num_samples` times; one `TrajectoryGroup` per item, in input order.
 
@@ -173,7 +176,7 @@ async def run_rollouts(
         raise ValueError(f"advantage must be one of {', '.join(ADVANTAGE_METHODS)}, got {advantage!r}")
     kwargs = _loop_kwargs(max_turns, max_tokens, temperature, system_prompt)
     spec, factory = _agent_spec(agent, model, kwargs)
-    if factory is not None and executor != "local":
+    if factory is not None and not executor_class(executor).in_process:
         raise ValueError(
             f"executor={executor!r} runs trials in other processes: pass the model as a string "
             "(e.g. 'vllm:Qwen/Qwen3-8B' with its base URL), not a client object"
@@ -239,7 +242,7 @@ async def run_repo_rollouts(
     *,
     advantage: AdvantageMethod,
     executor: str,
-    executor_options: Mapping[str, Any] | None = None,
+    executor_options: BaseModel | Mapping[str, Any] | None = None,
 ) -> list[TrajectoryGroup]:
     """`run_rollouts` over repository tasks: the rows are saved as `tasks/rows.jsonl` in the job (so it can be
     resumed), run as repository task directories, and grouped per instance in the rows' order."""

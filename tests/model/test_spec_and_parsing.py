@@ -31,7 +31,7 @@ def test_model_strings_parse(text, provider, model):
 
 def test_unknown_provider_lists_the_valid_ones():
     """A typo in the provider names the valid providers."""
-    with pytest.raises(ValueError, match="unknown model provider 'vlm'; did you mean 'vllm'") as info:
+    with pytest.raises(ValueError, match=r"unknown model provider 'vlm' \(did you mean 'vllm'\?\)") as info:
         ModelSpec.parse("vlm:Qwen/Qwen3-8B")
     for provider in model_provider_names():
         assert provider in str(info.value)

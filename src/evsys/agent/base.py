@@ -22,7 +22,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -31,6 +31,12 @@ from evsys.sandbox.base import Sandbox
 
 if TYPE_CHECKING:
     from evsys.task.models import Task
+
+
+ModelUse = Literal["none", "optional", "required"]
+"""Whether an agent talks to a model: never (`oracle`, `nop`: a model given to it is ignored, never checked
+or built), when one is given (the default), or always (`loop`, the harnesses: pre-flight refuses it without
+one)."""
 
 
 class AgentError(CausedError):
@@ -105,9 +111,10 @@ class Agent(ABC):
 
     Subclass it and implement `setup` and `run`; `prepare_sandbox` and `close` are hooks with defaults that do
     nothing. `name` is the agent's name in results (the registry sets it from the name it was resolved by when
-    a subclass leaves it empty)."""
+    a subclass leaves it empty); `model_use` says whether it talks to a model (see `ModelUse`)."""
 
     name: str = ""
+    model_use: ClassVar[ModelUse] = "optional"
 
     @abstractmethod
     async def setup(self, sandbox: Sandbox, ctx: AgentContext) -> None:

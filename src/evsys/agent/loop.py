@@ -84,6 +84,7 @@ class LoopAgent(Agent):
     """The built-in tool-calling agent. See the module docstring."""
 
     name = "loop"
+    model_use = "required"
     version = "1.0"
 
     def __init__(self, **kwargs: Any) -> None:

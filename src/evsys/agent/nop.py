@@ -11,6 +11,7 @@ class NopAgent(Agent):
     """An agent that leaves the sandbox exactly as it found it."""
 
     name = "nop"
+    model_use = "none"
     version = "1.0"
 
     async def setup(self, sandbox: Sandbox, ctx: AgentContext) -> None:

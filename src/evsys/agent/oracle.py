@@ -27,6 +27,7 @@ class OracleAgent(Agent):
     """
 
     name = "oracle"
+    model_use = "none"
     version = "1.0"
 
     async def setup(self, sandbox: Sandbox, ctx: AgentContext) -> None:

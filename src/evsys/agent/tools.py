@@ -14,7 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from evsys.records import ExecResult, ToolCall
-from evsys.sandbox.base import Sandbox, ShellSession
+from evsys.sandbox.base import Sandbox, SandboxError, ShellSession
 
 ErrorKind = Literal["parse", "unknown_tool", "bad_arguments", "execution"]
 READ_LIMIT_BYTES = 4 * 1024 * 1024
@@ -181,17 +181,10 @@ class SandboxTools:
 
     async def _write_file(self, path: str, content: str) -> ToolOutcome:
         data = content.encode()
-        quoted = shlex.quote(path)
-        result = await self.sandbox.exec(
-            f'mkdir -p -- "$(dirname -- {quoted})" && cat > {quoted}',
-            cwd=self.workdir,
-            timeout=self.command_timeout,
-            stdin=data,
-        )
-        if not result.ok:
-            return ToolOutcome(
-                content=f"error: cannot write {path}: {result.stderr.strip()}", error_kind="execution"
-            )
+        try:
+            await self.sandbox.write_file(path, data, cwd=self.workdir, timeout=self.command_timeout)
+        except SandboxError as exc:
+            return ToolOutcome(content=f"error: {exc}", error_kind="execution")
         return ToolOutcome(content=f"wrote {len(data)} bytes to {path}")
 
     async def _str_replace(self, path: str, old_str: str, new_str: str) -> ToolOutcome:

@@ -262,24 +262,24 @@ def run(
 
 
 def _executor(name: str, ray_address: str | None, ray_mode: RayMode) -> dict:
-    """`Job` keyword arguments for `--executor` (and its `--ray-*` settings); a usage error when the
-    executor is unknown or its extra is missing."""
-    from evsys.engine.executors.base import ExecutorUnavailableError, executor_names
-
-    if name not in executor_names():
-        raise _fail(f"unknown executor {name!r}; available: {', '.join(executor_names())}")
-    if name != "ray":
-        if ray_address is not None:
-            raise _fail("--ray-address needs --executor ray")
-        return {"executor": name}
-    from evsys.engine.executors.ray import RayOptions, import_ray
+    """`Job` keyword arguments for `--executor` and the `--ray-*` settings its options take, validated once;
+    a usage error when the executor is unknown, cannot run here, or does not take a setting given."""
+    from evsys.engine.executors.base import ExecutorUnavailableError, executor_class
 
     try:
-        import_ray()
-        options = RayOptions(address=ray_address, mode=ray_mode.value)
+        cls = executor_class(name)
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    takes = cls.options_model.model_fields
+    if ray_address is not None and "address" not in takes:
+        raise _fail(f"--ray-address needs --executor ray (executor {name!r} takes no address)")
+    given = {"address": ray_address, "mode": ray_mode.value}
+    try:
+        cls.check_available()
+        options = cls.parse_options({k: v for k, v in given.items() if k in takes and v is not None})
     except (ExecutorUnavailableError, ValueError) as exc:
         raise _fail(_validation_message(exc)) from None
-    return {"executor": "ray", "executor_options": options.model_dump(exclude_defaults=True)}
+    return {"executor": name, "executor_options": options}
 
 
 def _run_job(job: Job) -> JobResult:

@@ -24,16 +24,18 @@ import contextlib
 import inspect
 import random
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from evsys.agent.registry import resolve_agent
+from pydantic import BaseModel
+
+from evsys.agent.registry import resolve_agent, talks_to_model
 from evsys.engine.config import RESUME_SAFE_FIELDS, AgentSpec, JobConfig
-from evsys.engine.executors.base import Executor, ExecutorContext, create_executor
+from evsys.engine.executors.base import Executor, ExecutorContext, create_executor, executor_class
 from evsys.engine.metrics import compute_metrics, total_usage
 from evsys.engine.plan import PythonTaskItem, plan_trials
-from evsys.engine.run import MODEL_FREE_AGENTS, TrialResources
+from evsys.engine.run import TrialResources
 from evsys.engine.spec import PlannedTrial
 from evsys.engine.store import JobStore, JobStoreError
 from evsys.records import RETRYABLE_CAUSES, FailureCause, JobResult, TrialFailure, TrialResult, utc_now
@@ -77,7 +79,7 @@ class Job:
         python_tasks: Sequence[PythonTaskItem] | None = None,
         on_agent_event: Callable[[dict[str, Any]], None] | None = None,
         executor: str = "local",
-        executor_options: dict[str, Any] | None = None,
+        executor_options: BaseModel | Mapping[str, Any] | None = None,
     ) -> None:
         datasets = [Path(p).absolute() for p in config.datasets]  # a resume may start from another directory
         self.config = config.model_copy(update={"datasets": datasets})
@@ -94,7 +96,8 @@ class Job:
         self._clients: dict[int, Any] = {}
         self._workers: list[asyncio.Task] = []
         self.executor_name = executor
-        self.executor_options = dict(executor_options or {})  # e.g. the Ray address (RayOptions)
+        # validated here, once, as the executor's options_model (e.g. RayOptions); an unknown name is refused
+        self.executor_options = executor_class(executor).parse_options(executor_options)
         self._executor: Executor | None = None
         self._cancelled = False
         self._started_at = utc_now()
@@ -245,8 +248,8 @@ class Job:
             await self.store.write_config(self.config)
 
     async def _model_client(self, agent: AgentSpec) -> Any:
-        """One client per agent spec with a model (none for oracle/nop), built off the event loop."""
-        if agent.model is None or agent.name in MODEL_FREE_AGENTS:
+        """One client per agent spec that talks to a model (`Agent.model_use`), built off the event loop."""
+        if not talks_to_model(agent.name, agent.model):
             return None
         factory = self.model_client_factory or default_model_client
         try:

@@ -5,9 +5,9 @@ registry: `evsys.sandbox.create_sandbox(spec, backend)`), starts it, runs comman
 with `upload`/`download`, kills every agent process with `kill_processes` before verification, and tears it
 down with `stop` (idempotent). Agents get a stateful `ShellSession` from `shell()`. Optional abilities (reset
 in place, streaming processes, binds, images, limit reporting) are declared as `Capability` flags; the file
-helpers (`replace_tree`, `read_file`, `download_tar`, `copy_out`, `exec_program`) have defaults built on
-`exec` that a backend overrides with native calls. The conformance suite in `evsys.sandbox.conformance` checks
-a backend.
+helpers (`write_file`, `replace_tree`, `read_file`, `download_tar`, `copy_out`, `exec_program`) have defaults
+built on `exec` that a backend overrides with native calls. The conformance suite in
+`evsys.sandbox.conformance` checks a backend.
 """
 
 from __future__ import annotations
@@ -142,6 +142,12 @@ class Sandbox(ABC):
         return None
 
     @classmethod
+    async def node_problem(cls) -> str | None:
+        """What a worker node must fix before it runs trials on this backend (a remote executor checks each
+        node once), or None; by default `unavailable()`, a backend adds its own required checks."""
+        return await cls.unavailable()
+
+    @classmethod
     async def cleanup_stale(cls) -> int:
         """Remove what sandboxes of an earlier, killed orchestrator left behind; return how many."""
         return 0
@@ -272,6 +278,27 @@ class Sandbox(ABC):
         command = f"test -f {q} && tail -c {int(max_bytes)} -- {q}"
         return (await self._exec_checked(command, f"reading {path}")).stdout_bytes
 
+    async def write_file(
+        self,
+        path: str,
+        data: bytes,
+        *,
+        mode: int | None = None,
+        user: str | None = None,
+        cwd: str | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - the write's own limit
+    ) -> None:
+        """Write `data` to `path` (relative paths from `cwd`, default `spec.workdir`) as `user` (default
+        `spec.user`), creating missing parent directories and replacing what was there; `mode` (e.g.
+        0o755) sets its permission bits. Runs with that user's rights only (a root-owned place refuses the
+        agent); `SandboxError` saying why when the file cannot be written."""
+        result = await self.exec(
+            write_file_command(path, mode), cwd=cwd, user=user, stdin=data, timeout=timeout, env=HELPER_ENV
+        )
+        if not result.ok:
+            detail = result.stderr.strip()[-500:] or f"exit code {result.exit_code}"
+            raise SandboxError(f"cannot write {path}: {detail}")
+
     async def replace_tree(
         self, data: bytes, dst: str, *, empty: Sequence[str] = (), mkdir: Sequence[str] = ()
     ) -> None:
@@ -304,6 +331,16 @@ class Sandbox(ABC):
         if output_file is not None:
             command += f" > {shlex.quote(output_file)} 2>&1"
         return await self.exec(command + " < /dev/null", cwd=cwd, env=env, timeout=timeout, user=user)
+
+
+def write_file_command(path: str, mode: int | None = None) -> str:
+    """The shell command `Sandbox.write_file` runs: stdin into `path`, parents created, `mode` applied (for
+    callers that must run it their own way, e.g. as a shared slot's uid)."""
+    q = shlex.quote(path)
+    command = f'mkdir -p -- "$(dirname -- {q})" && cat > {q}'
+    if mode is not None:
+        command += f" && chmod {int(mode):o} -- {q}"
+    return command
 
 
 _SESSION_IDS = itertools.count(1)

@@ -31,7 +31,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from evsys.records import ExecResult, SandboxSpec
-from evsys.sandbox.base import HELPER_ENV, Sandbox, SandboxError
+from evsys.sandbox.base import HELPER_ENV, Sandbox, SandboxError, write_file_command
 from evsys.sandbox.pool import SandboxPool
 
 SLOT_UID_BASE = 20000
@@ -237,8 +237,7 @@ class SlotPool:
         if tool == "read_file":
             return await self._run(slot, f"cat -- {shlex.quote(str(args['path']))}", limit)
         if tool == "write_file":
-            path = shlex.quote(str(args["path"]))
-            command = f'mkdir -p -- "$(dirname -- {path})" && cat > {path}'
+            command = write_file_command(str(args["path"]))
             return await self._run(slot, command, limit, stdin=str(args["content"]).encode())
         return ExecutionResult(success=False, error=f"unknown tool {tool!r} (tools: {', '.join(TOOLS)})")
 

@@ -21,6 +21,8 @@ from evsys.agent.harness.events import HarnessEvent, HarnessEventType, HarnessTu
 from evsys.records import CausedError, FailureCause, Step
 
 RESERVED_TOOL_NAMES = frozenset({"reset", "step", "state", "close"})
+"""Names a served or injected tool can never have: they would let an agent drive its own episode (OpenEnv's
+rule); `evsys serve` and MCP tool injection both refuse them."""
 COLLISION_PREFIX = "env_"
 
 

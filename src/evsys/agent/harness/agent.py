@@ -34,6 +34,8 @@ DEFAULT_TURN_TIMEOUT = 600.0
 class HarnessAgent(Agent):
     """Runs one catalog harness for one turn per trial (see the module docstring)."""
 
+    model_use = "required"
+
     def __init__(self, definition: HarnessDefinition | str, **options: Any) -> None:
         self.definition = get_definition(definition) if isinstance(definition, str) else definition
         self.name = self.definition.name

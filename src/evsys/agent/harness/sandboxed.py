@@ -77,13 +77,10 @@ class SandboxLauncher:
 
     async def write_file(self, path: str, data: bytes) -> None:
         """Write `data` to `path` inside the sandbox as the launcher's user (parent directories created)."""
-        parent = shlex.quote(str(Path(path).parent))
-        command = f"mkdir -p -- {parent} && cat > {shlex.quote(path)}"
-        result = await self.sandbox.exec(
-            command, cwd="/", user=self.user, stdin=data, timeout=30, env=HELPER_ENV
-        )
-        if not result.ok:
-            raise OSError(f"cannot write {path} in the sandbox: {result.stderr.strip() or result.exit_code}")
+        try:
+            await self.sandbox.write_file(path, data, user=self.user, cwd="/", timeout=30)
+        except SandboxError as exc:
+            raise OSError(f"{exc} (in the sandbox)") from exc
 
     async def read_file(self, path: str) -> bytes | None:
         """The bytes of `path` in the sandbox (read as the launcher's user), or None if unreadable; OSError

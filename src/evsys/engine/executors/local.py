@@ -12,6 +12,7 @@ class LocalExecutor(Executor):
     """In-process trials sharing the job's sandbox pool and model clients."""
 
     name = "local"
+    in_process = True
 
     async def execute(self, planned: PlannedTrial) -> TrialResult:
         """`run_trial` with the job's store and live resources."""

@@ -139,29 +139,17 @@ def relocate(spec: TrialSpec, root: str, local: Path) -> TrialSpec:
 _checked: dict[str, str | None] = {}
 
 
-def node_problem(backend: str) -> str | None:
-    """Why this node cannot run the `backend` sandbox (the failing `evsys doctor` checks), or None; checked
-    once per process."""
+async def node_problem(backend: str) -> str | None:
+    """Why this node cannot run the `backend` sandbox (`Sandbox.node_problem`), or None; checked once per
+    process."""
     if backend not in _checked:
-        _checked[backend] = _local_sandbox_problem() if backend == "local" else None
+        _checked[backend] = await sandbox_class(backend).node_problem()
     return _checked[backend]
 
 
-def _local_sandbox_problem() -> str | None:
-    from evsys.sandbox.local.doctor import missing_requirement, run_checks
-
-    missing = missing_requirement()
-    if missing is not None:
-        return missing.removesuffix("; run `evsys doctor`")
-    failed = [c for c in run_checks(smoke=False) if c.required and not c.ok]
-    if not failed:
-        return None
-    return "; ".join(f"{c.name}: {c.detail} (fix: {c.fix})" for c in failed)
-
-
-def check_node(backend: str) -> None:
+async def check_node(backend: str) -> None:
     """Raise `NodeNotReady` naming this node and what to fix unless it can run `backend` sandboxes."""
-    problem = node_problem(backend)
+    problem = await node_problem(backend)
     if problem is not None:
         raise NodeNotReady(
             f"Ray node {socket.gethostname()} cannot run {backend!r} sandboxes: {problem}; "
@@ -197,7 +185,7 @@ class WorkerRuntime:
                 self._idle_timer = loop.call_later(IDLE_RELEASE_SEC, self._release_idle)
 
     async def _run(self, spec: TrialSpec, shipped: ShippedTask | None, fetch: Fetch) -> Packed:
-        check_node(spec.sandbox)
+        await check_node(spec.sandbox)
         if spec.sandbox not in self.cleaned:  # what killed workers of this node left behind
             self.cleaned.add(spec.sandbox)
             await sandbox_class(spec.sandbox).cleanup_stale()

@@ -35,6 +35,17 @@ def missing_requirement() -> str | None:
     return None
 
 
+def required_problems() -> str | None:
+    """`missing_requirement()`, else the failing required checks with their fixes in one line, or None."""
+    missing = missing_requirement()
+    if missing is not None:
+        return missing.removesuffix("; run `evsys doctor`")
+    failed = [c for c in run_checks(smoke=False) if c.required and not c.ok]
+    if not failed:
+        return None
+    return "; ".join(f"{c.name}: {c.detail} (fix: {c.fix})" for c in failed)
+
+
 def check_root() -> Check:
     """Overlay mounts and cgroup directories need root on the host."""
     ok = os.geteuid() == 0

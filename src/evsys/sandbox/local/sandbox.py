@@ -93,6 +93,13 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
         return await asyncio.to_thread(missing_requirement)
 
     @classmethod
+    async def node_problem(cls) -> str | None:
+        """`unavailable()`, then every failing required `evsys doctor` check (what a worker node must fix)."""
+        from evsys.sandbox.local.doctor import required_problems
+
+        return await asyncio.to_thread(required_problems)
+
+    @classmethod
     async def cleanup_stale(cls) -> int:
         """Remove the cgroups of sandboxes whose orchestrator was killed (see stale.py)."""
         return await asyncio.to_thread(stale.cleanup_stale)
