@@ -241,11 +241,11 @@ def run(
     where = _executor(executor, ray_address, ray_mode)
     if resume is not None:
         job = resume_job(ctx, resume, paths or [], retry_errors, settings, where)
-        run_preflight(job.config, probe=model_probe, strict=False)
+        job.tasksets = run_preflight(job.config, probe=model_probe, strict=False).tasksets
     else:
         config = _build_job(paths or [], agent or [], model, base_url, agent_kwarg or [], settings)
-        run_preflight(config, probe=model_probe, strict=strict)
-        job = Job(config, retry_errors=retry_errors, **where)
+        report = run_preflight(config, probe=model_probe, strict=strict)
+        job = Job(config, retry_errors=retry_errors, tasksets=report.tasksets, **where)
     if stream:
         from evsys.cli.stream import event_printer
 

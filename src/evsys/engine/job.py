@@ -41,6 +41,7 @@ from evsys.engine.store import JobStore, JobStoreError
 from evsys.records import RETRYABLE_CAUSES, FailureCause, JobResult, TrialFailure, TrialResult, utc_now
 from evsys.sandbox.registry import sandbox_class
 from evsys.sandbox.slots import SlotPool
+from evsys.task.loader import TaskSet
 
 TrialCallback = Callable[[TrialResult], Awaitable[None] | None]
 ModelClientFactory = Callable[[AgentSpec], Any]
@@ -80,6 +81,7 @@ class Job:
         on_agent_event: Callable[[dict[str, Any]], None] | None = None,
         executor: str = "local",
         executor_options: BaseModel | Mapping[str, Any] | None = None,
+        tasksets: Mapping[Path, TaskSet] | None = None,
     ) -> None:
         datasets = [Path(p).absolute() for p in config.datasets]  # a resume may start from another directory
         self.config = config.model_copy(update={"datasets": datasets})
@@ -89,6 +91,7 @@ class Job:
         self.retry_errors = retry_errors
         self.model_client_factory = model_client_factory
         self.python_tasks = list(python_tasks) if python_tasks is not None else None
+        self.tasksets = dict(tasksets or {})  # task directories pre-flight loaded already, by resolved path
         self.store = JobStore(config.job_dir)
         self.planned: list[PlannedTrial] = []
         self.results: dict[str, TrialResult] = {}
@@ -219,7 +222,7 @@ class Job:
         for agent in self.config.agents:
             resolve_agent(agent.name, agent.kwargs)  # fail fast on unknown agents / bad kwargs
         await sandbox_class(self.config.sandbox).cleanup_stale()  # what killed earlier runs left behind
-        self.planned = await asyncio.to_thread(plan_trials, self.config, self.python_tasks)
+        self.planned = await asyncio.to_thread(plan_trials, self.config, self.python_tasks, self.tasksets)
         for agent in self.config.agents:  # before the job directory exists: a bad model leaves none
             self._clients[id(agent)] = await self._model_client(agent)
         if self.store.exists():

@@ -23,6 +23,7 @@ from urllib.parse import urlparse
 
 from evsys.agent.registry import talks_to_model
 from evsys.engine.config import AgentSpec, JobConfig
+from evsys.task.loader import TaskSet
 
 PROBE_TIMEOUT_SEC = 2.0
 DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -38,10 +39,13 @@ class PreflightError(ValueError):
 
 @dataclass
 class PreflightReport:
-    """What pre-flight found that does not stop the job: invalid tasks (without `strict`), task warnings."""
+    """What pre-flight found that does not stop the job: invalid tasks (without `strict`), task warnings;
+    and the task directories it loaded (`tasksets`, by resolved dataset path), which the job plans from
+    instead of parsing them again (`Job(..., tasksets=report.tasksets)`)."""
 
     warnings: list[str] = field(default_factory=list)
     invalid_tasks: list[str] = field(default_factory=list)
+    tasksets: dict[Path, TaskSet] = field(default_factory=dict)
 
 
 def dedupe_paths(paths: list[Path]) -> tuple[list[Path], list[Path]]:
@@ -167,5 +171,6 @@ def _check_tasks(config: JobConfig, report: PreflightReport) -> None:
             taskset = load_tasks(path)
         except (OSError, ValueError):
             continue
+        report.tasksets[Path(path).resolve()] = taskset
         report.invalid_tasks += invalid_task_lines(taskset, config.task_names)
         report.warnings += task_warning_lines(taskset, config.task_names)
