@@ -183,10 +183,11 @@ async def run_rollouts(
         )
     name = job_name or _job_name()
     root = Path(jobs_dir) if jobs_dir is not None else Path("jobs")
-    if items and all(isinstance(item, RepoTask) for item in items):
+    repo_tasks = [item for item in items if isinstance(item, RepoTask)]
+    if items and len(repo_tasks) == len(items):
         settings = {"n_attempts": num_samples, "n_concurrent": n_concurrent, "max_retries": max_retries}
         return await run_repo_rollouts(
-            list(items),
+            repo_tasks,
             spec,
             factory,
             root / name,

@@ -15,7 +15,7 @@ import importlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -24,6 +24,7 @@ from evsys.agent.harness.catalog import HARNESSES
 from evsys.util.registry import Registry, did_you_mean
 
 AgentFactory = Callable[..., Agent]
+T = TypeVar("T")
 
 
 class AgentNotFoundError(ValueError):
@@ -162,13 +163,13 @@ def _valid_kwargs(exc: ValidationError) -> list[str]:
     """The field names of the pydantic model `exc` came from (agents validate kwargs with one)."""
     from pydantic import BaseModel
 
-    models = {cls.__name__: cls for cls in _subclasses(BaseModel)}
+    models: dict[str, type[BaseModel]] = {cls.__name__: cls for cls in _subclasses(BaseModel)}
     model = models.get(exc.title)
     return sorted(model.model_fields) if model is not None else []
 
 
-def _subclasses(cls: type) -> list[type]:
-    out = []
+def _subclasses(cls: type[T]) -> list[type[T]]:
+    out: list[type[T]] = []
     for sub in cls.__subclasses__():
         out += [sub, *_subclasses(sub)]
     return out

@@ -52,6 +52,8 @@ def default_model_client(agent: AgentSpec) -> Any:
     """The model client for `agent.model` (a `provider:model` string), via evsys.model."""
     from evsys.model.spec import create_model_client
 
+    if agent.model is None:
+        raise ValueError(f"agent '{agent.name}' has no model")
     return create_model_client(agent.model, base_url=agent.base_url)
 
 
@@ -214,8 +216,9 @@ class Job:
             raise
         result = await self._write_job_result()
         for worker in self._workers:
-            if not worker.cancelled() and worker.exception() is not None:
-                raise worker.exception()
+            failed = None if worker.cancelled() else worker.exception()
+            if failed is not None:
+                raise failed
         return result
 
     async def _prepare(self) -> None:
@@ -281,7 +284,7 @@ class Job:
                 except asyncio.CancelledError:
                     await self._record_cancelled(name)
                     raise
-                if not self._should_retry(result, len(failures)):
+                if result.failure is None or not self._should_retry(result, len(failures)):
                     break
                 failures.append(result.failure)
                 delay = retry_delay(

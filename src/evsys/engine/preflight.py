@@ -68,7 +68,7 @@ def preflight(config: JobConfig, *, probe_models: bool = True, strict: bool = Fa
     problems: list[str] = []
     for agent in config.agents:
         problems += check_agent(agent)
-        if talks_to_model(agent.name, agent.model):
+        if agent.model is not None and talks_to_model(agent.name, agent.model):
             problems += check_model(agent.model, agent.base_url, probe=probe_models)
     problems += check_sandbox_backend(config.sandbox)
     report = PreflightReport()

@@ -52,6 +52,8 @@ def build_model_client(spec: TrialSpec) -> Any:
     from evsys.model.spec import create_model_client
 
     agent = spec.config.agent
+    if agent.model is None:
+        raise ValueError(f"trial {spec.config.trial_name}: agent '{agent.name}' has no model")
     return create_model_client(agent.model, base_url=agent.base_url)
 
 

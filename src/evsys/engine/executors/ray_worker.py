@@ -33,6 +33,7 @@ from evsys.engine.run import PackedTrial, TrialResources, build_model_client, ne
 from evsys.engine.spec import TrialSpec
 from evsys.sandbox.registry import sandbox_class
 from evsys.sandbox.slots import SlotPool
+from evsys.task.python import VerifiedTask
 from evsys.util.tarsafe import links_stay_inside
 
 TASK_CACHE = "ray-tasks"
@@ -131,7 +132,7 @@ def relocate(spec: TrialSpec, root: str, local: Path) -> TrialSpec:
     ref = spec.task
     update: dict[str, Any] = {"path": Path(moved(str(ref.path))), "imports": [moved(m) for m in ref.imports]}
     task = ref.python_task
-    if task is not None and isinstance(getattr(task, "verifier", None), str):
+    if isinstance(task, VerifiedTask) and isinstance(task.verifier, str):
         update["python_task"] = task.model_copy(update={"verifier": moved(task.verifier)})
     return spec.model_copy(update={"task": ref.model_copy(update=update)})
 
@@ -169,7 +170,7 @@ class WorkerRuntime:
         self._client_lock: asyncio.Lock | None = None
         self._running = 0
         self._idle_timer: asyncio.TimerHandle | None = None
-        self._releasing: set[asyncio.Task] = set()
+        self._releasing: set[asyncio.Future[Any]] = set()
 
     async def run(self, spec_json: str, shipped: ShippedTask | None, fetch: Fetch) -> Packed:
         """Run one trial here and pack it."""
