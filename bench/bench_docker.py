@@ -79,7 +79,7 @@ class Daemon:
 
 async def exec_figures(sandbox_cls) -> dict:
     """`echo hi` latency and throughput through one started sandbox of `sandbox_cls`."""
-    from evsys.sandbox import SandboxSpec
+    from evsys.records import SandboxSpec
 
     async with sandbox_cls(SandboxSpec(name=f"bench-{sandbox_cls.__name__.lower()}")) as sb:
         figures = await latency(lambda: sb.exec(COMMAND), n=LATENCY_N)

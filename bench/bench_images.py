@@ -57,7 +57,8 @@ async def _start_stop(variants: dict[str, dict]) -> dict[str, float]:
     drift on a shared machine hits them alike, in an order reversed every round: a sandbox's teardown goes
     on in the kernel after `stop` returns, and always starting one variant right after the other charged
     that variant for it."""
-    from evsys.sandbox import LocalSandbox, SandboxSpec
+    from evsys.records import SandboxSpec
+    from evsys.sandbox import LocalSandbox
 
     times: dict[str, list[float]] = {name: [] for name in variants}
     for i in range(START_ROUNDS + 1):

@@ -121,10 +121,9 @@ async def _loop_overhead(runs: int = 10) -> dict:
 
     from evsys.agent.base import AgentContext
     from evsys.agent.loop import LoopAgent
+    from evsys.records import AgentInfo, SandboxSpec, TrajectoryRecorder
     from evsys.sandbox import LocalSandbox
-    from evsys.sandbox.base import SandboxSpec
     from evsys.task.loader import load_task
-    from evsys.trajectory.models import AgentInfo, TrajectoryRecorder
 
     root = REPO_ROOT
     sys.path.insert(0, str(root / "tests" / "agent"))

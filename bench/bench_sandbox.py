@@ -15,7 +15,8 @@ import statistics
 import time
 from collections.abc import Awaitable, Callable
 
-from evsys.sandbox import LocalSandbox, SandboxSpec
+from evsys.records import SandboxSpec
+from evsys.sandbox import LocalSandbox
 
 LATENCY_N = 400
 THROUGHPUT_N = 2000

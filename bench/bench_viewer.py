@@ -22,7 +22,7 @@ REPEATS = 3
 
 def _make_job(root: Path) -> Path:
     from evsys.engine import AgentSpec, JobConfig
-    from evsys.engine.results import FailureCause, JobResult, TrialFailure, TrialResult
+    from evsys.records import FailureCause, JobResult, TrialFailure, TrialResult
 
     agents = [AgentSpec(name="oracle")]
     config = JobConfig(datasets=[Path("tasks")], agents=agents, jobs_dir=root, job_name="big")

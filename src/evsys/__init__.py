@@ -15,8 +15,8 @@ _LAZY = {
     "Job": "evsys.engine.job",
     "JobConfig": "evsys.engine.config",
     "AgentSpec": "evsys.engine.config",
-    "TrialResult": "evsys.engine.results",
-    "JobResult": "evsys.engine.results",
+    "TrialResult": "evsys.records",
+    "JobResult": "evsys.records",
     "run_rollouts": "evsys.rollouts",
     "VerifiedTask": "evsys.task.python",
     "PromptTask": "evsys.task.python",
@@ -51,7 +51,7 @@ __all__ = [
 if TYPE_CHECKING:
     from evsys.engine.config import AgentSpec, JobConfig
     from evsys.engine.job import Job
-    from evsys.engine.results import JobResult, TrialResult
+    from evsys.records import JobResult, TrialResult
     from evsys.repo.rows import RepoTask, load_repo_tasks
     from evsys.rollouts import run_rollouts
     from evsys.task.python import PromptTask, VerifiedTask, load_python_tasks

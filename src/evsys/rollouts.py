@@ -24,10 +24,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel
+
 from evsys.engine.config import AgentSpec, JobConfig
+from evsys.engine.executors.base import executor_class
 from evsys.engine.job import Job
-from evsys.engine.results import JobResult
 from evsys.engine.spec import PlannedTrial
+from evsys.records import FailureCause, JobResult
 from evsys.repo.rows import RepoTask
 from evsys.task.python import PromptTask, VerifiedTask, load_python_tasks
 from evsys.trajectory.advantages import ADVANTAGE_METHODS, AdvantageMethod
@@ -155,7 +158,7 @@ async def run_rollouts(
     job_name: str | None = None,
     advantage: AdvantageMethod = "mean",
     executor: str = "local",
-    executor_options: Mapping[str, Any] | None = None,
+    executor_options: BaseModel | Mapping[str, Any] | None = None,
 ) -> list[TrajectoryGroup]:
     """Roll out every item `num_samples` times; one `TrajectoryGroup` per item, in input order.
 
@@ -174,18 +177,18 @@ async def run_rollouts(
         raise ValueError(f"advantage must be one of {', '.join(ADVANTAGE_METHODS)}, got {advantage!r}")
     kwargs = _loop_kwargs(max_turns, max_tokens, temperature, system_prompt)
     spec, factory = _agent_spec(agent, model, kwargs)
-    if factory is not None and executor != "local":
+    if factory is not None and not executor_class(executor).in_process:
         raise ValueError(
             f"executor={executor!r} runs trials in other processes: pass the model as a string "
             "(e.g. 'vllm:Qwen/Qwen3-8B' with its base URL), not a client object"
         )
     name = job_name or _job_name()
     root = Path(jobs_dir) if jobs_dir is not None else Path("jobs")
-    rows = [item for item in items if isinstance(item, RepoTask)]
-    if rows and len(rows) == len(items):
+    repo_tasks = [item for item in items if isinstance(item, RepoTask)]
+    if items and len(repo_tasks) == len(items):
         settings = {"n_attempts": num_samples, "n_concurrent": n_concurrent, "max_retries": max_retries}
         return await run_repo_rollouts(
-            rows,
+            repo_tasks,
             spec,
             factory,
             root / name,
@@ -242,7 +245,7 @@ async def run_repo_rollouts(
     *,
     advantage: AdvantageMethod,
     executor: str,
-    executor_options: Mapping[str, Any] | None = None,
+    executor_options: BaseModel | Mapping[str, Any] | None = None,
 ) -> list[TrajectoryGroup]:
     """`run_rollouts` over repository tasks: the rows are saved as `tasks/rows.jsonl` in the job (so it can be
     resumed), run as repository task directories, and grouped per instance in the rows' order."""
@@ -317,5 +320,5 @@ def _not_run(planned: PlannedTrial, task_id: str) -> RolloutTrajectory:
         trial_name=planned.config.trial_name,
         task_id=task_id,
         attempt=planned.config.attempt,
-        error=RolloutError(cause="cancelled", message="the job was cancelled before this sample ran"),
+        error=RolloutError(cause=FailureCause.CANCELLED, message="the job was cancelled before this sample ran"),
     )

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from evsys.agent import AgentContext, AgentError, NopAgent, OracleAgent
-from evsys.sandbox import SandboxSpec, create_sandbox
+from evsys.records import AgentInfo, SandboxSpec, TrajectoryRecorder
+from evsys.sandbox import create_sandbox
 from evsys.task import load_task
-from evsys.trajectory.models import AgentInfo, TrajectoryRecorder
 
 
 def make_task(tmp_path: Path, solve: str | None) -> Path:

@@ -15,8 +15,8 @@ from evsys.agent.base import AgentContext
 from evsys.agent.loop import ELIDED, LoopAgent, prefix_check
 from evsys.agent.tools import TOOL_SCHEMAS
 from evsys.model.base import Completion
+from evsys.records import AgentInfo, TrajectoryRecorder
 from evsys.testing.tiny_model import TinyModelRecipe, TrainingChat, build_tiny_model
-from evsys.trajectory.models import AgentInfo, TrajectoryRecorder
 
 REPO = Path(__file__).resolve().parents[2]
 CREATE_FILE = REPO / "examples" / "tasks" / "create-file"
@@ -56,7 +56,7 @@ def loop_recipe() -> TinyModelRecipe:
     """A tiny model scripted to play four loop-agent episodes (create-file and three kinds of bad call)."""
     from evsys.agent.tools import bash_observation, clip
     from evsys.model.render import parse_tool_calls
-    from evsys.sandbox.base import DEFAULT_MAX_OUTPUT_BYTES, ExecResult
+    from evsys.records import DEFAULT_MAX_OUTPUT_BYTES, ExecResult
 
     instruction = (CREATE_FILE / "instruction.md").read_text()
     kept = DEFAULT_MAX_OUTPUT_BYTES  # the sandbox keeps the first and last halves of the 10 MB
@@ -150,8 +150,8 @@ def test_loop_solves_create_file_through_evsys_run(loop_model, tmp_path):
 
 async def _run_agent(loop_model: Path, instruction: str, **kwargs) -> tuple[dict, list]:
     from evsys.model.local.client import LocalModelClient
+    from evsys.records import SandboxSpec
     from evsys.sandbox import LocalSandbox
-    from evsys.sandbox.base import SandboxSpec
     from evsys.task.loader import load_task
 
     task = load_task(CREATE_FILE)

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from engine_agents import COUNTER_ENV
 
-from evsys.engine import AgentSpec, FailureCause, Job, JobConfig, TrialResult
+from evsys.engine import AgentSpec, Job, JobConfig
+from evsys.records import FailureCause, TrialResult
 
 HANG_SOLVE = "#!/bin/bash\n(sleep 300 &)\necho started > /app/out.txt\nsleep 300\n"
 # Reward 1 when no `sleep` survives into verification (the agent's processes must be gone), and the agent's

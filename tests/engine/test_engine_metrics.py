@@ -6,9 +6,8 @@ import math
 
 import pytest
 
-from evsys.engine import FailureCause, TrialFailure, TrialResult, compute_metrics, mean_pass_at_k, pass_at_k
-from evsys.engine.results import PhaseTimings
-from evsys.trajectory.models import Usage
+from evsys.engine import compute_metrics, mean_pass_at_k, pass_at_k
+from evsys.records import FailureCause, PhaseTimings, TrialFailure, TrialResult, Usage
 
 
 def trial(
@@ -120,7 +119,7 @@ def test_the_per_task_table_leaves_cancelled_trials_out_like_the_summary():
     from rich.console import Console
 
     from evsys.cli.run import print_summary
-    from evsys.engine import JobResult
+    from evsys.records import JobResult
 
     trials = [trial("t", 1.0, 1), trial("t", 1.0, 2), trial("t", None, 3, FailureCause.CANCELLED)]
     result = JobResult(job_name="j", job_dir="jobs/j", metrics=compute_metrics(trials, 3), trials=trials)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from evsys.engine import AgentSpec, FailureCause, JobConfig, PlanError, plan_trials
+from evsys.engine import AgentSpec, JobConfig, PlanError, plan_trials
+from evsys.records import FailureCause
 
 
 def config(dataset, **kw) -> JobConfig:
@@ -91,3 +92,18 @@ def test_task_filter_and_no_match(task_factory):
     ]
     with pytest.raises(PlanError, match="no tasks matching zzz"):
         plan_trials(config(task_factory.dataset, task_names=["zzz"]))
+
+
+def test_a_job_plans_the_tasks_pre_flight_loaded_without_parsing_them_again(task_factory):
+    """Pre-flight hands the task directories it parsed to the plan: a task added after the check is not
+    planned (it was never checked), and every planned task is the very object pre-flight loaded."""
+    from evsys.engine.preflight import preflight
+
+    task_factory("a")
+    cfg = config(task_factory.dataset)
+    report = preflight(cfg, probe_models=False)
+    task_factory("added-after-the-check")
+    assert len(plan_trials(cfg)) == 2  # positive control: planning on its own parses the directory anew
+    plan = plan_trials(cfg, tasksets=report.tasksets)
+    [loaded] = report.tasksets[task_factory.dataset.resolve()].tasks
+    assert [p.config.task_name for p in plan] == ["a"] and plan[0].task is loaded

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from evsys.engine import FailureCause, is_retryable, retry_delay
+from evsys.engine import is_retryable, retry_delay
+from evsys.records import FailureCause
 
 
 def test_only_transient_causes_are_retried():

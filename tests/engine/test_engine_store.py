@@ -8,16 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from evsys.engine import (
-    FailureCause,
-    JobConfig,
-    JobStore,
-    JobStoreError,
-    TrialFailure,
-    TrialResult,
-    read_job_config,
-)
-from evsys.trajectory.models import AgentInfo, Trajectory, TrajectoryRecorder
+from evsys.engine import JobConfig, JobStore, JobStoreError, read_job_config
+from evsys.records import AgentInfo, FailureCause, Trajectory, TrajectoryRecorder, TrialFailure, TrialResult
 
 
 def result(name: str, cause: FailureCause | None = None) -> TrialResult:

@@ -6,7 +6,8 @@ from pathlib import Path
 
 from engine_tasks import make_task
 
-from evsys.engine import AgentSpec, FailureCause, Job, JobConfig
+from evsys.engine import AgentSpec, Job, JobConfig
+from evsys.records import FailureCause
 
 # Gate on the script's reward, then weigh it with a second (fixed) criterion: oracle 0.5*1 + 0.5*0.5 = 0.75,
 # nop 0.5*0 + 0.5*0.5 = 0.25 — a score the script alone never produces.

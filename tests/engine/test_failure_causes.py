@@ -7,7 +7,7 @@ import importlib
 import pkgutil
 
 import evsys
-from evsys.engine.results import FailureCause
+from evsys.records import FailureCause
 
 
 def _evsys_exception_classes() -> list[type]:

@@ -10,7 +10,8 @@ import pytest
 
 from evsys.engine import JobConfig
 from evsys.engine.plan import plan_trials
-from evsys.sandbox.copyout import DEFAULT_LIMITS, CopiedTree, parse_limit
+from evsys.records import DEFAULT_LIMITS, parse_limit
+from evsys.sandbox.copyout import CopiedTree
 
 
 def test_the_job_wins_over_the_task_and_defaults_fill_the_rest(task_factory, tmp_path):

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from engine_tasks import make_task
 
-from evsys.engine import FailureCause, Job, JobConfig
+from evsys.engine import Job, JobConfig
+from evsys.records import FailureCause
 
 NO_REWARD = "#!/bin/bash\necho 'the tests ran but wrote no reward'\n"
 ONE_STEP = (

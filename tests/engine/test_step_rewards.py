@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 
-from evsys.engine.results import StepResult
 from evsys.engine.trial.multi_step import combine_step_rewards, min_reward_failure
+from evsys.records import StepResult
 
 
 def steps(*rewards: dict[str, float] | None) -> list[StepResult]:

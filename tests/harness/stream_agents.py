@@ -7,7 +7,7 @@ from pathlib import Path
 from evsys.agent.harness import HarnessConfig, StdioHarnessAdapter
 from evsys.agent.harness.agent import HarnessAgent
 from evsys.agent.harness.catalog import HarnessDefinition, HarnessSetup
-from evsys.sandbox.base import Bind
+from evsys.records import Bind
 
 TINY_HARNESS = Path(__file__).with_name("tiny_harness.py")
 IN_SANDBOX = "/opt/evsys-test/tiny_harness.py"

@@ -24,7 +24,7 @@ from evsys.agent.harness.mcp_server import ToolOutput, serve_tools
 from evsys.agent.harness.process import HostProcessLauncher
 from evsys.agent.harness.sandboxed import HarnessSandbox
 from evsys.agent.harness.stdio import ProtocolViolation
-from evsys.sandbox.base import SandboxSpec
+from evsys.records import SandboxSpec
 from evsys.task.loader import load_task
 
 DATA = Path(__file__).with_name("data")

@@ -20,7 +20,7 @@ from evsys.agent.harness.codex import (
 from evsys.agent.harness.config import HarnessConfig
 from evsys.agent.harness.sandboxed import HarnessSandbox
 from evsys.agent.harness.stdio import ProtocolViolation
-from evsys.sandbox.base import SandboxSpec
+from evsys.records import SandboxSpec
 from evsys.task.loader import load_task
 
 DATA = Path(__file__).with_name("data")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from evsys.agent.harness.install import HarnessInstall, HarnessInstaller, HarnessInstallError
-from evsys.sandbox.base import SandboxSpec
+from evsys.records import SandboxSpec
 from evsys.sandbox.local.sandbox import LocalSandbox
 
 TINY_HARNESS = Path(__file__).with_name("tiny_harness.py")

@@ -22,7 +22,7 @@ from evsys.agent.harness import EnvTool, InjectedTool, ModelEndpoint, plan_injec
 from evsys.agent.harness.adapter import mcp_servers_json
 from evsys.agent.harness.mcp_server import ToolOutput, mcp_endpoint_for, serve_tools
 from evsys.agent.harness.sandboxed import HarnessSandbox
-from evsys.sandbox.base import SandboxSpec
+from evsys.records import SandboxSpec
 
 WORD_COUNT = EnvTool(
     name="word_count",

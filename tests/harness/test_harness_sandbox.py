@@ -14,7 +14,7 @@ import pytest
 
 from evsys.agent.harness import HarnessConfig, StdioHarnessAdapter
 from evsys.agent.harness.sandboxed import HarnessSandbox
-from evsys.sandbox.base import Bind, SandboxSpec
+from evsys.records import Bind, SandboxSpec
 from evsys.testing.tiny_model import DEMO_GREETING, DEMO_GREETING_REPLY
 
 TINY_HARNESS = Path(__file__).with_name("tiny_harness.py")

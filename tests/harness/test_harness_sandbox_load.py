@@ -13,9 +13,9 @@ import psutil
 import pytest
 
 from evsys.agent.harness.sandboxed import HarnessSandbox
-from evsys.engine import JobStore, PhaseTimings, TrialResult
+from evsys.engine import JobStore
 from evsys.model.proxy.server import SESSION_LIMITS
-from evsys.sandbox.base import SandboxSpec
+from evsys.records import PhaseTimings, SandboxSpec, TrialResult
 
 pytestmark = [pytest.mark.slow, pytest.mark.security]
 

@@ -20,7 +20,7 @@ from evsys.agent.harness.mini_swe_agent import (
     trajectory_events,
 )
 from evsys.agent.harness.sandboxed import HarnessSandbox
-from evsys.sandbox.base import SandboxSpec
+from evsys.records import SandboxSpec
 from evsys.task.loader import load_task
 
 E = HarnessEventType

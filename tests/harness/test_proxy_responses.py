@@ -133,7 +133,7 @@ async def test_streamed_tool_call_has_argument_deltas(proxy):
     assert deltas == done.arguments and json.loads(done.arguments) == {"command": "ls"}
     assert events[-1].type == "response.completed"
     [final_call] = [i for i in events[-1].response.output if i.type == "function_call"]
-    assert final_call.call_id == session.calls[0].completion.tool_calls[0].id
+    assert final_call.call_id == session.calls[0].completion.tool_calls[0].tool_call_id
 
 
 async def test_instructions_developer_and_unsupported_tools(proxy):

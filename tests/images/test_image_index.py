@@ -7,7 +7,7 @@ import json
 
 from evsys.images import ImageService
 from evsys.images.storage import Storage
-from evsys.sandbox.image import ImageSpec
+from evsys.records import ImageSpec
 
 
 def test_an_old_index_record_gets_its_source(tmp_path, monkeypatch):

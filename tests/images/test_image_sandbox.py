@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from evsys.images import BuildContext, ImageService
-from evsys.sandbox import LocalSandbox, SandboxSpec
-from evsys.sandbox.image import ImageSpec
+from evsys.records import ImageSpec, SandboxSpec
+from evsys.sandbox import LocalSandbox
 
 pytestmark = pytest.mark.timeout(1800)
 _names = itertools.count()

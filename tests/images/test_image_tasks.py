@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from evsys.engine import AgentSpec, FailureCause, Job, JobConfig
+from evsys.engine import AgentSpec, Job, JobConfig
 from evsys.engine.trial.images import image_service
 from evsys.images.bases import UBUNTU_KEYRINGS
 from evsys.images.build import host_ca_bundle
+from evsys.records import FailureCause
 
 pytestmark = pytest.mark.timeout(1800)
 TASKS = Path(__file__).parent / "tasks"

@@ -19,9 +19,10 @@ import resource
 import sys
 from pathlib import Path
 
-from evsys.engine import JobStore, PhaseTimings, TrialResult
+from evsys.engine import JobStore
 from evsys.model.base import Completion
 from evsys.model.proxy import ModelProxy
+from evsys.records import PhaseTimings, TrialResult
 from evsys.util.httpserver import ConnectionLimits
 
 REPLY = "the proxy still answers"

@@ -154,7 +154,7 @@ async def test_invalid_tool_call_json_is_a_parse_error_not_an_exception(flaky):
     done = await _client("bad-args", url, []).complete([{"role": "user", "content": "hi"}])
     assert done.finish_reason == "tool_calls"
     call = done.tool_calls[0]
-    assert call.name == "bash" and call.arguments == "{oops" and call.parsed_arguments is None
+    assert call.function_name == "bash" and call.raw_arguments == "{oops" and call.arguments == {}
     assert "invalid JSON" in call.parse_error
 
 

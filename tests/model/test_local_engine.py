@@ -85,8 +85,8 @@ async def test_trained_tool_call_is_parsed(tiny_client):
     assert done.finish_reason == "tool_calls"
     assert len(done.tool_calls) == 1
     call = done.tool_calls[0]
-    assert (call.name, call.parsed_arguments, call.parse_error) == ("bash", {"command": "ls"}, None)
-    assert call.id.startswith("call_")
+    assert (call.function_name, call.arguments, call.parse_error) == ("bash", {"command": "ls"}, None)
+    assert call.tool_call_id.startswith("call_")
     assert done.to_message()["tool_calls"][0]["function"] == {
         "name": "bash",
         "arguments": '{"command": "ls"}',

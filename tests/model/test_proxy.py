@@ -89,7 +89,7 @@ async def test_openai_stream_delivers_tool_call_deltas(proxy):
     assert finish == "tool_calls"
     recorded = session.calls[0]
     assert recorded.stream and recorded.tools == [BASH_TOOL]
-    assert recorded.completion.tool_calls[0].parsed_arguments == {"command": "ls"}
+    assert recorded.completion.tool_calls[0].arguments == {"command": "ls"}
     assert usage.completion_tokens == len(recorded.completion.completion_token_ids)
 
 

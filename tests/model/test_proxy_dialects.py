@@ -6,11 +6,12 @@ import json
 
 import pytest
 
-from evsys.model.base import Completion, SamplingParams, ToolCall, Usage
+from evsys.model.base import Completion, SamplingParams
 from evsys.model.local.client import LocalModelClient
 from evsys.model.proxy import ModelProxy, ProxyCall, ProxySession, calls_to_steps
 from evsys.model.proxy.anthropic_dialect import AnthropicRequest, stream_events
 from evsys.model.proxy.openai_dialect import OpenAIChatRequest, stream_chunks
+from evsys.records import ToolCall, Usage
 from evsys.testing.tiny_model import DEMO_RECIPE, build_tiny_model
 
 
@@ -101,8 +102,8 @@ def test_openai_content_parts_and_developer_role_are_normalised():
 
 
 def completion_with_call() -> Completion:
-    call = ToolCall(id="call_1", name="bash", arguments='{"command": "ls -la /tmp"}', parsed_arguments={})
-    call.parsed_arguments = json.loads(call.arguments)
+    raw = '{"command": "ls -la /tmp"}'
+    call = ToolCall(tool_call_id="call_1", function_name="bash", arguments=json.loads(raw), raw_arguments=raw)
     return Completion(
         text="Listing the directory now.",
         tool_calls=[call],
@@ -206,7 +207,12 @@ def recorded(index: int, messages: list[dict], text: str, calls: list[ToolCall] 
 def test_steps_follow_the_conversation_with_side_calls_and_repeated_messages():
     """Each message becomes one step once; a repeated "continue" is two steps; a side conversation does not
     disturb the main one; tool results land on the step that made the call."""
-    ls = ToolCall(id="c1", name="bash", arguments='{"command": "ls"}', parsed_arguments={"command": "ls"})
+    ls = ToolCall(
+        tool_call_id="c1",
+        function_name="bash",
+        arguments={"command": "ls"},
+        raw_arguments='{"command": "ls"}',
+    )
     system, go = {"role": "system", "content": "sys"}, {"role": "user", "content": "go"}
     asked = {
         "role": "assistant",

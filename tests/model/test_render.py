@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from evsys.model import SamplingParams, ToolCall
+from evsys.model import SamplingParams
 from evsys.model.render import ChatTemplateRenderer, Renderer, parse_tool_calls
+from evsys.records import ToolCall
 from evsys.testing.tiny_model import DEMO_BASH_TOOL
 
 
@@ -38,7 +39,7 @@ def test_parse_drops_the_end_token_cuts_at_stop_and_splits_tool_calls():
     parsed = renderer.parse([*renderer.encode(f"Let me look.\n{call}"), 0])
     assert parsed.raw_text == f"Let me look.\n{call}"
     assert parsed.text == "Let me look."
-    assert [(c.name, c.parsed_arguments) for c in parsed.tool_calls] == [("bash", {"cmd": "ls"})]
+    assert [(c.function_name, c.arguments) for c in parsed.tool_calls] == [("bash", {"cmd": "ls"})]
     stopped = renderer.parse(renderer.encode("one. STOP two <tool_call>{}"), stop=["STOP"])
     assert (stopped.raw_text, stopped.visible_text, stopped.text) == (
         "one. STOP two <tool_call>{}",
@@ -65,5 +66,5 @@ async def test_the_local_engine_renders_and_parses_with_its_renderer(tiny_client
     assert renderer.render(messages, [DEMO_BASH_TOOL]) == done.prompt_token_ids
     parsed = renderer.parse(done.completion_token_ids)
     assert (parsed.raw_text, parsed.text) == (done.raw_text, done.text)
-    assert [c.name for c in parsed.tool_calls] == [c.name for c in done.tool_calls]
+    assert [c.function_name for c in parsed.tool_calls] == [c.function_name for c in done.tool_calls]
     assert renderer.tool_call_markers == ("<tool_call>",)

@@ -58,7 +58,7 @@ async def test_tool_calls_come_back_in_openai_shape(tiny_server):
     remote = create_model_client("vllm:tiny", base_url=tiny_server)
     done = await remote.complete(LIST_FILES, tools=[BASH_TOOL], params=GREEDY)
     await remote.aclose()
-    assert done.tool_calls[0].parsed_arguments == {"command": "ls"}
+    assert done.tool_calls[0].arguments == {"command": "ls"}
 
 
 async def test_models_endpoint_and_unknown_model(tiny_server):
@@ -155,7 +155,7 @@ async def test_streaming_chat_matches_non_streaming(tiny_client, tiny_server):
         assert ids == local.completion_token_ids
         assert choices[-1]["finish_reason"] == local.finish_reason
         calls = [tc for c in choices for tc in c["delta"].get("tool_calls", [])]
-        assert [tc["function"]["arguments"] for tc in calls] == [tc.arguments for tc in local.tool_calls]
+        assert [tc["function"]["arguments"] for tc in calls] == [tc.raw_arguments for tc in local.tool_calls]
         assert events[-1]["usage"]["completion_tokens"] == len(local.completion_token_ids)
 
 

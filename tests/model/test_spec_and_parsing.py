@@ -31,7 +31,7 @@ def test_model_strings_parse(text, provider, model):
 
 def test_unknown_provider_lists_the_valid_ones():
     """A typo in the provider names the valid providers."""
-    with pytest.raises(ValueError, match="unknown model provider 'vlm'; did you mean 'vllm'") as info:
+    with pytest.raises(ValueError, match=r"unknown model provider 'vlm' \(did you mean 'vllm'\?\)") as info:
         ModelSpec.parse("vlm:Qwen/Qwen3-8B")
     for provider in model_provider_names():
         assert provider in str(info.value)
@@ -82,12 +82,10 @@ def test_well_formed_tool_calls_parse():
     text += '<tool_call>{"name": "read_file", "arguments": "{\\"path\\": \\"/a\\"}"}</tool_call>'
     content, calls = parse_tool_calls(text)
     assert content == "Let me look."
-    assert [c.name for c in calls] == ["bash", "read_file"]
-    assert calls[0].parsed_arguments == {"command": "ls"} and json.loads(calls[0].arguments) == {
-        "command": "ls"
-    }
-    assert calls[1].parsed_arguments == {"path": "/a"}
-    assert all(c.parse_error is None for c in calls) and calls[0].id != calls[1].id
+    assert [c.function_name for c in calls] == ["bash", "read_file"]
+    assert calls[0].arguments == {"command": "ls"} and json.loads(calls[0].raw_arguments) == {"command": "ls"}
+    assert calls[1].arguments == {"path": "/a"}
+    assert all(c.parse_error is None for c in calls) and calls[0].tool_call_id != calls[1].tool_call_id
 
 
 @pytest.mark.parametrize(
@@ -105,14 +103,14 @@ def test_malformed_tool_calls_carry_a_parse_error(body, name, error):
     content, calls = parse_tool_calls(f"<tool_call>{body}</tool_call>")
     assert content == ""
     assert len(calls) == 1
-    assert calls[0].name == name and calls[0].parsed_arguments is None
+    assert calls[0].function_name == name and calls[0].arguments == {}
     assert error in calls[0].parse_error
 
 
 def test_unterminated_tool_call_is_still_reported():
     """A call cut off by max_tokens is returned with a parse error rather than dropped."""
     _, calls = parse_tool_calls('<tool_call>\n{"name": "bash", "argum')
-    assert len(calls) == 1 and calls[0].name == "bash" and calls[0].parse_error
+    assert len(calls) == 1 and calls[0].function_name == "bash" and calls[0].parse_error
 
 
 def test_hermes_template_renders_tools_calls_and_results():

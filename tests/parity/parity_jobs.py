@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evsys.engine import AgentSpec, Job, JobConfig, TrialResult
+from evsys.engine import AgentSpec, Job, JobConfig
+from evsys.records import TrialResult
 
 PARITY_TASKS = Path(__file__).parent / "tasks"
 

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 from parity_jobs import PARITY_TASKS, run_parity_job
 
-from evsys.engine import FailureCause
+from evsys.records import FailureCause
 
 # The oracle's reward on every parity task, as Harbor 0.25 scores it.
 ORACLE_REWARDS = {

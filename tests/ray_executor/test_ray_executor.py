@@ -16,7 +16,7 @@ import pytest
 from engine_tasks import make_task
 
 from evsys.engine import AgentSpec, Job, JobConfig
-from evsys.engine.results import FailureCause
+from evsys.records import FailureCause
 
 pytestmark = pytest.mark.slow
 

@@ -11,10 +11,10 @@ from calc_repo import calc_rows
 from evsys.agent.base import Agent, AgentResult
 from evsys.engine.config import AgentSpec, JobConfig
 from evsys.engine.job import Job
+from evsys.records import CopyOutLimits
 from evsys.repo import fresh
 from evsys.repo.materialise import write_task_dir
 from evsys.repo.rows import RepoTask
-from evsys.sandbox.copyout import CopyOutLimits
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 

@@ -8,7 +8,8 @@ import itertools
 import pytest
 
 from evsys import load_repo_tasks, run_rollouts
-from evsys.model.base import Completion, ToolCall
+from evsys.model.base import Completion
+from evsys.records import ToolCall
 from evsys.sandbox.slots import SlotPool
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -30,13 +31,13 @@ class ScriptedModel:
             fix = next(self.samples.setdefault(task, itertools.count())) == 0
             command = FIX if fix else "git status --short"
             call = ToolCall(
-                id="c1",
-                name="bash",
-                arguments=f'{{"command": "{command}"}}',
-                parsed_arguments={"command": command},
+                tool_call_id="c1",
+                function_name="bash",
+                arguments={"command": command},
+                raw_arguments=f'{{"command": "{command}"}}',
             )
             return Completion(text="", tool_calls=[call], finish_reason="tool_calls")
-        call = ToolCall(id="c2", name="submit", arguments="{}", parsed_arguments={})
+        call = ToolCall(tool_call_id="c2", function_name="submit", arguments={}, raw_arguments="{}")
         return Completion(text="", tool_calls=[call], finish_reason="tool_calls")
 
 

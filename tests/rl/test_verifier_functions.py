@@ -210,8 +210,8 @@ async def test_a_verifier_without_a_completion_parameter_is_an_error(names):
 
 
 async def test_score_python_task_offers_data_prompt_task_and_trajectory(names):
+    from evsys.records import AgentInfo, TrajectoryRecorder
     from evsys.task.python import PromptTask, VerifiedTask
-    from evsys.trajectory.models import AgentInfo, TrajectoryRecorder
     from evsys.verify.functions import completion_of, score_python_task
 
     seen = {}

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from evsys.records import AgentInfo, StepMetrics, TrajectoryRecorder
 from evsys.trajectory.groups import (
     RolloutError,
     RolloutTrajectory,
     TrajectoryGroup,
     flatten_tokens,
 )
-from evsys.trajectory.models import AgentInfo, StepMetrics, TrajectoryRecorder
 
 
 def _turn(recorder: TrajectoryRecorder, prompt: list[int], completion: list[int]) -> None:

@@ -3,7 +3,8 @@ only, and deliberately broken ones the suite must catch."""
 
 from __future__ import annotations
 
-from evsys.sandbox import Capability, ExecResult, LocalSandbox, Sandbox, SandboxSpec
+from evsys.records import ExecResult, SandboxSpec
+from evsys.sandbox import Capability, LocalSandbox, Sandbox
 
 
 class ExecDefaultsSandbox(Sandbox):

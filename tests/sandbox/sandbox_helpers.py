@@ -7,7 +7,7 @@ import os
 import warnings
 from pathlib import Path
 
-from evsys.sandbox import SandboxSpec
+from evsys.records import SandboxSpec
 
 _names = itertools.count()
 # Sandboxes of this test process already running when a leak test started (left by an earlier test): the leak

@@ -13,15 +13,12 @@ from conformance_backends import ExecDefaultsSandbox
 from sandbox_helpers import spec
 
 from evsys.agent.harness.sandboxed import SandboxLauncher, SpawnUnsupported
-from evsys.engine.results import FailureCause
 from evsys.engine.trial import classify_agent_exception
+from evsys.records import FailureCause, ImageConfig, ImageSpec, SandboxSpec
 from evsys.sandbox import (
-    ImageConfig,
-    ImageSpec,
     LocalSandbox,
     Sandbox,
     SandboxError,
-    SandboxSpec,
     SandboxUnsupported,
     UnknownSandboxBackend,
     create_sandbox,
@@ -31,6 +28,7 @@ from evsys.sandbox import (
     unregister_sandbox,
 )
 from evsys.sandbox.pool import SandboxPool
+from evsys.sandbox.registry import SANDBOXES
 
 REPO = Path(__file__).resolve().parents[2]
 CLI = [sys.executable, "-m", "evsys.cli.main"]
@@ -59,8 +57,12 @@ def plugin_dist(tmp_path, monkeypatch):
         "class NotASandbox:\n    pass\n"
     )
     monkeypatch.syspath_prepend(str(site))
+    SANDBOXES.refresh()  # read the entry points again, as after a package is installed
     yield marker
     sys.modules.pop("evsys_plugin_demo", None)
+    for name in ("demo", "not-a-sandbox", "missing"):
+        SANDBOXES.unregister(name)
+    SANDBOXES.refresh()
 
 
 def test_entry_point_backends_are_listed_without_import_and_loaded_on_use(plugin_dist):
@@ -74,7 +76,9 @@ def test_entry_point_backends_are_listed_without_import_and_loaded_on_use(plugin
 def test_broken_entry_points_are_clear_errors(plugin_dist):
     with pytest.raises(SandboxUnsupported, match=r"'not-a-sandbox' is .*NotASandbox.*not a subclass"):
         sandbox_class("not-a-sandbox")
-    with pytest.raises(SandboxUnsupported, match=r"'missing' \(evsys_plugin_nowhere:Gone\) cannot be loaded"):
+    with pytest.raises(
+        SandboxUnsupported, match=r"'missing' from 'evsys_plugin_nowhere:Gone' .*could not be loaded"
+    ):
         sandbox_class("missing")
 
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from sandbox_helpers import spec
 
-from evsys.sandbox import FileCopy, LocalSandbox, SandboxError
+from evsys.records import FileCopy
+from evsys.sandbox import LocalSandbox, SandboxError
 
 
 def make_tree(root: Path) -> Path:

@@ -7,7 +7,8 @@ import asyncio
 
 import pytest
 
-from evsys.sandbox.base import ExecResult, Sandbox, SandboxSpec
+from evsys.records import ExecResult, SandboxSpec
+from evsys.sandbox.base import Sandbox
 from evsys.sandbox.pool import SandboxPool
 
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from sandbox_helpers import note_preexisting, own_cgroup_dirs, sandbox_mounts, sandbox_processes, spec
 
+from evsys.records import Bind
 from evsys.sandbox import LocalSandbox, SandboxError
-from evsys.sandbox.base import Bind
 from evsys.sandbox.pool import SandboxPool, reuse_key
 
 

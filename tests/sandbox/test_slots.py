@@ -9,7 +9,7 @@ import shutil
 
 import pytest
 
-from evsys.sandbox.base import Bind, SandboxSpec
+from evsys.records import Bind, SandboxSpec
 from evsys.sandbox.slots import SlotPool
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap missing")
@@ -107,21 +107,24 @@ class _ScriptedModel:
     """Runs one bash command (the instruction), then submits."""
 
     async def complete(self, messages, **kwargs):
-        from evsys.model.base import Completion, ToolCall
+        from evsys.model.base import Completion
+        from evsys.records import ToolCall
 
         if len(messages) <= 2:
             command = messages[-1]["content"]
-            call = ToolCall(id="1", name="bash", arguments="{}", parsed_arguments={"command": command})
+            call = ToolCall(
+                tool_call_id="1", function_name="bash", arguments={"command": command}, raw_arguments="{}"
+            )
         else:
-            call = ToolCall(id="2", name="submit", arguments="{}", parsed_arguments={})
+            call = ToolCall(tool_call_id="2", function_name="submit", arguments={}, raw_arguments="{}")
         return Completion(text="", tool_calls=[call], finish_reason="tool_calls")
 
 
 async def test_the_loop_agent_runs_in_shared_slots_as_their_users(tmp_path):
     from evsys.agent.base import AgentContext
     from evsys.agent.loop import LoopAgent
+    from evsys.records import AgentInfo, TrajectoryRecorder
     from evsys.task.models import ResolvedEnvironment, Task
-    from evsys.trajectory.models import AgentInfo, TrajectoryRecorder
 
     pool = SlotPool(_spec(tmp_path), slots_per_sandbox=2)
     slots = [await pool.acquire("a"), await pool.acquire("b")]

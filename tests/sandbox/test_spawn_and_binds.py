@@ -8,8 +8,8 @@ import os
 import pytest
 from sandbox_helpers import spec
 
+from evsys.records import Bind
 from evsys.sandbox import LocalSandbox, SandboxError
-from evsys.sandbox.base import Bind
 
 PS = "ps -eo user=,args= | grep -v -e '^root' -e 'ps -eo' -e '__evsys' || true"
 

@@ -21,7 +21,8 @@ import os
 
 import pytest
 
-from evsys.sandbox import ExecResult, LocalSandbox, SandboxSpec
+from evsys.records import ExecResult, SandboxSpec
+from evsys.sandbox import LocalSandbox
 
 NOOP_ENV = "EVSYS_SECURITY_NOOP"
 _names = itertools.count()

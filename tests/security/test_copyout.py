@@ -12,8 +12,8 @@ import tarfile
 import pytest
 
 from evsys.engine.logs import copy_logs_out
+from evsys.records import DEFAULT_LIMITS, CopyOutLimits
 from evsys.sandbox.base import SandboxError
-from evsys.sandbox.copyout import DEFAULT_LIMITS, CopyOutLimits
 from evsys.sandbox.local import client as client_mod
 from evsys.sandbox.local.client import (
     HEADER,

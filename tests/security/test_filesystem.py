@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from conftest import redteam_spec
-from evsys.sandbox import FileCopy, LocalSandbox
+from evsys.records import FileCopy
+from evsys.sandbox import LocalSandbox
 
 pytestmark = pytest.mark.security
 HERE = Path(__file__).resolve().parent

@@ -15,9 +15,8 @@ import pytest
 
 from evsys.agent.harness.mcp_server import ToolOutput
 from evsys.agent.tools import SandboxTools
-from evsys.model.base import ToolCall
+from evsys.records import DEFAULT_MAX_OUTPUT_BYTES, ExecResult, SandboxSpec, ToolCall
 from evsys.sandbox import LocalSandbox
-from evsys.sandbox.base import DEFAULT_MAX_OUTPUT_BYTES, ExecResult, SandboxSpec
 
 pytestmark = pytest.mark.security
 
@@ -34,7 +33,8 @@ def spec(**kw) -> SandboxSpec:
 ORCHESTRATOR = textwrap.dedent(
     """
     import asyncio, json, sys
-    from evsys.sandbox import LocalSandbox, SandboxSpec
+    from evsys.sandbox import LocalSandbox
+    from evsys.records import SandboxSpec
 
     def hwm():
         for line in open("/proc/self/status"):
@@ -130,7 +130,7 @@ async def check_loop_marker(sb: LocalSandbox) -> None:
     """seq 1 100000 (588,895 bytes) through the loop agent's bash tool, with 8 KiB kept."""
     tools = SandboxTools(sb, workdir="/app", max_output_chars=1_000_000)
     args = {"command": "seq 1 100000"}
-    call = ToolCall(id="c1", name="bash", arguments=json.dumps(args), parsed_arguments=args)
+    call = ToolCall(tool_call_id="c1", function_name="bash", arguments=args, raw_arguments=json.dumps(args))
     outcome = await tools.call(call)
     assert outcome.content.startswith("1\n2\n3\n")
     assert "bytes of output omitted here (588,895 bytes in all)" in outcome.content

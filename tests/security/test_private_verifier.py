@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from evsys.engine.logs import copy_logs_out
-from evsys.sandbox.copyout import CopyOutLimits
+from evsys.records import CopyOutLimits
 from evsys.verify import ScriptVerifier
 from evsys.verify.base import read_reward_files
 

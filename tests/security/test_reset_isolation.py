@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from evsys.sandbox import FileCopy, LocalSandbox, SandboxError, SandboxSpec
+from evsys.records import FileCopy, SandboxSpec
+from evsys.sandbox import LocalSandbox, SandboxError
 
 MQ = (
     "python3 -c \"import ctypes, os; rt = ctypes.CDLL('librt.so.1', use_errno=True); "

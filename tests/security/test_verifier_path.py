@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from evsys.sandbox import LocalSandbox, SandboxSpec
-from evsys.sandbox.base import SHELL, ExecResult, Sandbox
+from evsys.records import ExecResult, SandboxSpec
+from evsys.sandbox import LocalSandbox
+from evsys.sandbox.base import SHELL, Sandbox
 from evsys.task.dockerfile import DOCKER_DEFAULT_PATH, parse_dockerfile
 from evsys.task.loader import load_task
 from evsys.verify import ScriptVerifier

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from evsys.engine.trial.sidecars import service_argv
-from evsys.sandbox.image import ImageConfig, ImageSpec
+from evsys.records import ImageConfig, ImageSpec
 from evsys.task import TaskLoadError, load_task
 from evsys.task.compose import duration
 

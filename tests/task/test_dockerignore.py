@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from evsys.sandbox import LocalSandbox, SandboxSpec
+from evsys.records import SandboxSpec
+from evsys.sandbox import LocalSandbox
 from evsys.task import parse_dockerfile
 from evsys.task.dockerignore import DockerIgnore
 

@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from evsys.sandbox import SandboxSpec, create_sandbox
+from evsys.records import SandboxSpec
+from evsys.sandbox import create_sandbox
 from evsys.verify import RewardMissingError, ScriptVerifier, VerifierError, VerifierTimeoutError
 
 

@@ -14,14 +14,18 @@ from pathlib import Path
 
 from evsys.engine import AgentSpec, Job, JobConfig
 from evsys.engine.metrics import compute_metrics
-from evsys.engine.results import FailureCause, JobResult, PhaseTimings, TrialFailure, TrialResult
-from evsys.trajectory.models import (
+from evsys.records import (
     AgentInfo,
+    FailureCause,
+    JobResult,
     Observation,
     ObservationResult,
+    PhaseTimings,
     StepMetrics,
     ToolCall,
     TrajectoryRecorder,
+    TrialFailure,
+    TrialResult,
 )
 
 REPO = Path(__file__).resolve().parents[2]

@@ -12,9 +12,9 @@ Hooks with defaults: `async prepare_sandbox(spec, ctx) -> SandboxSpec` runs befo
 `async close()` runs when the trial ends, whatever happened (stop helpers the agent started outside the
 sandbox).
 
-Errors: any exception from `run` fails the trial with cause `agent_error`; an exception with a
-`failure_cause = "model_error"` attribute (e.g. `ModelCallError`, or a model client's own error class)
-fails it with `model_error`. Both are retried when the job allows retries.
+Errors: any exception from `run` fails the trial with cause `agent_error`; a `CausedError` (evsys.records)
+fails it with its own `failure_cause` (e.g. `ModelCallError` or a model client's `ModelError`:
+`model_error`). Both are retried when the job allows retries.
 """
 
 from __future__ import annotations
@@ -22,33 +22,39 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from evsys.sandbox.base import Sandbox, SandboxSpec
-from evsys.trajectory.models import Step, TrajectoryRecorder, Usage
+from evsys.records import CausedError, FailureCause, SandboxSpec, Step, TrajectoryRecorder, Usage
+from evsys.sandbox.base import Sandbox
 
 if TYPE_CHECKING:
     from evsys.task.models import Task
 
 
-class AgentError(Exception):
+ModelUse = Literal["none", "optional", "required"]
+"""Whether an agent talks to a model: never (`oracle`, `nop`: a model given to it is ignored, never checked
+or built), when one is given (the default), or always (`loop`, the harnesses: pre-flight refuses it without
+one)."""
+
+
+class AgentError(CausedError):
     """The agent failed (cause `agent_error`)."""
 
-    failure_cause = "agent_error"
+    failure_cause = FailureCause.AGENT_ERROR
 
 
 class AgentTimeoutError(AgentError):
     """The agent ran past its timeout (cause `agent_timeout`, never retried)."""
 
-    failure_cause = "agent_timeout"
+    failure_cause = FailureCause.AGENT_TIMEOUT
 
 
 class ModelCallError(AgentError):
     """A model call failed: unreachable server, rate limit, malformed response (cause `model_error`)."""
 
-    failure_cause = "model_error"
+    failure_cause = FailureCause.MODEL_ERROR
 
 
 class AgentResult(BaseModel):
@@ -105,9 +111,10 @@ class Agent(ABC):
 
     Subclass it and implement `setup` and `run`; `prepare_sandbox` and `close` are hooks with defaults that do
     nothing. `name` is the agent's name in results (the registry sets it from the name it was resolved by when
-    a subclass leaves it empty)."""
+    a subclass leaves it empty); `model_use` says whether it talks to a model (see `ModelUse`)."""
 
     name: str = ""
+    model_use: ClassVar[ModelUse] = "optional"
 
     @abstractmethod
     async def setup(self, sandbox: Sandbox, ctx: AgentContext) -> None:

@@ -31,8 +31,8 @@ from evsys.agent.base import Agent, AgentContext, AgentError, AgentResult, Model
 from evsys.agent.tools import SandboxTools, ToolOutcome
 from evsys.model.base import Completion, Message, SamplingParams
 from evsys.model.errors import ContextOverflowError, ModelError
+from evsys.records import Observation, ObservationResult, StepMetrics, ToolCall
 from evsys.sandbox.base import Sandbox
-from evsys.trajectory.models import Observation, ObservationResult, StepMetrics, ToolCall
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are an autonomous agent working in a Linux sandbox. Use the tools to complete the task: run "
@@ -84,6 +84,7 @@ class LoopAgent(Agent):
     """The built-in tool-calling agent. See the module docstring."""
 
     name = "loop"
+    model_use = "required"
     version = "1.0"
 
     def __init__(self, **kwargs: Any) -> None:
@@ -138,7 +139,9 @@ class LoopAgent(Agent):
                 previous = completion
                 messages.append(history_message(completion))
                 for call, outcome in zip(completion.tool_calls, outcomes, strict=True):
-                    messages.append({"role": "tool", "tool_call_id": call.id, "content": outcome.content})
+                    messages.append(
+                        {"role": "tool", "tool_call_id": call.tool_call_id, "content": outcome.content}
+                    )
                 if any(o.submitted for o in outcomes):
                     stats.stop_reason = "submitted"
                     break
@@ -209,15 +212,15 @@ class LoopAgent(Agent):
         metrics = StepMetrics.from_completion(completion, extends_previous=extends, prefix_break_at=break_at)
         calls = [
             ToolCall(
-                tool_call_id=c.id,
-                function_name=c.name,
-                arguments=c.parsed_arguments if c.parsed_arguments is not None else {"_raw": c.arguments},
+                tool_call_id=c.tool_call_id,
+                function_name=c.function_name,
+                arguments=c.arguments if c.parse_error is None else {"_raw": c.arguments_json()},
                 parse_error=c.parse_error,
             )
             for c in completion.tool_calls
         ]
         results = [
-            ObservationResult(source_call_id=c.id, content=o.content, is_error=o.is_error)
+            ObservationResult(source_call_id=c.tool_call_id, content=o.content, is_error=o.is_error)
             for c, o in zip(completion.tool_calls, outcomes, strict=True)
         ]
         ctx.trajectory.add(

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from evsys.agent.base import Agent, AgentContext, AgentResult
+from evsys.records import Usage
 from evsys.sandbox.base import Sandbox
-from evsys.trajectory.models import Usage
 
 
 class NopAgent(Agent):
     """An agent that leaves the sandbox exactly as it found it."""
 
     name = "nop"
+    model_use = "none"
     version = "1.0"
 
     async def setup(self, sandbox: Sandbox, ctx: AgentContext) -> None:

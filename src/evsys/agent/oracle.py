@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 
 from evsys.agent.base import Agent, AgentContext, AgentError, AgentResult, AgentTimeoutError
+from evsys.records import StepMetrics, Usage
 from evsys.sandbox.base import (
     AGENT_LOGS_DIR,
     SHELL,
@@ -13,7 +14,6 @@ from evsys.sandbox.base import (
     Sandbox,
     SandboxError,
 )
-from evsys.trajectory.models import StepMetrics, Usage
 from evsys.util.packing import pack_directory
 
 _OUTPUT = f"{AGENT_LOGS_DIR}/oracle.txt"  # all of solve.sh's output; the trajectory gets its last 64 KiB
@@ -27,6 +27,7 @@ class OracleAgent(Agent):
     """
 
     name = "oracle"
+    model_use = "none"
     version = "1.0"
 
     async def setup(self, sandbox: Sandbox, ctx: AgentContext) -> None:

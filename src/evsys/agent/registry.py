@@ -1,59 +1,76 @@
-"""Resolve an agent name to an agent instance: built-ins (`oracle`, `nop`, and whatever else registers itself,
-e.g. `loop` or harness names) or a custom class given as `module:Class` (or `module.path:Class`).
+"""Agents by name: `AGENTS` (an `evsys.util.registry.Registry`, entry-point group `evsys.agents`) holds the
+built-ins (`oracle`, `nop`, `loop`) and whatever registers itself; every harness of the catalog
+(`evsys.agent.harness.catalog.HARNESSES`) is an agent of the same name; and a custom class can be named as
+`module:Class` (or `module.path:Class`).
 
-Custom classes are imported and built with the job's agent kwargs (`--agent-kwarg key=value`). Every failure
-is an `AgentNotFoundError` whose message names the agent and what was wrong.
+Each name resolves to an `AgentPlugin`: how to build the agent and whether it uses a model (the agent
+class's `model_use`), which is all pre-flight and the engine ask of a name. Agents are built with the job's
+agent kwargs (`--agent-kwarg key=value`). Every failure is an `AgentNotFoundError` whose message names the
+agent and what was wrong.
 """
 
 from __future__ import annotations
 
-import difflib
 import importlib
-import importlib.util
 import json
 from collections.abc import Callable
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
-from evsys.agent.base import Agent
-from evsys.agent.harness.catalog import HARNESS_MODULES
+from evsys.agent.base import Agent, ModelUse
+from evsys.agent.harness.catalog import HARNESSES
+from evsys.util.registry import Registry, did_you_mean
+
+AgentFactory = Callable[..., Agent]
+T = TypeVar("T")
 
 
 class AgentNotFoundError(ValueError):
     """The agent name is unknown, its module cannot be imported, or its class cannot be built."""
 
 
-AgentFactory = Callable[..., Agent]
+@dataclass(frozen=True)
+class AgentPlugin:
+    """A named agent: `factory(**kwargs) -> Agent`, and whether it uses a model (`Agent.model_use`)."""
 
-_BUILTINS: dict[str, str] = {
-    "oracle": "evsys.agent.oracle:OracleAgent",
-    "nop": "evsys.agent.nop:NopAgent",
-    "loop": "evsys.agent.loop:LoopAgent",
-}
-_REGISTERED: dict[str, AgentFactory] = {}
+    factory: AgentFactory
+    model_use: ModelUse = "optional"
 
 
-def register_agent(name: str, factory: AgentFactory | str) -> None:
-    """Make `name` resolvable: `factory` takes the agent kwargs, or is a lazy `module:Class` path."""
+def _plugin(name: str, loaded: object) -> AgentPlugin:
+    if isinstance(loaded, AgentPlugin):
+        return loaded
+    if isinstance(loaded, type) and issubclass(loaded, Agent):
+        return AgentPlugin(loaded, loaded.model_use)
+    if callable(loaded):
+        return AgentPlugin(loaded)
+    raise TypeError(f"agent {name!r} is {type(loaded).__name__}, not an Agent subclass or a factory")
+
+
+AGENTS: Registry[AgentPlugin] = Registry("agent", "evsys.agents", _plugin, load_error=AgentNotFoundError)
+AGENTS.register_lazy("oracle", "evsys.agent.oracle:OracleAgent")
+AGENTS.register_lazy("nop", "evsys.agent.nop:NopAgent")
+AGENTS.register_lazy("loop", "evsys.agent.loop:LoopAgent")
+
+
+def register_agent(
+    name: str, factory: AgentFactory | str, *, model_use: ModelUse | None = None, replace: bool = True
+) -> None:
+    """Make `name` resolvable: `factory` takes the agent kwargs, or is a lazy `module:Class` path. An
+    `Agent` subclass declares its own `model_use`; for another factory pass it (default "optional")."""
     if isinstance(factory, str):
-        _BUILTINS[name] = factory
+        AGENTS.register_lazy(name, factory, replace=replace)
+    elif model_use is not None:
+        AGENTS.register(name, AgentPlugin(factory, model_use), replace=replace)
     else:
-        _REGISTERED[name] = factory
+        AGENTS.register(name, _plugin(name, factory), replace=replace)
 
 
 def agent_names() -> list[str]:
-    """Every name `resolve_agent` knows without a `module:Class` path (whose module is installed)."""
-    present = {name for name, path in _BUILTINS.items() if _module_exists(path.partition(":")[0])}
-    harnesses = {name for name, module in HARNESS_MODULES.items() if _module_exists(module)}
-    return sorted({*present, *harnesses, *_REGISTERED})
-
-
-def _module_exists(module_name: str) -> bool:
-    try:
-        return importlib.util.find_spec(module_name) is not None
-    except ImportError:
-        return False
+    """Every name `resolve_agent` knows without a `module:Class` path: registered agents and harnesses."""
+    return sorted({*AGENTS.names(), *HARNESSES.names()})
 
 
 def parse_agent_kwarg(text: str) -> tuple[str, Any]:
@@ -89,31 +106,42 @@ def _import_class(path: str, agent_name: str) -> Any:
     return target
 
 
-def _harness_factory(name: str) -> AgentFactory:
+def _harness_plugin(name: str) -> AgentPlugin:
     def build(**kwargs: Any) -> Agent:
         from evsys.agent.harness.agent import HarnessAgent
 
         return HarnessAgent(name, **kwargs)
 
-    return build
+    return AgentPlugin(build, "required")
 
 
-def _factory_for(name: str) -> AgentFactory:
-    if name in _REGISTERED:
-        return _REGISTERED[name]
-    if name in HARNESS_MODULES:
-        return _harness_factory(name)
-    if name in _BUILTINS:
-        return _import_class(_BUILTINS[name], name)
+def agent_plugin(name: str) -> AgentPlugin:
+    """How to build the agent called `name` and what model it needs; `AgentNotFoundError` when unknown."""
+    if name in AGENTS:
+        return AGENTS.get(name)
     if ":" in name:
-        return _import_class(name, name)
+        try:
+            return _plugin(name, _import_class(name, name))
+        except TypeError as exc:
+            raise AgentNotFoundError(f"agent '{name}': {exc}") from None
+    if name in HARNESSES:
+        return _harness_plugin(name)
     names = agent_names()
-    close = difflib.get_close_matches(name, names, n=1)
-    hint = f" (did you mean '{close[0]}'?)" if close else ""
     raise AgentNotFoundError(
-        f"unknown agent '{name}'{hint}; built-in agents: {', '.join(names)}; "
+        f"unknown agent '{name}'{did_you_mean(name, names)}; built-in agents: {', '.join(names)}; "
         "or give a custom agent class as 'module:Class'"
     )
+
+
+def talks_to_model(name: str, model: str | None) -> bool:
+    """True when the agent called `name`, given `model`, talks to it: every agent but a model-free one (an
+    unknown name counts as one that does; resolving it fails later, with its own message)."""
+    if model is None:
+        return False
+    try:
+        return agent_plugin(name).model_use != "none"
+    except AgentNotFoundError:
+        return True
 
 
 def _kwargs_message(name: str, exc: ValidationError) -> str:
@@ -123,9 +151,9 @@ def _kwargs_message(name: str, exc: ValidationError) -> str:
         key = ".".join(str(part) for part in error["loc"]) or "(kwargs)"
         if error["type"] == "extra_forbidden":
             valid = _valid_kwargs(exc)
-            close = difflib.get_close_matches(key, valid, n=1)
-            hint = f" (did you mean '{close[0]}'?)" if close else ""
-            lines.append(f"unknown --agent-kwarg '{key}'{hint}; valid: {', '.join(valid)}")
+            lines.append(
+                f"unknown --agent-kwarg '{key}'{did_you_mean(key, valid)}; valid: {', '.join(valid)}"
+            )
         else:
             lines.append(f"--agent-kwarg '{key}': {error['msg']}")
     return f"agent '{name}': " + "; ".join(lines)
@@ -135,13 +163,13 @@ def _valid_kwargs(exc: ValidationError) -> list[str]:
     """The field names of the pydantic model `exc` came from (agents validate kwargs with one)."""
     from pydantic import BaseModel
 
-    models = {cls.__name__: cls for cls in _subclasses(BaseModel)}
+    models: dict[str, type[BaseModel]] = {cls.__name__: cls for cls in _subclasses(BaseModel)}
     model = models.get(exc.title)
     return sorted(model.model_fields) if model is not None else []
 
 
-def _subclasses(cls: type) -> list[type]:
-    out = []
+def _subclasses(cls: type[T]) -> list[type[T]]:
+    out: list[type[T]] = []
     for sub in cls.__subclasses__():
         out += [sub, *_subclasses(sub)]
     return out
@@ -149,7 +177,7 @@ def _subclasses(cls: type) -> list[type]:
 
 def resolve_agent(name: str, kwargs: dict[str, Any] | None = None) -> Agent:
     """Build the agent called `name` with `kwargs`; `AgentNotFoundError` with a clear message on failure."""
-    factory = _factory_for(name)
+    factory = agent_plugin(name).factory
     try:
         agent = factory(**(kwargs or {}))
     except ValidationError as exc:

@@ -12,7 +12,7 @@ from typing import Any
 
 from evsys.agent.base import Agent, AgentContext, AgentError, AgentResult
 from evsys.model.base import Message, SamplingParams
-from evsys.trajectory.models import StepMetrics
+from evsys.records import StepMetrics
 
 DEFAULT_MAX_TOKENS = 512
 SAMPLING_KEYS = ("temperature", "top_p", "seed", "max_tokens")

@@ -8,16 +8,16 @@ note), so a 10 MB tool output costs the model a few thousand characters, not its
 
 from __future__ import annotations
 
-import shlex
+from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from evsys.model.base import ToolCall
-from evsys.sandbox.base import ExecResult, Sandbox, ShellSession
+from evsys.records import ExecResult, ToolCall
+from evsys.sandbox.base import Sandbox, ShellSession
+from evsys.sandbox.tools import BASH, READ_FILE, SANDBOX_TOOLS, WRITE_FILE
 
 ErrorKind = Literal["parse", "unknown_tool", "bad_arguments", "execution"]
-READ_LIMIT_BYTES = 4 * 1024 * 1024
 
 
 def _schema(name: str, description: str, properties: dict[str, Any], required: list[str]) -> dict:
@@ -26,23 +26,9 @@ def _schema(name: str, description: str, properties: dict[str, Any], required: l
 
 
 _STR = {"type": "string"}
+# the sandbox tools (defined once, in evsys.sandbox.tools), then the loop's own: edit in place, and finish
 TOOL_SCHEMAS: list[dict[str, Any]] = [
-    _schema(
-        "bash",
-        "Run a command in a persistent bash shell (cwd and variables persist); returns output and exit code.",
-        {"command": {**_STR, "description": "The command line to run."}},
-        ["command"],
-    ),
-    _schema("read_file", "Read a text file.", {"path": {**_STR, "description": "File path."}}, ["path"]),
-    _schema(
-        "write_file",
-        "Create or overwrite a file with the given content (parent directories are created).",
-        {
-            "path": {**_STR, "description": "File path."},
-            "content": {**_STR, "description": "Full file content."},
-        },
-        ["path", "content"],
-    ),
+    *(tool.schema() for tool in SANDBOX_TOOLS.values()),
     _schema(
         "str_replace",
         "Replace the one occurrence of old_str in a file with new_str (old_str must occur exactly once).",
@@ -125,6 +111,13 @@ class SandboxTools:
         self.command_timeout = command_timeout
         self.max_output_chars = max_output_chars
         self._shell: ShellSession | None = None
+        self._handlers: dict[str, Callable[[dict[str, Any]], Awaitable[ToolOutcome]]] = {
+            "bash": self._bash,
+            "read_file": self._read_file,
+            "write_file": self._write_file,
+            "str_replace": self._str_replace,
+            "submit": self._submit,
+        }
 
     @staticmethod
     def schemas() -> list[dict[str, Any]]:
@@ -143,70 +136,68 @@ class SandboxTools:
             return ToolOutcome(
                 content=f"error: could not parse your tool call: {call.parse_error}", error_kind="parse"
             )
-        if call.name not in _KNOWN:
+        if call.function_name not in _KNOWN:
             names = ", ".join(_KNOWN)
             return ToolOutcome(
-                content=f"error: unknown tool {call.name!r}; available: {names}", error_kind="unknown_tool"
+                content=f"error: unknown tool {call.function_name!r}; available: {names}",
+                error_kind="unknown_tool",
             )
-        args = call.parsed_arguments or {}
-        problem = _check_arguments(call.name, args)
+        args = call.arguments
+        problem = _check_arguments(call.function_name, args)
         if problem:
-            return ToolOutcome(content=f"error: {call.name}: {problem}", error_kind="bad_arguments")
+            return ToolOutcome(content=f"error: {call.function_name}: {problem}", error_kind="bad_arguments")
         try:
-            outcome = await getattr(self, f"_{call.name}")(**args)
+            outcome = await self._handlers[call.function_name](args)
         except Exception as exc:  # a sandbox failure is shown to the model and counted
-            return ToolOutcome(content=f"error: {call.name} failed: {exc}", error_kind="execution")
+            return ToolOutcome(content=f"error: {call.function_name} failed: {exc}", error_kind="execution")
         return outcome.model_copy(update={"content": clip(outcome.content, self.max_output_chars)})
 
-    async def _bash(self, command: str) -> ToolOutcome:
+    # ToolRunner: where the sandbox tools run for this agent
+    async def exec(self, command: str, *, stdin: bytes | None = None) -> ExecResult:
+        """Run `command` as the trial's user in the working directory, within the command timeout."""
+        return await self.sandbox.exec(command, cwd=self.workdir, timeout=self.command_timeout, stdin=stdin)
+
+    async def shell(self, command: str) -> ExecResult:
+        """Run `command` in the persistent shell session (opened on first use)."""
         if self._shell is None:
             self._shell = await self.sandbox.shell(cwd=self.workdir)
-        result = await self._shell.run(command, timeout=self.command_timeout)
+        return await self._shell.run(command, timeout=self.command_timeout)
+
+    async def _bash(self, args: dict[str, Any]) -> ToolOutcome:
+        result = await BASH.run(self, args)
         return ToolOutcome(content=bash_observation(result, self.command_timeout))
 
-    async def _read_file(self, path: str) -> ToolOutcome:
-        quoted = shlex.quote(path)
-        result = await self.sandbox.exec(
-            f"test -f {quoted} || {{ echo 'no such file: '{quoted} >&2; exit 1; }}; "
-            f"head -c {READ_LIMIT_BYTES} -- {quoted}",
-            cwd=self.workdir,
-            timeout=self.command_timeout,
-        )
+    async def _read_file(self, args: dict[str, Any]) -> ToolOutcome:
+        result = await READ_FILE.run(self, args)
         if not result.ok:
-            return ToolOutcome(
-                content=f"error: {result.stderr.strip() or 'cannot read ' + path}", error_kind="execution"
-            )
+            problem = result.stderr.strip() or f"cannot read {args['path']}"
+            return ToolOutcome(content=f"error: {problem}", error_kind="execution")
         return ToolOutcome(content=result.stdout_shown)
 
-    async def _write_file(self, path: str, content: str) -> ToolOutcome:
-        data = content.encode()
-        quoted = shlex.quote(path)
-        result = await self.sandbox.exec(
-            f'mkdir -p -- "$(dirname -- {quoted})" && cat > {quoted}',
-            cwd=self.workdir,
-            timeout=self.command_timeout,
-            stdin=data,
-        )
+    async def _write_file(self, args: dict[str, Any]) -> ToolOutcome:
+        result = await WRITE_FILE.run(self, args)
         if not result.ok:
-            return ToolOutcome(
-                content=f"error: cannot write {path}: {result.stderr.strip()}", error_kind="execution"
-            )
-        return ToolOutcome(content=f"wrote {len(data)} bytes to {path}")
+            problem = f"cannot write {args['path']}: {result.stderr.strip()}"
+            return ToolOutcome(content=f"error: {problem}", error_kind="execution")
+        return ToolOutcome(content=f"wrote {len(str(args['content']).encode())} bytes to {args['path']}")
 
-    async def _str_replace(self, path: str, old_str: str, new_str: str) -> ToolOutcome:
-        current = await self._read_file(path)
+    async def _str_replace(self, args: dict[str, Any]) -> ToolOutcome:
+        path, old_str, new_str = str(args["path"]), str(args["old_str"]), str(args["new_str"])
+        current = await self._read_file({"path": path})
         if current.is_error:
             return current
         count = current.content.count(old_str) if old_str else 0
         if count != 1:
             where = "not found" if count == 0 else f"found {count} times (it must be unique)"
             return ToolOutcome(content=f"error: old_str {where} in {path}", error_kind="bad_arguments")
-        written = await self._write_file(path, current.content.replace(old_str, new_str, 1))
+        written = await self._write_file(
+            {"path": path, "content": current.content.replace(old_str, new_str, 1)}
+        )
         if written.is_error:
             return written
         return ToolOutcome(content=f"replaced 1 occurrence in {path}")
 
-    async def _submit(self, message: str = "") -> ToolOutcome:
+    async def _submit(self, args: dict[str, Any]) -> ToolOutcome:
         return ToolOutcome(content="submitted", submitted=True)
 
 

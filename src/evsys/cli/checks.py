@@ -16,6 +16,7 @@ from evsys.cli.markup import shown
 if TYPE_CHECKING:
     from evsys.engine.config import JobConfig
     from evsys.engine.job import Job
+    from evsys.engine.preflight import PreflightReport
 
 EXIT_USAGE = 2
 
@@ -94,8 +95,9 @@ def flags_given(ctx: typer.Context) -> dict[str, str]:
     return given
 
 
-def run_preflight(config: JobConfig, *, probe: bool, strict: bool) -> None:
-    """Stop with exit 2 and one line per problem before anything is written; print what is only a warning."""
+def run_preflight(config: JobConfig, *, probe: bool, strict: bool) -> PreflightReport:
+    """Stop with exit 2 and one line per problem before anything is written; print what is only a warning;
+    the report (with the task directories it loaded, for the job to plan from)."""
     from evsys.engine.preflight import PreflightError, preflight
 
     try:
@@ -115,6 +117,7 @@ def run_preflight(config: JobConfig, *, probe: bool, strict: bool) -> None:
         )
         for line in report.invalid_tasks:
             console.print(f"  {shown(line)}", highlight=False, soft_wrap=True, emoji=False)
+    return report
 
 
 def save_traceback(exc: Exception, job_dir: Path) -> Path:

@@ -47,8 +47,8 @@ def install_harness(
     for name in names:
         try:
             install = get_definition(name).install
-        except KeyError as exc:
-            console.print(f"[red]error[/]: {exc.args[0]}")
+        except ValueError as exc:  # an unknown name (UnknownNameError)
+            console.print(f"[red]error[/]: {exc}")
             raise typer.Exit(2) from None
         if install is None:
             console.print(f"{name}: nothing to install")

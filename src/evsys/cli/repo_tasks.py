@@ -10,7 +10,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from evsys.engine.results import JobResult, TrialResult
+from evsys.records import JobResult, TrialResult
 
 
 def _console(stderr: bool = False) -> Console:

@@ -31,7 +31,7 @@ from evsys.cli.markup import shown
 if TYPE_CHECKING:
     from evsys.engine.config import JobConfig
     from evsys.engine.job import Job
-    from evsys.engine.results import JobResult
+    from evsys.records import JobResult
 
 
 class NetworkChoice(StrEnum):
@@ -89,7 +89,7 @@ def _build_job(
 
 def _log_limits(texts: list[str]) -> dict[str, int] | None:
     """The `--log-limit KEY=VALUE` flags as a dict (None when there are none); a usage error if one is bad."""
-    from evsys.sandbox.copyout import parse_limit
+    from evsys.records import parse_limit
 
     try:
         return dict(parse_limit(text) for text in texts) or None
@@ -242,11 +242,11 @@ def run(
     where = _executor(executor, ray_address, ray_mode)
     if resume is not None:
         job = resume_job(ctx, resume, paths or [], retry_errors, settings, where)
-        run_preflight(job.config, probe=model_probe, strict=False)
+        job.tasksets = run_preflight(job.config, probe=model_probe, strict=False).tasksets
     else:
         config = _build_job(paths or [], agent or [], model, base_url, agent_kwarg or [], settings)
-        run_preflight(config, probe=model_probe, strict=strict)
-        job = Job(config, retry_errors=retry_errors, **where)
+        report = run_preflight(config, probe=model_probe, strict=strict)
+        job = Job(config, retry_errors=retry_errors, tasksets=report.tasksets, **where)
     if stream:
         from evsys.cli.stream import event_printer
 
@@ -263,24 +263,24 @@ def run(
 
 
 def _executor(name: str, ray_address: str | None, ray_mode: RayMode) -> dict:
-    """`Job` keyword arguments for `--executor` (and its `--ray-*` settings); a usage error when the
-    executor is unknown or its extra is missing."""
-    from evsys.engine.executors.base import ExecutorUnavailableError, executor_names
-
-    if name not in executor_names():
-        raise _fail(f"unknown executor {name!r}; available: {', '.join(executor_names())}")
-    if name != "ray":
-        if ray_address is not None:
-            raise _fail("--ray-address needs --executor ray")
-        return {"executor": name}
-    from evsys.engine.executors.ray import RayOptions, import_ray
+    """`Job` keyword arguments for `--executor` and the `--ray-*` settings its options take, validated once;
+    a usage error when the executor is unknown, cannot run here, or does not take a setting given."""
+    from evsys.engine.executors.base import ExecutorUnavailableError, executor_class
 
     try:
-        import_ray()
-        options = RayOptions(address=ray_address, mode=ray_mode.value)
+        cls = executor_class(name)
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
+    takes = cls.options_model.model_fields
+    if ray_address is not None and "address" not in takes:
+        raise _fail(f"--ray-address needs --executor ray (executor {name!r} takes no address)")
+    given = {"address": ray_address, "mode": ray_mode.value}
+    try:
+        cls.check_available()
+        options = cls.parse_options({k: v for k, v in given.items() if k in takes and v is not None})
     except (ExecutorUnavailableError, ValueError) as exc:
         raise _fail(_validation_message(exc)) from None
-    return {"executor": "ray", "executor_options": options.model_dump(exclude_defaults=True)}
+    return {"executor": name, "executor_options": options}
 
 
 def _run_job(job: Job) -> JobResult:

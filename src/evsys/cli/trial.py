@@ -13,7 +13,7 @@ from rich.panel import Panel
 from evsys.cli.markup import shown
 
 if TYPE_CHECKING:
-    from evsys.trajectory.models import Step
+    from evsys.records import Step
     from evsys.viewer.trialdata import LoadedTrial
 
 trial_app = typer.Typer(no_args_is_help=True, help="Show one trial of a job.")

@@ -7,46 +7,28 @@ from evsys.engine.executors import Executor, ExecutorContext, LocalExecutor, cre
 from evsys.engine.job import Job, is_retryable, retry_delay
 from evsys.engine.metrics import compute_metrics, mean_pass_at_k, pass_at_k
 from evsys.engine.plan import PlanError, plan_trials
-from evsys.engine.results import (
-    RETRYABLE_CAUSES,
-    FailureCause,
-    GroupMetrics,
-    JobResult,
-    PhaseTimings,
-    TrialFailure,
-    TrialResult,
-)
 from evsys.engine.run import PackedTrial, TrialResources, run_trial, run_trial_packed, run_trial_sync
 from evsys.engine.spec import PlannedTrial, TaskRef, TrialSpec
 from evsys.engine.store import JobStore, JobStoreError, read_job_config
 from evsys.engine.trial import Trial
-from evsys.trajectory.models import Usage
 
 __all__ = [
-    "RETRYABLE_CAUSES",
     "AgentSpec",
     "Executor",
     "ExecutorContext",
-    "FailureCause",
-    "GroupMetrics",
     "Job",
     "JobConfig",
-    "JobResult",
     "JobStore",
     "JobStoreError",
     "LocalExecutor",
     "PackedTrial",
-    "PhaseTimings",
     "PlanError",
     "PlannedTrial",
     "TaskRef",
     "Trial",
     "TrialConfig",
-    "TrialFailure",
     "TrialResources",
-    "TrialResult",
     "TrialSpec",
-    "Usage",
     "compute_metrics",
     "create_executor",
     "is_retryable",

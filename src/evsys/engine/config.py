@@ -9,8 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from evsys.sandbox.base import NetworkMode
-from evsys.sandbox.copyout import DEFAULT_LIMITS, CopyOutLimits
+from evsys.records import DEFAULT_LIMITS, CopyOutLimits, NetworkMode
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 

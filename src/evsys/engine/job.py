@@ -24,22 +24,24 @@ import contextlib
 import inspect
 import random
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from evsys.agent.registry import resolve_agent
+from pydantic import BaseModel
+
+from evsys.agent.registry import resolve_agent, talks_to_model
 from evsys.engine.config import RESUME_SAFE_FIELDS, AgentSpec, JobConfig
-from evsys.engine.executors.base import Executor, ExecutorContext, create_executor
+from evsys.engine.executors.base import Executor, ExecutorContext, create_executor, executor_class
 from evsys.engine.metrics import compute_metrics, total_usage
 from evsys.engine.plan import PythonTaskItem, plan_trials
-from evsys.engine.results import RETRYABLE_CAUSES, FailureCause, JobResult, TrialFailure, TrialResult
-from evsys.engine.run import MODEL_FREE_AGENTS, TrialResources
+from evsys.engine.run import TrialResources
 from evsys.engine.spec import PlannedTrial
 from evsys.engine.store import JobStore, JobStoreError
+from evsys.records import RETRYABLE_CAUSES, FailureCause, JobResult, TrialFailure, TrialResult, utc_now
 from evsys.sandbox.registry import sandbox_class
 from evsys.sandbox.slots import SlotPool
-from evsys.trajectory.models import utc_now
+from evsys.task.loader import TaskSet
 
 TrialCallback = Callable[[TrialResult], Awaitable[None] | None]
 ModelClientFactory = Callable[[AgentSpec], Any]
@@ -51,7 +53,7 @@ def default_model_client(agent: AgentSpec) -> Any:
     from evsys.model.spec import create_model_client
 
     if agent.model is None:
-        raise ValueError(f"agent '{agent.name}' names no model")
+        raise ValueError(f"agent '{agent.name}' has no model")
     return create_model_client(agent.model, base_url=agent.base_url)
 
 
@@ -80,7 +82,8 @@ class Job:
         python_tasks: Sequence[PythonTaskItem] | None = None,
         on_agent_event: Callable[[dict[str, Any]], None] | None = None,
         executor: str = "local",
-        executor_options: dict[str, Any] | None = None,
+        executor_options: BaseModel | Mapping[str, Any] | None = None,
+        tasksets: Mapping[Path, TaskSet] | None = None,
         keep_trajectories: bool = False,
     ) -> None:
         datasets = [Path(p).absolute() for p in config.datasets]  # a resume may start from another directory
@@ -91,6 +94,7 @@ class Job:
         self.retry_errors = retry_errors
         self.model_client_factory = model_client_factory
         self.python_tasks = list(python_tasks) if python_tasks is not None else None
+        self.tasksets = dict(tasksets or {})  # task directories pre-flight loaded already, by resolved path
         # keep_trajectories: every trial's trajectory stays in memory too (`store.trajectory(name)`)
         self.store = JobStore(config.job_dir, keep_trajectories=keep_trajectories)
         self.planned: list[PlannedTrial] = []
@@ -99,7 +103,8 @@ class Job:
         self._clients: dict[int, Any] = {}
         self._workers: list[asyncio.Task] = []
         self.executor_name = executor
-        self.executor_options = dict(executor_options or {})  # e.g. the Ray address (RayOptions)
+        # validated here, once, as the executor's options_model (e.g. RayOptions); an unknown name is refused
+        self.executor_options = executor_class(executor).parse_options(executor_options)
         self._executor: Executor | None = None
         self._cancelled = False
         self._started_at = utc_now()
@@ -213,16 +218,16 @@ class Job:
             raise
         result = await self._write_job_result()
         for worker in self._workers:
-            error = None if worker.cancelled() else worker.exception()
-            if error is not None:
-                raise error
+            failed = None if worker.cancelled() else worker.exception()
+            if failed is not None:
+                raise failed
         return result
 
     async def _prepare(self) -> None:
         for agent in self.config.agents:
             resolve_agent(agent.name, agent.kwargs)  # fail fast on unknown agents / bad kwargs
         await sandbox_class(self.config.sandbox).cleanup_stale()  # what killed earlier runs left behind
-        self.planned = await asyncio.to_thread(plan_trials, self.config, self.python_tasks)
+        self.planned = await asyncio.to_thread(plan_trials, self.config, self.python_tasks, self.tasksets)
         for agent in self.config.agents:  # before the job directory exists: a bad model leaves none
             self._clients[id(agent)] = await self._model_client(agent)
         if self.store.exists():
@@ -251,8 +256,8 @@ class Job:
             await self.store.write_config(self.config)
 
     async def _model_client(self, agent: AgentSpec) -> Any:
-        """One client per agent spec with a model (none for oracle/nop), built off the event loop."""
-        if agent.model is None or agent.name in MODEL_FREE_AGENTS:
+        """One client per agent spec that talks to a model (`Agent.model_use`), built off the event loop."""
+        if not talks_to_model(agent.name, agent.model):
             return None
         factory = self.model_client_factory or default_model_client
         try:

@@ -9,8 +9,8 @@ import tarfile
 from pathlib import Path
 from typing import Protocol
 
+from evsys.records import CopyOutLimits
 from evsys.sandbox.base import Sandbox
-from evsys.sandbox.copyout import CopyOutLimits
 from evsys.util.text import safe_text
 
 LOG_SUBDIRS = ("agent", "verifier", "artifacts")

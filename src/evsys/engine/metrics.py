@@ -20,8 +20,7 @@ from collections import defaultdict
 from datetime import datetime
 from math import comb
 
-from evsys.engine.results import PHASES, FailureCause, GroupMetrics, TimingStats, TrialResult
-from evsys.trajectory.models import Usage
+from evsys.records import PHASES, FailureCause, GroupMetrics, TimingStats, TrialResult, Usage
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

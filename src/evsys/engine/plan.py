@@ -14,14 +14,14 @@ and a dataset's verifier module is listed for a worker to import.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
 from evsys.engine.config import AgentSpec, JobConfig, StepTimeouts, TrialConfig, slugify
-from evsys.engine.results import FailureCause, TrialFailure
 from evsys.engine.spec import PlannedTrial, TaskRef, TrialSpec, python_task_as_task
+from evsys.records import FailureCause, TrialFailure
 from evsys.repo.cache import cache_root
 from evsys.repo.materialise import materialised_dir
 from evsys.repo.rows import RepoRowsError, is_repo_dataset, load_repo_rows
@@ -127,7 +127,7 @@ def _repo_entries(path: Path, config: JobConfig) -> list[Entry]:
     return entries
 
 
-def _dataset_entries(path: Path, config: JobConfig) -> list[Entry]:
+def _dataset_entries(path: Path, config: JobConfig, loaded: Mapping[Path, TaskSet]) -> list[Entry]:
     if is_repo_dataset(path):
         return _repo_entries(path, config)
     if is_python_dataset(path):
@@ -136,7 +136,7 @@ def _dataset_entries(path: Path, config: JobConfig) -> list[Entry]:
         except PythonTaskLoadError as exc:
             raise PlanError(str(exc)) from None
         return _python_entries(path.resolve(), tasks, config, _dataset_imports(path))
-    taskset = load_tasks(path)
+    taskset = loaded.get(path.resolve()) or load_tasks(path)
     entries: list[Entry] = []
     for task in taskset.tasks:
         if not _selected(task.name, config.task_names):
@@ -196,19 +196,23 @@ def _step_timeout(own: float | None, task_scaled: float, multiplier: float) -> f
 
 
 def plan_trials(
-    config: JobConfig, python_tasks: Sequence[PythonTaskItem] | None = None
+    config: JobConfig,
+    python_tasks: Sequence[PythonTaskItem] | None = None,
+    tasksets: Mapping[Path, TaskSet] | None = None,
 ) -> list[PlannedTrial]:
     """Every trial of the job, attempt by attempt, in a deterministic order with unique names.
 
     With `python_tasks` (in memory, from run_rollouts) those are the job's tasks and the job's single
-    dataset path only names them.
+    dataset path only names them. `tasksets` holds task directories already loaded (by pre-flight), by
+    resolved path; the others are loaded here.
     """
     if python_tasks is not None:
         path = Path(config.datasets[0])
         datasets = [(slugify(path.name), _python_entries(path, python_tasks, config))]
     else:
         datasets = [
-            (slugify(Path(p).resolve().name), _dataset_entries(Path(p), config)) for p in config.datasets
+            (slugify(Path(p).resolve().name), _dataset_entries(Path(p), config, tasksets or {}))
+            for p in config.datasets
         ]
     if not any(entries for _, entries in datasets):
         wanted = f" matching {', '.join(config.task_names)}" if config.task_names else ""

@@ -2,9 +2,10 @@
 
 `preflight(config)` checks, without starting a sandbox or loading a model:
 - each agent: a known name (did-you-mean on a typo), its kwargs (valid names, did-you-mean), a model when the
-  agent needs one (`loop` and the harnesses);
-- each model: the `provider:model` string, the credentials it needs (`openai:` needs OPENAI_API_KEY), a local
-  model path that exists, and (unless `probe_models=False`) a model server that accepts connections;
+  agent requires one (`Agent.model_use`: `loop` and the harnesses);
+- each model: the `provider:model` string, the key its provider declares (`ProviderDefaults.api_key_env`:
+  `openai:` needs OPENAI_API_KEY), a local model path that exists (`model_is_path`), and (unless
+  `probe_models=False`, or the provider says not to) a model server that accepts connections;
 - the sandbox backend;
 - the tasks: invalid task directories are listed (an error with `strict=True`), task warnings are reported.
 
@@ -14,16 +15,16 @@ Problems raise `PreflightError`, whose lines say what to fix; what is only worth
 
 from __future__ import annotations
 
-import difflib
 import os
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlparse
 
+from evsys.agent.registry import talks_to_model
 from evsys.engine.config import AgentSpec, JobConfig
+from evsys.task.loader import TaskSet
 
-MODEL_FREE_AGENTS = frozenset({"oracle", "nop"})
 PROBE_TIMEOUT_SEC = 2.0
 DEFAULT_PORTS = {"http": 80, "https": 443}
 
@@ -38,16 +39,13 @@ class PreflightError(ValueError):
 
 @dataclass
 class PreflightReport:
-    """What pre-flight found that does not stop the job: invalid tasks (without `strict`), task warnings."""
+    """What pre-flight found that does not stop the job: invalid tasks (without `strict`), task warnings;
+    and the task directories it loaded (`tasksets`, by resolved dataset path), which the job plans from
+    instead of parsing them again (`Job(..., tasksets=report.tasksets)`)."""
 
     warnings: list[str] = field(default_factory=list)
     invalid_tasks: list[str] = field(default_factory=list)
-
-
-def did_you_mean(word: str, choices: list[str]) -> str:
-    """` (did you mean 'x'?)` for the closest of `choices`, or an empty string."""
-    close = difflib.get_close_matches(word, choices, n=1)
-    return f" (did you mean '{close[0]}'?)" if close else ""
+    tasksets: dict[Path, TaskSet] = field(default_factory=dict)
 
 
 def dedupe_paths(paths: list[Path]) -> tuple[list[Path], list[Path]]:
@@ -70,7 +68,7 @@ def preflight(config: JobConfig, *, probe_models: bool = True, strict: bool = Fa
     problems: list[str] = []
     for agent in config.agents:
         problems += check_agent(agent)
-        if agent.name not in MODEL_FREE_AGENTS and agent.model is not None:
+        if agent.model is not None and talks_to_model(agent.name, agent.model):
             problems += check_model(agent.model, agent.base_url, probe=probe_models)
     problems += check_sandbox_backend(config.sandbox)
     report = PreflightReport()
@@ -84,14 +82,13 @@ def preflight(config: JobConfig, *, probe_models: bool = True, strict: bool = Fa
 
 def check_agent(agent: AgentSpec) -> list[str]:
     """An unknown agent or bad kwargs (one line, with did-you-mean), or a model-driven agent with no model."""
-    from evsys.agent.harness.catalog import HARNESS_MODULES
-    from evsys.agent.registry import AgentNotFoundError, resolve_agent
+    from evsys.agent.registry import AgentNotFoundError, agent_plugin, resolve_agent
 
     try:
         resolve_agent(agent.name, agent.kwargs)
     except AgentNotFoundError as exc:
         return [str(exc)]
-    if agent.model is None and (agent.name == "loop" or agent.name in HARNESS_MODULES):
+    if agent.model is None and agent_plugin(agent.name).model_use == "required":
         return [
             f"agent '{agent.name}' needs a model: add -m provider:model (e.g. -m local, -m openai:gpt-4.1)"
         ]
@@ -100,18 +97,20 @@ def check_agent(agent: AgentSpec) -> list[str]:
 
 def check_model(model: str, base_url: str | None, *, probe: bool = True) -> list[str]:
     """The model string, its credentials, a local path, and (with `probe`) whether its server is up."""
+    from evsys.model.registry import model_provider
     from evsys.model.spec import ModelSpec
 
     try:
         spec = ModelSpec.parse(model, base_url=base_url)
     except ValueError as exc:
         return [f"-m {model}: {exc}"]
-    if spec.provider == "openai" and not os.environ.get("OPENAI_API_KEY"):
-        return [f"-m {model}: set OPENAI_API_KEY (the OpenAI API needs a key)"]
-    if spec.provider == "local" and spec.model:
+    provider = model_provider(spec.provider).defaults
+    if provider.api_key_env and not os.environ.get(provider.api_key_env):
+        return [f"-m {model}: set {provider.api_key_env} ({spec.provider} needs a key)"]
+    if provider.model_is_path and spec.model:
         return _check_local_path(model, Path(spec.model).expanduser())
     url = spec.resolved_base_url()
-    if probe and url and spec.provider != "litellm":
+    if probe and url and provider.probe_server:
         return _probe(model, url)
     return []
 
@@ -172,5 +171,6 @@ def _check_tasks(config: JobConfig, report: PreflightReport) -> None:
             taskset = load_tasks(path)
         except (OSError, ValueError):
             continue
+        report.tasksets[Path(path).resolve()] = taskset
         report.invalid_tasks += invalid_task_lines(taskset, config.task_names)
         report.warnings += task_warning_lines(taskset, config.task_names)

@@ -22,14 +22,13 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from evsys.engine.results import TrialResult
+from evsys.agent.registry import talks_to_model
 from evsys.engine.spec import TrialSpec
 from evsys.engine.store import JobStore
 from evsys.engine.trial import Trial
+from evsys.records import TrialResult
 from evsys.sandbox.slots import SlotPool
 from evsys.task.models import Task
-
-MODEL_FREE_AGENTS = frozenset({"oracle", "nop"})
 
 
 @dataclass
@@ -43,9 +42,9 @@ class TrialResources:
 
 
 def needs_model(spec: TrialSpec) -> bool:
-    """True when the trial's agent talks to a model (anything but oracle/nop, given a model string)."""
+    """True when the trial's agent talks to a model (given a model string; see `Agent.model_use`)."""
     agent = spec.config.agent
-    return agent.model is not None and agent.name not in MODEL_FREE_AGENTS
+    return talks_to_model(agent.name, agent.model)
 
 
 def build_model_client(spec: TrialSpec) -> Any:
@@ -54,7 +53,7 @@ def build_model_client(spec: TrialSpec) -> Any:
 
     agent = spec.config.agent
     if agent.model is None:
-        raise ValueError(f"agent '{agent.name}' names no model")
+        raise ValueError(f"trial {spec.config.trial_name}: agent '{agent.name}' has no model")
     return create_model_client(agent.model, base_url=agent.base_url)
 
 

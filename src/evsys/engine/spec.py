@@ -16,7 +16,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from evsys.engine.config import JobConfig, TrialConfig
-from evsys.engine.results import TrialFailure
+from evsys.records import TrialFailure
 from evsys.task.loader import TaskLoadError, load_task
 from evsys.task.models import EnvironmentConfig, Task, TaskConfig
 from evsys.task.python import PromptTask, PythonTask, VerifiedTask

@@ -27,8 +27,7 @@ from pathlib import Path
 from pydantic import BaseModel, ValidationError
 
 from evsys.engine.config import JobConfig, TrialConfig
-from evsys.engine.results import FailureCause, JobResult, TrialResult
-from evsys.trajectory.models import Trajectory
+from evsys.records import FailureCause, JobResult, Trajectory, TrialResult
 from evsys.util.atomic import write_bytes_atomic, write_json_atomic, write_text_atomic
 from evsys.util.descriptors import raise_descriptor_limit
 from evsys.util.tarsafe import links_stay_inside

@@ -26,7 +26,7 @@ from evsys.images import bases, pull
 from evsys.images.build import BuildContext, buildah_bud
 from evsys.images.refs import ImageRef, ImageRefError, SynthesisPlan, parse_ref, synthesis_plan
 from evsys.images.storage import ImageError, LineCallback, Storage, run_tool
-from evsys.sandbox.image import ImageSpec
+from evsys.records import ImageSpec
 from evsys.util.atomic import write_text_atomic
 
 PullPolicy = Literal["missing", "always", "never"]

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from evsys.sandbox.image import ImageConfig, ImageSpec
+from evsys.records import ImageConfig, ImageSpec
 
 STOP_GRACE = 10.0
 TOOL_PACKAGES = {"buildah": "buildah", "skopeo": "skopeo", "mmdebstrap": "mmdebstrap"}

@@ -28,7 +28,8 @@ from typing import Any
 
 from evsys.engine.trial.environment import sandbox_spec
 from evsys.engine.trial.images import image_spec, needs_image, task_image
-from evsys.sandbox.base import Sandbox, SandboxError, SandboxSpec
+from evsys.records import SandboxSpec
+from evsys.sandbox.base import Sandbox, SandboxError
 from evsys.sandbox.registry import DEFAULT_BACKEND, create_sandbox
 from evsys.task.loader import load_task
 

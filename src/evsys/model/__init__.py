@@ -8,7 +8,7 @@ prompt token ids and completion ids back into text and tool calls; `openai_wire`
 that `serve` and the `proxy` speak."""
 
 from evsys.model import providers as _builtin_providers  # noqa: F401  (registers the built-ins)
-from evsys.model.base import Completion, Message, ModelClient, SamplingParams, ToolCall, ToolSchema, Usage
+from evsys.model.base import Completion, Message, ModelClient, SamplingParams, ToolSchema
 from evsys.model.errors import (
     AuthenticationError,
     ContextOverflowError,
@@ -43,10 +43,8 @@ __all__ = [
     "RetryPolicy",
     "RetryableModelError",
     "SamplingParams",
-    "ToolCall",
     "ToolSchema",
     "UnknownModelError",
-    "Usage",
     "call_with_retries",
     "create_model_client",
     "model_provider",

@@ -11,6 +11,8 @@ from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from evsys.records import ToolCall, Usage
+
 Message = dict[str, Any]
 """One chat message in OpenAI shape: {"role", "content", "tool_calls", "tool_call_id"}."""
 
@@ -42,26 +44,6 @@ class SamplingParams(BaseModel):
     extra_body: dict[str, Any] = Field(default_factory=dict, description="Passed through to remote servers.")
 
 
-class ToolCall(BaseModel):
-    """A tool call the model made. `arguments` is the raw JSON text exactly as the model wrote it."""
-
-    id: str
-    name: str
-    arguments: str
-    parsed_arguments: dict[str, Any] | None = None
-    parse_error: str | None = Field(
-        None, description="Why the call could not be parsed; the agent reports it."
-    )
-
-
-class Usage(BaseModel):
-    """Token counts of one request."""
-
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cached_tokens: int = 0
-
-
 class Completion(BaseModel):
     """One model response, with token-level detail where the backend provides it."""
 
@@ -82,7 +64,11 @@ class Completion(BaseModel):
         message: Message = {"role": "assistant", "content": self.text}
         if self.tool_calls:
             message["tool_calls"] = [
-                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                {
+                    "id": c.tool_call_id,
+                    "type": "function",
+                    "function": {"name": c.function_name, "arguments": c.arguments_json()},
+                }
                 for c in self.tool_calls
             ]
         return message

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from evsys.records import CausedError, FailureCause
 
-class ModelError(RuntimeError):
+
+class ModelError(CausedError, RuntimeError):
     """A model request failed. Base of every model error; only a `RetryableModelError` is retried."""
 
-    failure_cause = "model_error"  # how a trial records it
+    failure_cause = FailureCause.MODEL_ERROR
 
     def __init__(self, message: str, *, status_code: int | None = None) -> None:
         super().__init__(message)

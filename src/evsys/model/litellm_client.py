@@ -10,20 +10,13 @@ import os
 import time
 from typing import Any
 
-from evsys.model.base import (
-    FINISH_REASONS,
-    Completion,
-    FinishReason,
-    Message,
-    SamplingParams,
-    ToolSchema,
-    Usage,
-)
+from evsys.model.base import FINISH_REASONS, Completion, FinishReason, Message, SamplingParams, ToolSchema
 from evsys.model.errors import ModelError, RetryableModelError
 from evsys.model.openai_client import map_status_error
 from evsys.model.openai_wire import parse_tool_call
 from evsys.model.retry import RetryHook, RetryPolicy, call_with_retries
 from evsys.model.spec import ModelSpec
+from evsys.records import Usage
 
 
 def import_litellm() -> Any:

@@ -15,15 +15,7 @@ import os
 import time
 from typing import Any
 
-from evsys.model.base import (
-    FINISH_REASONS,
-    Completion,
-    FinishReason,
-    Message,
-    SamplingParams,
-    ToolSchema,
-    Usage,
-)
+from evsys.model.base import FINISH_REASONS, Completion, FinishReason, Message, SamplingParams, ToolSchema
 from evsys.model.errors import (
     AuthenticationError,
     ContextOverflowError,
@@ -36,6 +28,7 @@ from evsys.model.errors import (
 from evsys.model.openai_wire import parse_tool_call
 from evsys.model.retry import RetryHook, RetryPolicy, call_with_retries, parse_retry_after
 from evsys.model.spec import ModelSpec
+from evsys.records import Usage
 
 OVERFLOW_HINTS = ("context_length_exceeded", "maximum context length", "context length", "too many tokens")
 

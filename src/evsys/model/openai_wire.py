@@ -17,7 +17,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from evsys.model.base import Completion, Message, SamplingParams, ToolCall, ToolSchema, Usage
+from evsys.model.base import Completion, Message, SamplingParams, ToolSchema
+from evsys.records import ToolCall, Usage
 
 SSE_DONE = "data: [DONE]\n\n"
 
@@ -142,12 +143,20 @@ def parse_tool_call(name: str, arguments: str, call_id: str) -> ToolCall:
     try:
         parsed = json.loads(arguments) if arguments.strip() else {}
     except json.JSONDecodeError as exc:
-        return ToolCall(id=call_id, name=name, arguments=arguments, parse_error=f"invalid JSON: {exc.msg}")
+        return ToolCall(
+            tool_call_id=call_id,
+            function_name=name,
+            raw_arguments=arguments,
+            parse_error=f"invalid JSON: {exc.msg}",
+        )
     if not isinstance(parsed, dict):
         return ToolCall(
-            id=call_id, name=name, arguments=arguments, parse_error="arguments must be a JSON object"
+            tool_call_id=call_id,
+            function_name=name,
+            raw_arguments=arguments,
+            parse_error="arguments must be a JSON object",
         )
-    return ToolCall(id=call_id, name=name, arguments=arguments, parsed_arguments=parsed)
+    return ToolCall(tool_call_id=call_id, function_name=name, arguments=parsed, raw_arguments=arguments)
 
 
 # -- responses ---------------------------------------------------------------------------------------------
@@ -190,10 +199,9 @@ class WireToolCall(BaseModel):
     @classmethod
     def of(cls, call: ToolCall, index: int | None = None, arguments: str | None = None) -> WireToolCall:
         """`call` on the wire (`arguments` overrides its argument text, e.g. "" to open a stream)."""
-        text = call.arguments if arguments is None else arguments
-        return cls(
-            index=index, id=call.id, type="function", function=WireFunction(name=call.name, arguments=text)
-        )
+        text = call.arguments_json() if arguments is None else arguments
+        function = WireFunction(name=call.function_name, arguments=text)
+        return cls(index=index, id=call.tool_call_id, type="function", function=function)
 
 
 class TokenLogprob(BaseModel):

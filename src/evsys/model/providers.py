@@ -52,12 +52,20 @@ def _server(url: str, what: str, token_ids: bool) -> ProviderDefaults:
 register_model_provider(
     "local",
     local_engine,
-    ProviderDefaults(requires_model=False, description="in-process transformers engine (default: SmolLM2)"),
+    ProviderDefaults(
+        requires_model=False,
+        model_is_path=True,
+        description="in-process transformers engine (default: SmolLM2)",
+    ),
 )
 register_model_provider(
     "openai",
     openai_compatible,
-    ProviderDefaults(options={"api_key_required": True}, description="the OpenAI API (OPENAI_API_KEY)"),
+    ProviderDefaults(
+        options={"api_key_required": True},
+        api_key_env="OPENAI_API_KEY",
+        description="the OpenAI API (OPENAI_API_KEY)",
+    ),
 )
 register_model_provider("vllm", openai_compatible, _server("http://localhost:8000/v1", "a vLLM server", True))
 register_model_provider(
@@ -69,5 +77,7 @@ register_model_provider(
 register_model_provider(
     "litellm",
     litellm,
-    ProviderDefaults(description="any provider LiteLLM knows (pip install 'evsys[litellm]')"),
+    ProviderDefaults(
+        probe_server=False, description="any provider LiteLLM knows (pip install 'evsys[litellm]')"
+    ),
 )

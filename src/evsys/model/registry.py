@@ -44,6 +44,15 @@ class ProviderDefaults(BaseModel):
         default_factory=dict, description="Factory keyword options; a ModelSpec's own options override them."
     )
     description: str = Field("", description="One line for `evsys model providers` and error messages.")
+    api_key_env: str | None = Field(
+        None, description="The environment variable holding the key the provider cannot work without."
+    )
+    model_is_path: bool = Field(
+        False, description="The model name is a path on this machine (a model directory or a .gguf file)."
+    )
+    probe_server: bool = Field(
+        True, description="Pre-flight checks that the resolved base URL accepts connections."
+    )
 
 
 @dataclass(frozen=True)

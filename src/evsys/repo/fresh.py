@@ -28,12 +28,13 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from evsys.records import CopyOutLimits
 from evsys.repo.cache import RepoCache
 from evsys.repo.change import Entry, Tree, change_patch, compute_change, overlay_tar, read_tree, tree_of_tar
 from evsys.repo.grade import report_from_outcomes, write_report
 from evsys.repo.workspace import RepoWorkspace
 from evsys.sandbox.base import HELPER_ENV, Sandbox, SandboxError
-from evsys.sandbox.copyout import CUT_SHOWN, CopyOutLimits
+from evsys.sandbox.copyout import CUT_SHOWN
 
 RUNNER = Path(__file__).with_name("runner.py")
 GRADE_DIR = "/evsys-grade"  # the runner and its config: root's, readable by the test user

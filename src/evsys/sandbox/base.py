@@ -5,9 +5,9 @@ registry: `evsys.sandbox.create_sandbox(spec, backend)`), starts it, runs comman
 with `upload`/`download`, kills every agent process with `kill_processes` before verification, and tears it
 down with `stop` (idempotent). Agents get a stateful `ShellSession` from `shell()`. Optional abilities (reset
 in place, streaming processes, binds, images, limit reporting) are declared as `Capability` flags; the file
-helpers (`replace_tree`, `read_file`, `download_tar`, `copy_out`, `exec_program`) have defaults built on
-`exec` that a backend overrides with native calls. The conformance suite in `evsys.sandbox.conformance` checks
-a backend.
+helpers (`write_file`, `replace_tree`, `read_file`, `download_tar`, `copy_out`, `exec_program`) have defaults
+built on `exec` that a backend overrides with native calls. The conformance suite in
+`evsys.sandbox.conformance` checks a backend.
 """
 
 from __future__ import annotations
@@ -19,15 +19,12 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from enum import StrEnum
 from pathlib import Path, PurePosixPath
-from typing import Any, ClassVar, Literal, Protocol, Self, runtime_checkable
+from typing import Any, ClassVar, Protocol, Self, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from evsys.sandbox.copyout import CopiedTree, CopyOutLimits, bound_tar
-from evsys.sandbox.image import ImageSpec
+from evsys.records import CausedError, FailureCause
+from evsys.records.sandbox import CopyOutLimits, ExecResult, NetworkMode, SandboxSpec
+from evsys.sandbox.copyout import CopiedTree, bound_tar
 from evsys.util.tarsafe import extract_one, tar_of
-
-NetworkMode = Literal["no-network", "public", "allowlist"]
 
 # Where a trial's files live inside every sandbox (Harbor-compatible paths).
 LOGS_DIR = "/logs"
@@ -45,161 +42,16 @@ SHELL = "/bin/bash"
 # The PATH of evsys's own helper commands (rm, tar, tail, cat...): the distribution's directories only.
 HELPER_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 HELPER_ENV = {"PATH": HELPER_PATH}
-DEFAULT_MAX_OUTPUT_BYTES = 4 << 20
 
 
-class SandboxError(RuntimeError):
-    """The sandbox could not be created, used or torn down (maps to the `sandbox_failed` cause)."""
+class SandboxError(CausedError, RuntimeError):
+    """The sandbox could not be created, used or torn down (cause `sandbox_failed`)."""
+
+    failure_cause = FailureCause.SANDBOX_FAILED
 
 
 class SandboxUnsupported(SandboxError):
     """The spec asks for something this backend cannot provide (e.g. `allowlist` networking)."""
-
-
-class FileCopy(BaseModel):
-    """A host file or directory placed into the sandbox's filesystem before start (Dockerfile COPY/ADD)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    src: Path
-    dst: str  # absolute path inside the sandbox
-    exclude: tuple[str, ...] = Field(
-        (), description="Paths under a directory `src` (relative to it) left out (the task's .dockerignore)."
-    )
-
-
-class Bind(BaseModel):
-    """A host file or directory mounted into the sandbox at `dst` (read-only unless `read_only=False`).
-
-    For evsys's own plumbing: a cached harness install tree, the trial's proxy socket. A writable bind gives
-    whoever runs in the sandbox write access to the host path: use it only for trusted setup sandboxes."""
-
-    model_config = ConfigDict(frozen=True)
-
-    src: Path
-    dst: str  # absolute path inside the sandbox
-    read_only: bool = True
-
-
-class PodSpec(BaseModel):
-    """Sandboxes of one pod share a network and reach each other by name (a trial's compose services and
-    its main sandbox; Capability.PODS). The local backend puts them in one network namespace (every name
-    is 127.0.0.1 in /etc/hosts); the docker backend on a network of the pod's own, with aliases."""
-
-    model_config = ConfigDict(frozen=True)
-
-    name: str = Field(description="Unique per trial.")
-    hostname: str = Field(description="This sandbox's name in the pod.")
-    hosts: list[str] = Field(default_factory=list, description="Every name in the pod.")
-
-
-class SandboxSpec(BaseModel):
-    """What a trial asks of its sandbox. Built by the engine from a task's configuration."""
-
-    name: str = Field(description="Unique per trial; used for cgroup and scratch-directory names.")
-    workdir: str = "/app"
-    env: dict[str, str] = Field(default_factory=dict)
-    files: list[FileCopy] = Field(
-        default_factory=list, description="Placed into the root filesystem at start."
-    )
-    binds: list[Bind] = Field(default_factory=list, description="Host paths mounted in (see Bind).")
-    network: NetworkMode = "no-network"
-    allowed_hosts: list[str] = Field(default_factory=list)
-    cpus: float | None = None
-    memory_mb: int | None = None
-    storage_mb: int | None = None
-    pids_max: int = 1024
-    user: str = Field("agent", description="Default user for exec: 'agent' (unprivileged) or 'root'.")
-    image: ImageSpec | None = Field(
-        None, description="The image to run (Capability.IMAGES); None: the host-rootfs layer."
-    )
-    pod: PodSpec | None = Field(None, description="The pod whose network this sandbox shares (PodSpec).")
-    run_entrypoint: bool = Field(
-        True,
-        description="Run the image's ENTRYPOINT at start, as Harbor's Docker environment does; False for "
-        "sidecars, whose service process the caller starts itself.",
-    )
-    max_output_bytes: int = Field(
-        DEFAULT_MAX_OUTPUT_BYTES,
-        ge=2,
-        description="Output kept per stream of each command: its first and last halves; the middle is "
-        "dropped while the command runs (ExecResult records the total).",
-    )
-
-
-class ExecResult(BaseModel):
-    """The outcome of one command. Output produced before a timeout is kept."""
-
-    stdout_bytes: bytes = b""
-    stderr_bytes: bytes = b""
-    exit_code: int
-    timed_out: bool = False
-    duration: float = 0.0
-    limits_hit: list[Literal["memory", "pids", "storage"]] = Field(
-        default_factory=list,
-        description="Resource limits the command ran into (OOM kill, pids cap, disk full).",
-    )
-    stdout_total_bytes: int | None = Field(
-        None, description="Bytes the command wrote to stdout (None: not counted; all are in stdout_bytes)."
-    )
-    stdout_head_bytes: int | None = Field(
-        None,
-        description="When stdout was truncated: the first this many bytes of stdout_bytes are its head, "
-        "the rest its tail; what was between them is dropped.",
-    )
-    stderr_total_bytes: int | None = Field(None, description="As stdout_total_bytes, for stderr.")
-    stderr_head_bytes: int | None = Field(None, description="As stdout_head_bytes, for stderr.")
-
-    @property
-    def stdout(self) -> str:
-        """stdout decoded as UTF-8 (undecodable bytes replaced)."""
-        return self.stdout_bytes.decode("utf-8", "replace")
-
-    @property
-    def stderr(self) -> str:
-        """stderr decoded as UTF-8 (undecodable bytes replaced)."""
-        return self.stderr_bytes.decode("utf-8", "replace")
-
-    @property
-    def stdout_truncated(self) -> bool:
-        """True when the middle of stdout was dropped (the command wrote more than the sandbox keeps)."""
-        return (self.stdout_total_bytes or 0) > len(self.stdout_bytes)
-
-    @property
-    def stderr_truncated(self) -> bool:
-        """True when the middle of stderr was dropped."""
-        return (self.stderr_total_bytes or 0) > len(self.stderr_bytes)
-
-    @property
-    def stdout_shown(self) -> str:
-        """stdout for a reader (a model, a person): decoded, with a marker where the middle was dropped."""
-        return marked_output(self.stdout_bytes, self.stdout_total_bytes, self.stdout_head_bytes)
-
-    @property
-    def stderr_shown(self) -> str:
-        """stderr for a reader, with a marker where the middle was dropped."""
-        return marked_output(self.stderr_bytes, self.stderr_total_bytes, self.stderr_head_bytes)
-
-    @property
-    def ok(self) -> bool:
-        """True when the command exited 0 within its timeout."""
-        return self.exit_code == 0 and not self.timed_out
-
-
-def truncation_marker(omitted: int, total: int) -> str:
-    """The line shown to a model where a command's output was cut."""
-    return f"\n[... evsys: {omitted:,} bytes of output omitted here ({total:,} bytes in all) ...]\n"
-
-
-def marked_output(data: bytes, total: int | None, head: int | None) -> str:
-    """Kept output `data` decoded, with a `truncation_marker` after its first `head` bytes when `total`
-    says more was written than kept."""
-    if total is None or total <= len(data):
-        return data.decode("utf-8", "replace")
-    cut = len(data) if head is None else max(0, min(head, len(data)))
-    before = data[:cut].decode("utf-8", "replace")
-    after = data[cut:].decode("utf-8", "replace")
-    return before + truncation_marker(total - len(data), total) + after
 
 
 @runtime_checkable
@@ -291,6 +143,12 @@ class Sandbox(ABC):
     async def unavailable(cls) -> str | None:
         """Why this backend cannot run on this machine at all (a missing tool or daemon), or None."""
         return None
+
+    @classmethod
+    async def node_problem(cls) -> str | None:
+        """What a worker node must fix before it runs trials on this backend (a remote executor checks each
+        node once), or None; by default `unavailable()`, a backend adds its own required checks."""
+        return await cls.unavailable()
 
     @classmethod
     async def cleanup_stale(cls) -> int:
@@ -445,6 +303,27 @@ class Sandbox(ABC):
         command = f"test -f {q} && tail -c {int(max_bytes)} -- {q}"
         return (await self._exec_checked(command, f"reading {path}")).stdout_bytes
 
+    async def write_file(
+        self,
+        path: str,
+        data: bytes,
+        *,
+        mode: int | None = None,
+        user: str | None = None,
+        cwd: str | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 - the write's own limit
+    ) -> None:
+        """Write `data` to `path` (relative paths from `cwd`, default `spec.workdir`) as `user` (default
+        `spec.user`), creating missing parent directories and replacing what was there; `mode` (e.g.
+        0o755) sets its permission bits. Runs with that user's rights only (a root-owned place refuses the
+        agent); `SandboxError` saying why when the file cannot be written."""
+        result = await self.exec(
+            write_file_command(path, mode), cwd=cwd, user=user, stdin=data, timeout=timeout, env=HELPER_ENV
+        )
+        if not result.ok:
+            detail = result.stderr.strip()[-500:] or f"exit code {result.exit_code}"
+            raise SandboxError(f"cannot write {path}: {detail}")
+
     async def replace_tree(
         self, data: bytes, dst: str, *, empty: Sequence[str] = (), mkdir: Sequence[str] = ()
     ) -> None:
@@ -477,6 +356,16 @@ class Sandbox(ABC):
         if output_file is not None:
             command += f" > {shlex.quote(output_file)} 2>&1"
         return await self.exec(command + " < /dev/null", cwd=cwd, env=env, timeout=timeout, user=user)
+
+
+def write_file_command(path: str, mode: int | None = None) -> str:
+    """The shell command `Sandbox.write_file` runs: stdin into `path`, parents created, `mode` applied (for
+    callers that must run it their own way, e.g. as a shared slot's uid)."""
+    q = shlex.quote(path)
+    command = f'mkdir -p -- "$(dirname -- {q})" && cat > {q}'
+    if mode is not None:
+        command += f" && chmod {int(mode):o} -- {q}"
+    return command
 
 
 _SESSION_IDS = itertools.count(1)

@@ -1,8 +1,7 @@
-"""Bounds on copying a tree out of a sandbox (a trial's `/logs`): bytes, entries, depth, single-file size.
+"""Copying a tree out of a sandbox (a trial's `/logs`) within `CopyOutLimits` (`evsys.records`): bytes,
+entries, depth, single-file size.
 
-A sandbox enforces them while it packs the tree, so what is over a bound is never even sent to the host. The
-same model is the job-wide setting (`JobConfig.log_limits`, `evsys run --log-limit`), the task's setting
-(`[environment.logs]` in task.toml) and the resolved bounds a trial uses (`TrialConfig.log_limits`)."""
+A sandbox enforces them while it packs the tree, so what is over a bound is never even sent to the host."""
 
 from __future__ import annotations
 
@@ -11,60 +10,7 @@ import tarfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from pydantic import BaseModel, ConfigDict, Field
-
-MIB = 1 << 20
-DEFAULT_MAX_BYTES = 64 * MIB
-DEFAULT_MAX_ENTRIES = 20_000
-DEFAULT_MAX_DEPTH = 32
-DEFAULT_MAX_FILE_BYTES = 32 * MIB
-_SUFFIXES = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}
-
-
-class CopyOutLimits(BaseModel):
-    """Caps on one copy out; a field left at None is not set here (see `over` and `resolved`)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    max_bytes: int | None = Field(None, gt=0, description="Total size of the copy (the tar), in bytes.")
-    max_entries: int | None = Field(None, gt=0, description="Files, directories and links copied.")
-    max_depth: int | None = Field(None, ge=1, le=128, description="Directory levels below the copied root.")
-    max_file_bytes: int | None = Field(None, gt=0, description="Bytes kept of any one file (its head).")
-
-    def over(self, fallback: CopyOutLimits | None) -> CopyOutLimits:
-        """These limits, with every field not set here taken from `fallback`."""
-        if fallback is None:
-            return self
-        mine = self.model_dump(exclude_none=True)
-        return CopyOutLimits(**(fallback.model_dump(exclude_none=True) | mine))
-
-    def resolved(self) -> CopyOutLimits:
-        """Every field set: the evsys defaults fill what is not."""
-        return self.over(DEFAULT_LIMITS)
-
-
-DEFAULT_LIMITS = CopyOutLimits(
-    max_bytes=DEFAULT_MAX_BYTES,
-    max_entries=DEFAULT_MAX_ENTRIES,
-    max_depth=DEFAULT_MAX_DEPTH,
-    max_file_bytes=DEFAULT_MAX_FILE_BYTES,
-)
-
-
-def parse_limit(text: str) -> tuple[str, int]:
-    """`max_bytes=100M` -> ("max_bytes", 104857600): one `KEY=VALUE` of the `--log-limit` flag (sizes may end
-    in K, M or G). ValueError naming the key or value when it is not one."""
-    key, sep, value = text.partition("=")
-    key = key.strip().replace("-", "_")
-    if not sep or key not in CopyOutLimits.model_fields:
-        names = ", ".join(CopyOutLimits.model_fields)
-        raise ValueError(f"--log-limit {text!r}: expected KEY=VALUE with KEY one of {names}")
-    value = value.strip().lower()
-    scale = _SUFFIXES.get(value[-1:], 1)
-    digits = value[:-1] if scale != 1 else value
-    if not digits.isdigit() or int(digits) <= 0:
-        raise ValueError(f"--log-limit {text!r}: {value!r} is not a positive whole number (K, M, G allowed)")
-    return key, int(digits) * scale
+from evsys.records.sandbox import CopyOutLimits
 
 
 @dataclass

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Generic, TypeVar
 
-from evsys.sandbox.base import PodSpec
+from evsys.records import PodSpec
 
 Owner = TypeVar("Owner")
 

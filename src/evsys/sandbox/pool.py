@@ -16,7 +16,8 @@ import json
 import logging
 from collections.abc import Callable
 
-from evsys.sandbox.base import Capability, Sandbox, SandboxError, SandboxSpec
+from evsys.records import SandboxSpec
+from evsys.sandbox.base import Capability, Sandbox, SandboxError
 from evsys.sandbox.registry import create_sandbox
 
 log = logging.getLogger(__name__)

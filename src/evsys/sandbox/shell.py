@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from evsys.sandbox.base import HELPER_ENV, ExecResult, SandboxError
+from evsys.records import ExecResult
+from evsys.sandbox.base import HELPER_ENV, SandboxError
 
 if TYPE_CHECKING:
     from evsys.sandbox.base import Sandbox

@@ -31,11 +31,13 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from evsys.sandbox.base import HELPER_ENV, ExecResult, Sandbox, SandboxError, SandboxSpec
+from evsys.records import ExecResult, SandboxSpec
+from evsys.sandbox.base import HELPER_ENV, Sandbox, SandboxError
 from evsys.sandbox.pool import SandboxPool
+from evsys.sandbox.tools import SANDBOX_TOOLS
 
 SLOTS_DIR = "/slots"
-TOOLS = ("bash", "read_file", "write_file")
+TOOLS = tuple(SANDBOX_TOOLS)  # bash, read_file, write_file (evsys.sandbox.tools)
 
 
 async def slot_exec(
@@ -59,6 +61,20 @@ async def slot_exec(
     return await slot.sandbox.exec(
         wrapped, cwd=cwd or slot.workspace, user="root", env=env, timeout=timeout, stdin=stdin
     )
+
+
+@dataclass
+class _SlotRunner:
+    """Runs the sandbox tools on a slot: each command (bash too) once, as the slot's user in its workspace."""
+
+    slot: Slot
+    limit: float
+
+    async def exec(self, command: str, *, stdin: bytes | None = None) -> ExecResult:
+        return await slot_exec(self.slot, command, cwd=self.slot.workspace, timeout=self.limit, stdin=stdin)
+
+    async def shell(self, command: str) -> ExecResult:
+        return await self.exec(command)
 
 
 class ExecutionResult(BaseModel):
@@ -230,21 +246,11 @@ class SlotPool:
             except SandboxError as exc:
                 return ExecutionResult(success=False, error=str(exc))
 
-    async def _dispatch(self, slot: Slot, tool: str, args: dict[str, Any], limit: float) -> ExecutionResult:
-        if tool == "bash":
-            return await self._run(slot, str(args["command"]), limit)
-        if tool == "read_file":
-            return await self._run(slot, f"cat -- {shlex.quote(str(args['path']))}", limit)
-        if tool == "write_file":
-            path = shlex.quote(str(args["path"]))
-            command = f'mkdir -p -- "$(dirname -- {path})" && cat > {path}'
-            return await self._run(slot, command, limit, stdin=str(args["content"]).encode())
-        return ExecutionResult(success=False, error=f"unknown tool {tool!r} (tools: {', '.join(TOOLS)})")
-
-    async def _run(
-        self, slot: Slot, command: str, limit: float, stdin: bytes | None = None
-    ) -> ExecutionResult:
-        result = await slot_exec(slot, command, cwd=slot.workspace, timeout=limit, stdin=stdin)
+    async def _dispatch(self, slot: Slot, name: str, args: dict[str, Any], limit: float) -> ExecutionResult:
+        tool = SANDBOX_TOOLS.get(name)
+        if tool is None:
+            return ExecutionResult(success=False, error=f"unknown tool {name!r} (tools: {', '.join(TOOLS)})")
+        result = await tool.run(_SlotRunner(slot, limit), args)
         return ExecutionResult(
             success=result.ok,
             output=result.stdout_shown,

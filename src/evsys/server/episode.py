@@ -15,7 +15,6 @@ background; its step count and the reason are in the trial's agent metadata.
 from __future__ import annotations
 
 import asyncio
-import json
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,9 +23,9 @@ from typing import Any, TypeVar
 from evsys import __version__
 from evsys.agent.base import Agent, AgentContext, AgentError, AgentResult
 from evsys.agent.tools import SandboxTools, ToolOutcome
-from evsys.engine import JobStore, TrialResult
+from evsys.engine import JobStore
 from evsys.engine.trial import Trial
-from evsys.model.base import ToolCall as ModelToolCall
+from evsys.records import Observation, ObservationResult, ToolCall, TrialResult
 from evsys.sandbox.base import Sandbox
 from evsys.sandbox.slots import SlotPool
 from evsys.server.catalog import SERVED_AGENT, ServedTask
@@ -39,7 +38,6 @@ from evsys.server.protocol import (
     ServeError,
     ToolError,
 )
-from evsys.trajectory.models import Observation, ObservationResult, ToolCall
 
 T = TypeVar("T")
 TOOL_NAMES = [s["function"]["name"] for s in SandboxTools.schemas()]
@@ -129,21 +127,14 @@ class ServedAgent(Agent):
 
     async def _execute(self, tools: SandboxTools, call: CallToolAction, ctx: AgentContext) -> ToolOutcome:
         call_id = f"call_{secrets.token_hex(6)}"
-        model_call = ModelToolCall(
-            id=call_id,
-            name=call.tool_name,
-            arguments=json.dumps(call.arguments),
-            parsed_arguments=call.arguments,
-        )
-        outcome = await tools.call(model_call)
+        tool_call = ToolCall(tool_call_id=call_id, function_name=call.tool_name, arguments=call.arguments)
+        outcome = await tools.call(tool_call)
         # a Python task's verifier scores the last agent message: `submit`'s message is the answer
         message = str(call.arguments.get("message", "")) if outcome.submitted else ""
         ctx.trajectory.add(
             "agent",
             message,
-            tool_calls=[
-                ToolCall(tool_call_id=call_id, function_name=call.tool_name, arguments=call.arguments)
-            ],
+            tool_calls=[tool_call],
             observation=Observation(
                 results=[
                     ObservationResult(

@@ -19,7 +19,8 @@ from evsys.agent.base import Agent, AgentContext, AgentError, AgentResult
 from evsys.agent.harness.agent import EVENTS_FILE, HarnessAgent, offered_tools
 from evsys.agent.harness.events import EventLog, HarnessEvent, HarnessEventType
 from evsys.agent.registry import resolve_agent
-from evsys.sandbox.base import Sandbox, SandboxSpec
+from evsys.records import SandboxSpec
+from evsys.sandbox.base import Sandbox
 from evsys.server.episode import Episode, EpisodeLeft, EpisodeLimits
 from evsys.server.protocol import (
     CallToolAction,

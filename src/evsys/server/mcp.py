@@ -13,9 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 from evsys import __version__
+from evsys.agent.harness.adapter import RESERVED_TOOL_NAMES
 from evsys.agent.tools import SandboxTools
 from evsys.server.protocol import (
-    RESERVED_TOOL_NAMES,
     CallToolAction,
     ErrorCode,
     ResetParams,

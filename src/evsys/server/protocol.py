@@ -18,9 +18,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-# Names a served tool can never have: they would let an agent drive its own episode (OpenEnv's rule).
-RESERVED_TOOL_NAMES = frozenset({"reset", "step", "state", "close"})
-
 
 class ErrorCode(StrEnum):
     """The `code` of an error answer (OpenEnv's codes, plus the ones evsys adds)."""

@@ -19,7 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from evsys.engine import JobResult, JobStore, TrialResult, compute_metrics
+from evsys.engine import JobStore, compute_metrics
+from evsys.records import JobResult, TrialResult, utc_now
 from evsys.sandbox.slots import SlotPool
 from evsys.server.catalog import EPISODE_NUMBER, TaskCatalog
 from evsys.server.episode import Episode, EpisodeLimits
@@ -32,7 +33,6 @@ from evsys.server.protocol import (
     ServedState,
     ServeError,
 )
-from evsys.trajectory.models import utc_now
 
 log = logging.getLogger(__name__)
 JOB_RESULT_INTERVAL_SEC = 2.0

@@ -18,7 +18,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from evsys.sandbox.base import FileCopy
+from evsys.records import FileCopy
 from evsys.task.compose import ComposeError, parse_compose
 from evsys.task.dockerfile_syntax import HEREDOC, Instruction, split_instructions
 from evsys.task.dockerignore import DockerIgnore

@@ -14,7 +14,7 @@ array of tables has the same tree for each element).
 
 from __future__ import annotations
 
-import difflib
+from evsys.util.registry import closest
 
 KeyTree = dict[str, "KeyTree | None"]
 
@@ -128,5 +128,5 @@ def not_applied_reason(dotted: str) -> str | None:
 
 def suggest(key: str, candidates: list[str]) -> str | None:
     """The known key closest to a misspelt `key`, if one is close enough to be a likely typo."""
-    matches = difflib.get_close_matches(key, candidates, n=1, cutoff=0.75)
+    matches = closest(key, candidates, cutoff=0.75)
     return matches[0] if matches else None

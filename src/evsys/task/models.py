@@ -11,8 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from evsys.sandbox.base import FileCopy, NetworkMode
-from evsys.sandbox.copyout import CopyOutLimits
+from evsys.records import CopyOutLimits, FileCopy, NetworkMode
 from evsys.task.compose import ComposeProject
 
 

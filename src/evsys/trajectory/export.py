@@ -14,9 +14,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal, get_args
 
+from evsys.records import Trajectory, TrialResult
 from evsys.trajectory.advantages import AdvantageMethod
-from evsys.trajectory.groups import RolloutTrajectory, TrajectoryGroup, TrialRecord, rollout_from_trial
-from evsys.trajectory.models import Trajectory
+from evsys.trajectory.groups import RolloutTrajectory, TrajectoryGroup, rollout_from_trial
 from evsys.util.atomic import write_bytes_atomic, write_text_atomic
 
 ExportFormat = Literal["rl", "sft", "atif", "parquet"]
@@ -60,7 +60,7 @@ def load_job_groups(job_dir: Path | str, method: AdvantageMethod = "mean") -> li
     groups: dict[tuple[str, str], TrajectoryGroup] = {}
     for trial_dir in _trial_dirs(job_dir):
         try:
-            result = TrialRecord.model_validate_json((trial_dir / "result.json").read_bytes())
+            result = TrialResult.model_validate_json((trial_dir / "result.json").read_bytes())
         except ValueError as exc:
             raise ExportError(f"{trial_dir / 'result.json'}: unreadable: {exc}") from None
         key = (result.dataset, result.task_name)

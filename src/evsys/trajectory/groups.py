@@ -18,16 +18,16 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
+from evsys.records import FailureCause, StepMetrics, Trajectory, TrialResult, Usage
 from evsys.trajectory.advantages import AdvantageMethod, compute_advantages
-from evsys.trajectory.models import StepMetrics, Trajectory, Usage
 
 
 class RolloutError(BaseModel):
     """Why a rollout failed: the trial's failure cause and message."""
 
-    cause: str
+    cause: FailureCause
     message: str
 
 
@@ -154,36 +154,12 @@ def last_agent_message(trajectory: Trajectory | None) -> str:
     return ""
 
 
-class TrialFailureRecord(BaseModel):
-    """The failure of a trial as its result.json holds it."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    cause: str
-    message: str
-
-
-class TrialRecord(BaseModel):
-    """What a rollout needs from a trial's result.json (the engine writes it; this layer only reads it)."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    trial_name: str
-    task_name: str
-    dataset: str
-    attempt: int
-    reward: float | None = None
-    rewards: dict[str, float] | None = None
-    failure: TrialFailureRecord | None = None
-    usage: Usage = Field(default_factory=Usage)
-
-
-def rollout_from_trial(result: Any, trajectory: Trajectory | None, task_id: str) -> RolloutTrajectory:
+def rollout_from_trial(result: TrialResult, trajectory: Trajectory | None, task_id: str) -> RolloutTrajectory:
     """A `RolloutTrajectory` from a trial's `TrialResult` and its trajectory (None when it is missing)."""
     tokens = flatten_tokens(trajectory)
     error = None
     if result.failure is not None:
-        error = RolloutError(cause=str(result.failure.cause), message=result.failure.message)
+        error = RolloutError(cause=result.failure.cause, message=result.failure.message)
     return RolloutTrajectory(
         trial_name=result.trial_name,
         task_id=task_id,

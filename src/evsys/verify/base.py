@@ -3,7 +3,7 @@
 A verifier scores a finished agent run. The engine runs a chain of them (`evsys.verify.chain`): the task's
 test script, then a verifier function or rubric, each seeing the rewards before it. Every verifier returns a
 `VerifierResult` (rewards, or an error; warnings); a `VerifierError` subclass carries the trial's
-`failure_cause` (the same attribute name agent and model errors use).
+`failure_cause` (a `CausedError`, like agent and model errors).
 
 One validator, `finite_number`, checks every reward wherever it comes from (reward files, verifier
 functions, rubrics): a finite real number. Booleans are accepted as 1.0 / 0.0 (Python's `True == 1`): a
@@ -24,33 +24,35 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
+from evsys.records import CausedError, FailureCause
+
 REWARD_JSON = "reward.json"
 REWARD_TXT = "reward.txt"
 MAX_REWARD_FILE_BYTES = 1 << 20
 
 
-class VerifierError(Exception):
+class VerifierError(CausedError):
     """The verifier could not produce a reward; `failure_cause` is the trial's failure cause."""
 
-    failure_cause = "verifier_error"
+    failure_cause = FailureCause.VERIFIER_ERROR
 
 
 class VerifierTimeoutError(VerifierError):
     """The test script ran past the verifier timeout."""
 
-    failure_cause = "verifier_timeout"
+    failure_cause = FailureCause.VERIFIER_TIMEOUT
 
 
 class RewardMissingError(VerifierError):
     """The test script wrote neither reward.json nor reward.txt."""
 
-    failure_cause = "reward_missing"
+    failure_cause = FailureCause.REWARD_MISSING
 
 
 class RewardInvalidError(VerifierError, ValueError):
     """A reward (file, function return, rubric score) is empty, unparseable, non-finite or misshapen."""
 
-    failure_cause = "reward_invalid"
+    failure_cause = FailureCause.REWARD_INVALID
 
 
 class VerifierResult(BaseModel):

@@ -23,6 +23,7 @@ from typing import Any
 
 from evsys.task.python import RESERVED_DATA_FIELDS, PromptTask, VerifiedTask
 from evsys.util.imports import import_module_or_file, importable_name
+from evsys.util.registry import Registry
 from evsys.verify.base import VerifierError, VerifierResult, finite_number
 
 VerifierFn = Callable[..., Any]
@@ -32,14 +33,25 @@ CONTEXT_FIELDS = ("trajectory", "task", "rewards", "prompt")
 
 RESERVED_FIELDS = RESERVED_DATA_FIELDS
 
-_REGISTRY: dict[str, VerifierFn] = {}
-
 
 class UnknownVerifierError(LookupError):
     """No verifier is registered under this name, or the import path does not resolve."""
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else "unknown verifier"
+
+
+def _verifier_fn(name: str, loaded: object) -> VerifierFn:
+    if not callable(loaded):
+        raise TypeError(f"verifier {name!r} must be callable, got {type(loaded).__name__}")
+    return loaded
+
+
+VERIFIERS: Registry[VerifierFn] = Registry(
+    "verifier", "evsys.verifiers", _verifier_fn, load_error=UnknownVerifierError
+)
+"""Verifier functions by name: `@verifier` registers in code; a package declares them in the `evsys.verifiers`
+entry-point group (`name = "pkg.module:function"`), imported when the name is first used."""
 
 
 def register_verifier(name: str, fn: VerifierFn, *, replace: bool = False) -> VerifierFn:
@@ -50,15 +62,14 @@ def register_verifier(name: str, fn: VerifierFn, *, replace: bool = False) -> Ve
     """
     if not isinstance(name, str) or not name.strip() or ":" in name:
         raise ValueError(f"verifier name must be a non-empty string without ':', got {name!r}")
-    if not callable(fn):
-        raise TypeError(f"verifier {name!r} must be callable, got {type(fn).__name__}")
-    existing = _REGISTRY.get(name)
+    _verifier_fn(name, fn)
+    existing = VERIFIERS.loaded(name)
     if existing is not None and not replace and _source_key(existing) != _source_key(fn):
         raise ValueError(
             f"verifier {name!r} is already registered to {_identity(existing)}; "
             f"pass replace=True to register {_identity(fn)} instead"
         )
-    _REGISTRY[name] = fn
+    VERIFIERS.register(name, fn, replace=True)
     return fn
 
 
@@ -73,12 +84,12 @@ def verifier(name: str | None = None, *, replace: bool = False) -> Callable[[Ver
 
 def unregister_verifier(name: str) -> None:
     """Remove a registered verifier (no error when absent)."""
-    _REGISTRY.pop(name, None)
+    VERIFIERS.unregister(name)
 
 
 def registered_verifiers() -> list[str]:
-    """The registered verifier names, sorted."""
-    return sorted(_REGISTRY)
+    """The registered verifier names (in code and as entry points), sorted."""
+    return VERIFIERS.names()
 
 
 def _identity(fn: Any) -> str:
@@ -109,8 +120,8 @@ def get_verifier(name_or_path: str, base_dir: Path | None = None) -> VerifierFn:
     """
     if not isinstance(name_or_path, str) or not name_or_path:
         raise UnknownVerifierError(f"a verifier name must be a non-empty string, got {name_or_path!r}")
-    if name_or_path in _REGISTRY:
-        return _REGISTRY[name_or_path]
+    if name_or_path in VERIFIERS:
+        return VERIFIERS.get(name_or_path)
     if ":" not in name_or_path:
         known = ", ".join(registered_verifiers()) or "none"
         raise UnknownVerifierError(
@@ -224,8 +235,8 @@ async def run_verifier(
     try:
         if not isinstance(name, str):
             fn = name
-        elif name in _REGISTRY:
-            fn = _REGISTRY[name]
+        elif VERIFIERS.loaded(name) is not None:
+            fn = VERIFIERS.get(name)
         else:
             fn = await asyncio.to_thread(get_verifier, name, base_dir)
         kwargs = _call_kwargs(fn, label, data or {}, ctx)
@@ -282,7 +293,7 @@ def verifier_reference(name: str) -> str:
     """The name another process can load `name` by: for a registered module-level function, its importable
     name (`pkg.mod:fn`, or `/abs/file.py:fn` for a file module); else `name` unchanged (an import path
     already, or a registered object such as a `RubricVerifier` that the worker must register itself)."""
-    fn = _REGISTRY.get(name)
+    fn = VERIFIERS.loaded(name)
     if fn is None:
         return name
     return importable_name(fn) or name

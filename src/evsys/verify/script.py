@@ -23,15 +23,8 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from evsys.sandbox.base import (
-    SHELL,
-    TESTS_DIR,
-    VERIFIER_LOGS_DIR,
-    Capability,
-    ExecResult,
-    Sandbox,
-    SandboxError,
-)
+from evsys.records import ExecResult
+from evsys.sandbox.base import SHELL, TESTS_DIR, VERIFIER_LOGS_DIR, Capability, Sandbox, SandboxError
 from evsys.util.packing import pack_directory
 from evsys.verify.base import VerifierError, VerifierResult, VerifierTimeoutError, read_reward_files
 

@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from evsys.engine.config import JobConfig
 from evsys.engine.metrics import compute_metrics, mean_pass_at_k
-from evsys.engine.results import FailureCause, GroupMetrics, JobResult, TrialResult
+from evsys.records import FailureCause, GroupMetrics, JobResult, TrialResult
 from evsys.viewer.files import SafeDir, UnsafePathError, check_name
 
 CONFIG = "config.json"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from evsys.trajectory.models import Trajectory
+from evsys.records import Trajectory
 
 
 class TokenizerError(ValueError):

@@ -12,8 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field, ValidationError
 
-from evsys.engine.results import TrialResult
-from evsys.trajectory.models import Trajectory
+from evsys.records import Trajectory, TrialResult
 from evsys.viewer.files import FileText, SafeDir, UnsafePathError
 
 EXCEPTION = "exception.txt"

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from evsys.sandbox.base import Capability, SandboxSpec, SandboxUnsupported
+from evsys.records import SandboxSpec
+from evsys.sandbox.base import Capability, SandboxUnsupported
 from evsys.sandbox.docker import DockerSandbox
 
 pytestmark = pytest.mark.usefixtures("docker_env")

@@ -10,10 +10,9 @@ import tarfile
 
 import pytest
 
-from evsys.sandbox.base import SandboxSpec
+from evsys.records import ImageSpec, SandboxSpec
 from evsys.sandbox.docker import DockerSandbox
 from evsys.sandbox.docker.sandbox import LABEL_OWNER, LABEL_SANDBOX
-from evsys.sandbox.image import ImageSpec
 from evsys.sandbox.registry import sandbox_backends
 
 pytestmark = pytest.mark.usefixtures("docker_env")
@@ -91,7 +90,7 @@ async def test_files_in_and_out_keep_modes(tmp_path):
 
 
 async def test_spec_files_are_placed_before_start_without_excluded_paths(tmp_path):
-    from evsys.sandbox.base import FileCopy
+    from evsys.records import FileCopy
 
     ctx = tmp_path / "ctx"
     (ctx / "cache").mkdir(parents=True)

@@ -18,16 +18,18 @@ from typing import ClassVar
 
 from evsys.agent.harness.config import EnvTool, HarnessConfig, InjectedTool, ModelEndpoint
 from evsys.agent.harness.events import EventLog, HarnessEvent, HarnessEventType, HarnessTurn
-from evsys.trajectory.models import Step
+from evsys.records import CausedError, FailureCause, Step
 
 RESERVED_TOOL_NAMES = frozenset({"reset", "step", "state", "close"})
+"""Names a served or injected tool can never have: they would let an agent drive its own episode (OpenEnv's
+rule); `evsys serve` and MCP tool injection both refuse them."""
 COLLISION_PREFIX = "env_"
 
 
-class HarnessError(RuntimeError):
+class HarnessError(CausedError, RuntimeError):
     """A harness failed (the trial records cause `agent_error`)."""
 
-    failure_cause = "agent_error"
+    failure_cause = FailureCause.AGENT_ERROR
 
 
 class HarnessStartError(HarnessError):

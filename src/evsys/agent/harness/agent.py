@@ -22,8 +22,8 @@ from evsys.agent.harness.catalog import HarnessDefinition, get_definition
 from evsys.agent.harness.config import ModelEndpoint
 from evsys.agent.harness.events import EventLog, HarnessEventType
 from evsys.agent.harness.sandboxed import HarnessPlumbing, SandboxLauncher
-from evsys.sandbox.base import Sandbox, SandboxSpec
-from evsys.trajectory.models import AgentInfo, TrajectoryRecorder
+from evsys.records import AgentInfo, SandboxSpec, TrajectoryRecorder
+from evsys.sandbox.base import Sandbox
 from evsys.util.atomic import write_text_atomic
 
 EVENTS_FILE = "harness-events.jsonl"
@@ -33,6 +33,8 @@ DEFAULT_TURN_TIMEOUT = 600.0
 
 class HarnessAgent(Agent):
     """Runs one catalog harness for one turn per trial (see the module docstring)."""
+
+    model_use = "required"
 
     def __init__(self, definition: HarnessDefinition | str, **options: Any) -> None:
         self.definition = get_definition(definition) if isinstance(definition, str) else definition

@@ -9,17 +9,18 @@ the harness with the given launcher, pointed at the given endpoint.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
+
+from evsys.util.registry import Registry
 
 if TYPE_CHECKING:
     from evsys.agent.harness.adapter import HarnessAdapter, McpEndpoint
     from evsys.agent.harness.config import ModelEndpoint
     from evsys.agent.harness.install import HarnessInstall
     from evsys.agent.harness.process import ProcessLauncher
-    from evsys.sandbox.base import Bind
+    from evsys.records import Bind
 
 Dialect = Literal["openai", "anthropic", "responses"]
 
@@ -50,25 +51,25 @@ class HarnessDefinition:
     binds: tuple[Bind, ...] = ()  # extra host files the harness needs in its sandbox (read-only)
 
 
-# -a name -> module defining DEFINITION (imported lazily: each pulls in only its own adapter)
-HARNESS_MODULES: dict[str, str] = {
-    "claude-code": "evsys.agent.harness.claude_code",
-    "codex": "evsys.agent.harness.codex",
-    "mini-swe-agent": "evsys.agent.harness.mini_swe_agent",
-}
+def _definition(name: str, loaded: object) -> HarnessDefinition:
+    if not isinstance(loaded, HarnessDefinition):
+        raise TypeError(f"harness {name!r} is {type(loaded).__name__}, not a HarnessDefinition")
+    return loaded
+
+
+HARNESSES: Registry[HarnessDefinition] = Registry("harness", "evsys.harnesses", _definition)
+"""`-a` name -> definition. Each built-in module defines `DEFINITION`, imported only when its name is used
+(each pulls in only its own adapter); a package adds one through the `evsys.harnesses` entry-point group."""
+HARNESSES.register_lazy("claude-code", "evsys.agent.harness.claude_code:DEFINITION")
+HARNESSES.register_lazy("codex", "evsys.agent.harness.codex:DEFINITION")
+HARNESSES.register_lazy("mini-swe-agent", "evsys.agent.harness.mini_swe_agent:DEFINITION")
 
 
 def harness_names() -> list[str]:
     """Names of the harnesses in the catalog."""
-    return sorted(HARNESS_MODULES)
+    return HARNESSES.names()
 
 
 def get_definition(name: str) -> HarnessDefinition:
-    """The definition of harness `name`; a clear error when the name is unknown."""
-    module_name = HARNESS_MODULES.get(name)
-    if module_name is None:
-        raise KeyError(f"unknown harness {name!r}; known harnesses: {', '.join(harness_names())}")
-    definition = importlib.import_module(module_name).DEFINITION
-    if not isinstance(definition, HarnessDefinition):
-        raise TypeError(f"{module_name}.DEFINITION is not a HarnessDefinition")
-    return definition
+    """The definition of harness `name`; `UnknownNameError` (a ValueError) listing the known ones."""
+    return HARNESSES.get(name)

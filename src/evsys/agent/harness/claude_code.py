@@ -37,14 +37,7 @@ from evsys.agent.harness.install import HarnessInstall
 from evsys.agent.harness.process import HarnessProcess
 from evsys.agent.harness.stdio import StdioHarnessAdapter
 from evsys.agent.harness.turns import json_object
-from evsys.trajectory.models import (
-    Observation,
-    ObservationResult,
-    Step,
-    StepMetrics,
-    StepSource,
-    ToolCall,
-)
+from evsys.records import Observation, ObservationResult, Step, StepMetrics, StepSource, ToolCall
 
 CLAUDE_CODE_VERSION = "2.1.330"
 SERVER_NAME = "evsys-env"

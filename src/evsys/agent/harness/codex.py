@@ -29,14 +29,7 @@ from evsys.agent.harness.install import HarnessInstall
 from evsys.agent.harness.per_turn import PerTurnHarnessAdapter
 from evsys.agent.harness.stdio import ProtocolViolation
 from evsys.agent.harness.turns import json_object
-from evsys.trajectory.models import (
-    Observation,
-    ObservationResult,
-    Step,
-    StepMetrics,
-    StepSource,
-    ToolCall,
-)
+from evsys.records import Observation, ObservationResult, Step, StepMetrics, StepSource, ToolCall
 
 CODEX_VERSION = "0.169.0"
 PROVIDER_ID = "evsys"

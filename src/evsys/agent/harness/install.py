@@ -30,7 +30,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from evsys.sandbox.base import Bind, Sandbox, SandboxSpec, SandboxUnsupported
+from evsys.records import Bind, CausedError, FailureCause, SandboxSpec
+from evsys.sandbox.base import Sandbox, SandboxUnsupported
 from evsys.sandbox.registry import DEFAULT_BACKEND, create_sandbox
 from evsys.util.atomic import write_text_atomic
 
@@ -40,11 +41,11 @@ SYSTEM_CA_BUNDLE = "/etc/ssl/certs/ca-certificates.crt"
 SandboxFactory = Callable[[SandboxSpec], Sandbox]
 
 
-class HarnessInstallError(RuntimeError):
+class HarnessInstallError(CausedError, RuntimeError):
     """The harness could not be installed: the trial fails in agent setup with cause `agent_error` (retried
     when the job allows retries; a flaky package mirror is the usual cause); its message names the install."""
 
-    failure_cause = "agent_error"
+    failure_cause = FailureCause.AGENT_ERROR
 
 
 class HarnessInstall(BaseModel):

@@ -27,7 +27,7 @@ from pydantic import BaseModel, Field
 from evsys.agent.harness.adapter import RESERVED_TOOL_NAMES, McpEndpoint
 from evsys.agent.harness.config import InjectedTool, ModelEndpoint
 from evsys.agent.tools import clip, truncation_note
-from evsys.sandbox.base import ExecResult
+from evsys.records import ExecResult
 
 if TYPE_CHECKING:
     from evsys.model.proxy.session import ProxySession

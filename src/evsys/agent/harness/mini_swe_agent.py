@@ -39,7 +39,7 @@ from evsys.agent.harness.config import HarnessConfig
 from evsys.agent.harness.events import HarnessEvent, HarnessEventType
 from evsys.agent.harness.install import HarnessInstall
 from evsys.agent.harness.per_turn import PerTurnHarnessAdapter
-from evsys.trajectory.models import Observation, ObservationResult, Step, StepMetrics, ToolCall
+from evsys.records import Observation, ObservationResult, Step, StepMetrics, ToolCall
 
 MINI_VERSION = "2.4.6"
 # pinned too: unpinned, pip backtracks through dozens of 37 MB litellm wheels (filelock conflicts) and fills

@@ -30,15 +30,8 @@ from evsys.agent.harness.catalog import HarnessSetup
 from evsys.agent.harness.config import ModelEndpoint
 from evsys.agent.harness.install import HarnessInstall, HarnessInstaller
 from evsys.agent.harness.process import BASE_ENV
-from evsys.sandbox.base import (
-    HELPER_ENV,
-    Bind,
-    Capability,
-    Sandbox,
-    SandboxError,
-    SandboxSpec,
-    StreamingProcess,
-)
+from evsys.records import Bind, CausedError, FailureCause, SandboxSpec
+from evsys.sandbox.base import HELPER_ENV, Capability, Sandbox, SandboxError, StreamingProcess
 from evsys.sandbox.local.rootfs import AGENT_HOME
 from evsys.sandbox.registry import DEFAULT_BACKEND, create_sandbox
 
@@ -51,11 +44,11 @@ FORWARDER = f"{RUN_DIR}/forwarder.py"
 FORWARDER_START_TIMEOUT = 15.0
 
 
-class SpawnUnsupported(RuntimeError):
+class SpawnUnsupported(CausedError, RuntimeError):
     """The sandbox backend cannot stream processes, which a harness needs (cause `environment_unsupported`:
     retrying on the same backend cannot help)."""
 
-    failure_cause = "environment_unsupported"
+    failure_cause = FailureCause.ENVIRONMENT_UNSUPPORTED
 
 
 def require_spawn(sandbox: Sandbox) -> None:
@@ -84,13 +77,10 @@ class SandboxLauncher:
 
     async def write_file(self, path: str, data: bytes) -> None:
         """Write `data` to `path` inside the sandbox as the launcher's user (parent directories created)."""
-        parent = shlex.quote(str(Path(path).parent))
-        command = f"mkdir -p -- {parent} && cat > {shlex.quote(path)}"
-        result = await self.sandbox.exec(
-            command, cwd="/", user=self.user, stdin=data, timeout=30, env=HELPER_ENV
-        )
-        if not result.ok:
-            raise OSError(f"cannot write {path} in the sandbox: {result.stderr.strip() or result.exit_code}")
+        try:
+            await self.sandbox.write_file(path, data, user=self.user, cwd="/", timeout=30)
+        except SandboxError as exc:
+            raise OSError(f"{exc} (in the sandbox)") from exc
 
     async def read_file(self, path: str) -> bytes | None:
         """The bytes of `path` in the sandbox (read as the launcher's user), or None if unreadable; OSError

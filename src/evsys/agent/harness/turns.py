@@ -121,7 +121,7 @@ def proxy_call_listener(
         if done is not None:
             data |= {
                 "text": done.text,
-                "tool_calls": [c.name for c in done.tool_calls],
+                "tool_calls": [c.function_name for c in done.tool_calls],
                 "completion_tokens": done.usage.completion_tokens,
             }
         queue.put_nowait(HarnessEvent(type=HarnessEventType.LLM_RESPONSE, data=data, turn=turn))

@@ -17,15 +17,17 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from importlib.metadata import entry_points
 from typing import Any, ClassVar
 
-from evsys.engine.results import TrialResult
+from pydantic import BaseModel, ConfigDict
+
 from evsys.engine.run import TrialResources
 from evsys.engine.spec import PlannedTrial
 from evsys.engine.store import JobStore
+from evsys.records import TrialResult
+from evsys.util.registry import Registry
 
 EXECUTOR_ENTRY_POINTS = "evsys.executors"
 
@@ -39,7 +41,13 @@ class ExecutorContext:
     resources: Callable[[PlannedTrial], TrialResources] = field(default=lambda _planned: TrialResources())
     on_start: Callable[[str], None] = field(default=lambda _name: None)
     reuse_sandboxes: bool = True
-    options: dict[str, Any] = field(default_factory=dict)  # the executor's own settings (e.g. RayOptions)
+    options: BaseModel = field(default_factory=lambda: NoOptions())  # the executor's `options_model`
+
+
+class NoOptions(BaseModel):
+    """The options of an executor that takes none."""
+
+    model_config = ConfigDict(extra="forbid")
 
 
 class ExecutorUnavailableError(ValueError):
@@ -50,6 +58,22 @@ class Executor(ABC):
     """Runs trials; see the module docstring. Subclasses implement `execute`."""
 
     name: ClassVar[str] = ""
+    options_model: ClassVar[type[BaseModel]] = NoOptions  # its settings (`Job(..., executor_options=...)`)
+    in_process: ClassVar[bool] = False  # True: trials run in the driver's process, sharing live objects
+
+    @classmethod
+    def check_available(cls) -> None:
+        """`ExecutorUnavailableError` naming what to install when this executor cannot run here."""
+        return None
+
+    @classmethod
+    def parse_options(cls, options: BaseModel | Mapping[str, Any] | None) -> BaseModel:
+        """`options` as this executor's `options_model`, validated (once: a validated model is kept)."""
+        if isinstance(options, cls.options_model):
+            return options
+        if isinstance(options, BaseModel):
+            options = options.model_dump(exclude_unset=True)
+        return cls.options_model.model_validate(dict(options or {}))
 
     def __init__(self, ctx: ExecutorContext) -> None:
         self.ctx = ctx
@@ -89,40 +113,30 @@ class Executor(ABC):
         await self.cancel()
 
 
-_REGISTERED: dict[str, type[Executor]] = {}
+def _executor_class(name: str, cls: object) -> type[Executor]:
+    if not (isinstance(cls, type) and issubclass(cls, Executor)):
+        raise TypeError(f"executor {name!r} must be an Executor subclass, got {cls!r}")
+    return cls
+
+
+EXECUTORS: Registry[type[Executor]] = Registry("executor", EXECUTOR_ENTRY_POINTS, _executor_class)
+EXECUTORS.register_lazy("local", "evsys.engine.executors.local:LocalExecutor")
+EXECUTORS.register_lazy("ray", "evsys.engine.executors.ray:RayExecutor")  # imports Ray only when one is made
 
 
 def register_executor(name: str, cls: type[Executor]) -> type[Executor]:
     """Make `cls` available as `Job(..., executor=name)`; returns it (usable as a class decorator's body)."""
-    if not (isinstance(cls, type) and issubclass(cls, Executor)):
-        raise TypeError(f"executor {name!r} must be an Executor subclass, got {cls!r}")
-    _REGISTERED[name] = cls
-    return cls
-
-
-def _builtin() -> dict[str, type[Executor]]:
-    from evsys.engine.executors.local import LocalExecutor
-    from evsys.engine.executors.ray import RayExecutor  # imports Ray only when a RayExecutor is made
-
-    return {"local": LocalExecutor, "ray": RayExecutor, **_REGISTERED}
+    return EXECUTORS.register(name, _executor_class(name, cls), replace=True)
 
 
 def executor_names() -> list[str]:
     """Every executor name: built in, registered in code, or declared as an entry point."""
-    return sorted({*_builtin(), *(ep.name for ep in entry_points(group=EXECUTOR_ENTRY_POINTS))})
+    return EXECUTORS.names()
 
 
 def executor_class(name: str) -> type[Executor]:
-    """The executor class registered as `name` (entry points are read only for a name not built in: reading
-    every installed distribution's metadata costs tens of milliseconds); ValueError listing the known ones."""
-    found = _builtin().get(name)
-    if found is None:
-        for ep in entry_points(group=EXECUTOR_ENTRY_POINTS, name=name):
-            found = register_executor(name, ep.load())
-            break
-    if found is None:
-        raise ValueError(f"unknown executor {name!r}; available: {', '.join(executor_names())}")
-    return found
+    """The executor class registered as `name`; `UnknownNameError` (a ValueError) listing the known ones."""
+    return EXECUTORS.get(name)
 
 
 def create_executor(name: str, ctx: ExecutorContext) -> Executor:

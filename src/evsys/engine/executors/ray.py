@@ -39,9 +39,9 @@ from evsys.engine.executors.ray_worker import (
     pack_directory,
     run_trial_task,
 )
-from evsys.engine.results import FailureCause, TrialFailure, TrialResult
 from evsys.engine.run import run_trial
 from evsys.engine.spec import PlannedTrial, TrialSpec
+from evsys.records import FailureCause, TrialFailure, TrialResult
 
 CANCELLED_MESSAGE = "the job was cancelled while this trial ran; resume reruns it"
 MB = 1024 * 1024
@@ -133,10 +133,18 @@ class RayExecutor(Executor):
     """Trials on a Ray cluster; see the module docstring."""
 
     name = "ray"
+    options_model = RayOptions
+
+    @classmethod
+    def check_available(cls) -> None:
+        """`ExecutorUnavailableError` unless Ray is installed."""
+        import_ray()
 
     def __init__(self, ctx: ExecutorContext) -> None:
         super().__init__(ctx)
-        self.options = RayOptions.model_validate(ctx.options)
+        options = self.parse_options(ctx.options)
+        assert isinstance(options, RayOptions)  # parse_options gives this class's options_model
+        self.options = options
         self.ray = import_ray()
         self._start_lock = asyncio.Lock()
         self._backend: TaskBackend | ActorBackend | None = None

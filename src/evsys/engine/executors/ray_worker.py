@@ -33,6 +33,7 @@ from evsys.engine.run import PackedTrial, TrialResources, build_model_client, ne
 from evsys.engine.spec import TrialSpec
 from evsys.sandbox.registry import sandbox_class
 from evsys.sandbox.slots import SlotPool
+from evsys.task.python import VerifiedTask
 from evsys.util.tarsafe import links_stay_inside
 
 TASK_CACHE = "ray-tasks"
@@ -131,7 +132,7 @@ def relocate(spec: TrialSpec, root: str, local: Path) -> TrialSpec:
     ref = spec.task
     update: dict[str, Any] = {"path": Path(moved(str(ref.path))), "imports": [moved(m) for m in ref.imports]}
     task = ref.python_task
-    if task is not None and isinstance(getattr(task, "verifier", None), str):
+    if isinstance(task, VerifiedTask) and isinstance(task.verifier, str):
         update["python_task"] = task.model_copy(update={"verifier": moved(task.verifier)})
     return spec.model_copy(update={"task": ref.model_copy(update=update)})
 
@@ -139,29 +140,17 @@ def relocate(spec: TrialSpec, root: str, local: Path) -> TrialSpec:
 _checked: dict[str, str | None] = {}
 
 
-def node_problem(backend: str) -> str | None:
-    """Why this node cannot run the `backend` sandbox (the failing `evsys doctor` checks), or None; checked
-    once per process."""
+async def node_problem(backend: str) -> str | None:
+    """Why this node cannot run the `backend` sandbox (`Sandbox.node_problem`), or None; checked once per
+    process."""
     if backend not in _checked:
-        _checked[backend] = _local_sandbox_problem() if backend == "local" else None
+        _checked[backend] = await sandbox_class(backend).node_problem()
     return _checked[backend]
 
 
-def _local_sandbox_problem() -> str | None:
-    from evsys.sandbox.local.doctor import missing_requirement, run_checks
-
-    missing = missing_requirement()
-    if missing is not None:
-        return missing.removesuffix("; run `evsys doctor`")
-    failed = [c for c in run_checks(smoke=False) if c.required and not c.ok]
-    if not failed:
-        return None
-    return "; ".join(f"{c.name}: {c.detail} (fix: {c.fix})" for c in failed)
-
-
-def check_node(backend: str) -> None:
+async def check_node(backend: str) -> None:
     """Raise `NodeNotReady` naming this node and what to fix unless it can run `backend` sandboxes."""
-    problem = node_problem(backend)
+    problem = await node_problem(backend)
     if problem is not None:
         raise NodeNotReady(
             f"Ray node {socket.gethostname()} cannot run {backend!r} sandboxes: {problem}; "
@@ -181,7 +170,7 @@ class WorkerRuntime:
         self._client_lock: asyncio.Lock | None = None
         self._running = 0
         self._idle_timer: asyncio.TimerHandle | None = None
-        self._releasing: set[asyncio.Task] = set()
+        self._releasing: set[asyncio.Future[Any]] = set()
 
     async def run(self, spec_json: str, shipped: ShippedTask | None, fetch: Fetch) -> Packed:
         """Run one trial here and pack it."""
@@ -197,7 +186,7 @@ class WorkerRuntime:
                 self._idle_timer = loop.call_later(IDLE_RELEASE_SEC, self._release_idle)
 
     async def _run(self, spec: TrialSpec, shipped: ShippedTask | None, fetch: Fetch) -> Packed:
-        check_node(spec.sandbox)
+        await check_node(spec.sandbox)
         if spec.sandbox not in self.cleaned:  # what killed workers of this node left behind
             self.cleaned.add(spec.sandbox)
             await sandbox_class(spec.sandbox).cleanup_stale()

@@ -15,10 +15,9 @@ from typing import TypeVar
 from evsys.agent.base import Agent, AgentContext, AgentResult
 from evsys.agent.registry import resolve_agent
 from evsys.agent.single_turn import SingleTurnAgent
-from evsys.engine.results import FailureCause
 from evsys.engine.trial.state import TrialState, describe_exception
-from evsys.sandbox.base import SandboxError, SandboxSpec
-from evsys.trajectory.models import AgentInfo
+from evsys.records import AgentInfo, FailureCause, SandboxSpec
+from evsys.sandbox.base import SandboxError
 
 T = TypeVar("T")
 

@@ -12,13 +12,13 @@ import asyncio
 import secrets
 
 from evsys.engine.config import slugify
-from evsys.engine.results import FailureCause
 from evsys.engine.trial import images
 from evsys.engine.trial.healthcheck import HealthcheckFailed, await_healthy
 from evsys.engine.trial.sidecars import start_sidecars
 from evsys.engine.trial.state import TrialState, describe_exception
+from evsys.records import FailureCause, SandboxSpec
 from evsys.repo.workspace import WorkspaceError, place_workspace, task_workspace
-from evsys.sandbox.base import Capability, SandboxError, SandboxSpec
+from evsys.sandbox.base import Capability, SandboxError
 from evsys.task.models import Task
 from evsys.task.network import NetworkPlan, NetworkPolicy, resolve_network_plan
 

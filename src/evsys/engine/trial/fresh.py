@@ -18,13 +18,13 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from evsys.engine.results import FailureCause
 from evsys.engine.trial.state import TrialState
 from evsys.engine.trial.verifier import VERIFIER_GRACE_SEC, collect_logs, score
+from evsys.records import FailureCause, SandboxSpec
 from evsys.repo.fresh import PreparedTree, RepoGrading, RepoGradingError, grade_repository, prepare_grading
 from evsys.repo.materialise import FRESH_SANDBOX, GRADING_KEY
 from evsys.repo.workspace import task_workspace
-from evsys.sandbox.base import Sandbox, SandboxError, SandboxSpec
+from evsys.sandbox.base import Sandbox, SandboxError
 from evsys.sandbox.slots import Slot
 from evsys.task.models import Task
 from evsys.verify.chain import VerifierChain, VerifyContext

@@ -12,7 +12,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-from evsys.sandbox.base import ExecResult, Sandbox
+from evsys.records import ExecResult
+from evsys.sandbox.base import Sandbox
 from evsys.task.models import HealthcheckConfig
 
 

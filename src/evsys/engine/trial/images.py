@@ -14,11 +14,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from evsys.engine.results import FailureCause, TrialImage
 from evsys.engine.trial.state import TrialState
 from evsys.images import ImageError, ImageResult, ImageService, PullPolicy
-from evsys.sandbox.base import FileCopy, SandboxSpec
-from evsys.sandbox.image import ImageSpec
+from evsys.records import FailureCause, FileCopy, ImageSpec, SandboxSpec, TrialImage
 from evsys.task.models import Task
 from evsys.util.hostca import SANDBOX_CA_PATH, ca_environment, host_ca_bundle
 

@@ -29,11 +29,11 @@ from pathlib import Path
 
 from evsys.agent.base import Agent, AgentContext
 from evsys.engine.config import StepTimeouts
-from evsys.engine.results import FailureCause, StepResult
 from evsys.engine.trial.agent import run_agent, setup_agent
 from evsys.engine.trial.environment import kill_leftovers, switch_network
 from evsys.engine.trial.state import TrialState
 from evsys.engine.trial.verifier import collect_logs, run_in_sandbox
+from evsys.records import FailureCause, StepResult
 from evsys.sandbox.base import LOGS_DIR, TESTS_DIR, SandboxError
 from evsys.task.models import Task, TaskStep
 from evsys.task.network import resolve_network_plan

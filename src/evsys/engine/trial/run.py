@@ -26,7 +26,6 @@ from typing import Any
 from evsys.agent.base import Agent, AgentContext
 from evsys.agent.registry import AgentNotFoundError
 from evsys.engine.config import TrialConfig
-from evsys.engine.results import FailureCause, TrialResult
 from evsys.engine.spec import TrialSpec
 from evsys.engine.store import JobStore
 from evsys.engine.trial.agent import agent_info, prepare_sandbox, trial_agent
@@ -36,9 +35,9 @@ from evsys.engine.trial.multi_step import run_steps
 from evsys.engine.trial.sidecars import stop_sidecars
 from evsys.engine.trial.single_step import run_single_step
 from evsys.engine.trial.state import TrialState, describe_exception
+from evsys.records import AgentInfo, FailureCause, TrajectoryRecorder, TrialResult, utc_now
 from evsys.sandbox.slots import SlotPool
 from evsys.task.models import Task
-from evsys.trajectory.models import AgentInfo, TrajectoryRecorder, utc_now
 
 EXCEPTION_FILE = "exception.txt"
 

@@ -15,11 +15,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evsys.engine.results import FailureCause
 from evsys.engine.trial.artifacts import collect_artifacts
 from evsys.engine.trial.fresh import fresh_sandbox
 from evsys.engine.trial.state import TrialState
 from evsys.engine.trial.verifier import collect_logs, run_in_sandbox, score
+from evsys.records import FailureCause
 from evsys.sandbox.base import ARTIFACTS_DIR, Sandbox, SandboxError
 from evsys.task.models import Task
 from evsys.verify.chain import VerifierChain, VerifyContext

@@ -21,13 +21,12 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from evsys.engine.results import FailureCause
 from evsys.engine.trial import images
 from evsys.engine.trial.healthcheck import HealthcheckFailed, await_healthy
 from evsys.engine.trial.state import TrialState
 from evsys.images import BuildContext, ImageError, PullPolicy
-from evsys.sandbox.base import NetworkMode, PodSpec, Sandbox, SandboxError, SandboxSpec
-from evsys.sandbox.image import ImageSpec
+from evsys.records import FailureCause, ImageSpec, NetworkMode, PodSpec, SandboxSpec
+from evsys.sandbox.base import Sandbox, SandboxError
 from evsys.sandbox.registry import create_sandbox
 from evsys.task.compose import MAIN, ComposeProject, ComposeService
 from evsys.task.models import HealthcheckConfig, Task

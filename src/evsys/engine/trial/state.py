@@ -15,15 +15,14 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from evsys.engine.results import FailureCause, StepResult, TrialFailure, TrialResult
 from evsys.engine.spec import TrialSpec
 from evsys.engine.store import JobStore
+from evsys.records import FailureCause, StepResult, Trajectory, TrajectoryRecorder, TrialFailure, TrialResult
 from evsys.repo.workspace import METADATA_KEY
 from evsys.sandbox.base import Sandbox
 from evsys.sandbox.slots import Slot, SlotPool
 from evsys.task.models import Task
 from evsys.task.network import DEFAULT_PLAN, PUBLIC, NetworkPlan, NetworkPolicy
-from evsys.trajectory.models import Trajectory, TrajectoryRecorder
 
 if TYPE_CHECKING:
     from evsys.engine.config import TrialConfig

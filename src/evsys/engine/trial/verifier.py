@@ -17,10 +17,10 @@ import asyncio
 from pathlib import Path
 
 from evsys.engine.logs import copy_logs_out
-from evsys.engine.results import FailureCause
 from evsys.engine.trial.artifacts import collect_artifacts
 from evsys.engine.trial.environment import switch_network
 from evsys.engine.trial.state import TrialState, describe_exception
+from evsys.records import FailureCause
 from evsys.repo.report import read_tests_summary
 from evsys.sandbox.base import LOGS_DIR, Sandbox, SandboxError
 from evsys.task.models import Task

@@ -21,7 +21,8 @@ from pathlib import Path
 
 from evsys.model.proxy import forwarder as forwarder_module
 from evsys.model.proxy.forwarder import close_writer, pump
-from evsys.sandbox.base import Bind, Sandbox, SandboxError, StreamingProcess
+from evsys.records import Bind
+from evsys.sandbox.base import Sandbox, SandboxError, StreamingProcess
 
 MOUNT = "/run/evsys-bridge"
 FORWARDER = f"{MOUNT}/forwarder.py"

@@ -27,17 +27,8 @@ from verifiers.v1.runtimes.base import BaseRuntimeInfo, ProgramResult, Runtime, 
 from evsys.engine.trial.images import image_service
 from evsys.images import ImageError
 from evsys.integrations.verifiers.bridge import LoopbackBridge
-from evsys.sandbox.base import (
-    Capability,
-    ExecResult,
-    NetworkMode,
-    Sandbox,
-    SandboxError,
-    SandboxSpec,
-    StreamingProcess,
-    marked_output,
-)
-from evsys.sandbox.image import ImageSpec
+from evsys.records import ExecResult, ImageSpec, NetworkMode, SandboxSpec, marked_output
+from evsys.sandbox.base import Capability, Sandbox, SandboxError, StreamingProcess
 from evsys.sandbox.registry import DEFAULT_BACKEND, create_sandbox, sandbox_class
 
 CHUNK = 64 * 1024

@@ -15,11 +15,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from evsys.model.base import Completion, FinishReason, Message, SamplingParams, ToolSchema, Usage
+from evsys.model.base import Completion, FinishReason, Message, SamplingParams, ToolSchema
 from evsys.model.local.batching import BatchingScheduler
 from evsys.model.local.engine import GenerationResult, LocalEngine, TokenCallback
 from evsys.model.local.loader import resolve_model_dir
 from evsys.model.render import Renderer
+from evsys.records import Usage
 
 _SHARED: dict[str, SharedEngine] = {}
 _SHARED_LOCK = threading.Lock()

@@ -130,7 +130,7 @@ def _content_blocks(completion: Completion) -> list[dict[str, Any]]:
         blocks.append({"type": "text", "text": completion.text})
     for call in completion.tool_calls:
         blocks.append(
-            {"type": "tool_use", "id": call.id, "name": call.name, "input": call.parsed_arguments or {}}
+            {"type": "tool_use", "id": call.tool_call_id, "name": call.function_name, "input": call.arguments}
         )
     return blocks
 

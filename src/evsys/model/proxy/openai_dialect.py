@@ -61,7 +61,7 @@ def stream_chunks(request: OpenAIChatRequest, completion: Completion) -> Iterato
         yield stream.event(ChunkChoice(delta=Delta(content=piece)))
     for index, call in enumerate(completion.tool_calls):
         yield stream.event(ChunkChoice(delta=Delta(tool_calls=[WireToolCall.of(call, index, arguments="")])))
-        for piece in pieces(call.arguments):
+        for piece in pieces(call.arguments_json()):
             delta = WireToolCall(index=index, function=WireFunction(arguments=piece))
             yield stream.event(ChunkChoice(delta=Delta(tool_calls=[delta])))
     yield stream.event(ChunkChoice(delta=Delta(), finish_reason=completion.finish_reason))

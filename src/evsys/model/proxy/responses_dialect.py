@@ -255,14 +255,14 @@ def output_items(request: ResponsesRequest, completion: Completion) -> list[dict
             }
         )
     for call in completion.tool_calls:
-        name, namespace = request.public_name(call.name)
+        name, namespace = request.public_name(call.function_name)
         item = {
             "id": f"fc_{uuid.uuid4().hex}",
             "type": "function_call",
             "status": "completed",
-            "call_id": call.id,
+            "call_id": call.tool_call_id,
             "name": name,
-            "arguments": call.arguments,
+            "arguments": call.arguments_json(),
         }
         if namespace:
             item["namespace"] = namespace

@@ -17,14 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from evsys.model.base import Completion, Message, ModelClient, SamplingParams, ToolSchema
-from evsys.trajectory.models import (
-    Observation,
-    ObservationResult,
-    Step,
-    StepMetrics,
-    ToolCall,
-    utc_now,
-)
+from evsys.records import Observation, ObservationResult, Step, StepMetrics, ToolCall, utc_now
 
 log = logging.getLogger(__name__)
 
@@ -208,7 +201,7 @@ def _text(content: Any) -> str:
 def _agent_step(step_id: int, call: ProxyCall, completion: Completion) -> Step:
     metrics = StepMetrics.from_completion(completion)
     tool_calls = [
-        ToolCall(tool_call_id=c.id, function_name=c.name, arguments=c.parsed_arguments or {})
+        ToolCall(tool_call_id=c.tool_call_id, function_name=c.function_name, arguments=c.arguments)
         for c in completion.tool_calls
     ]
     return Step(
@@ -247,7 +240,7 @@ def calls_to_steps(calls: list[ProxyCall]) -> list[Step]:
         histories.append([*prints, _fingerprint(call.completion.to_message())])
         seen.add(histories[-1][-1])
         for tool_call in call.completion.tool_calls:
-            by_call_id[tool_call.id] = step
+            by_call_id[tool_call.tool_call_id] = step
     return steps
 
 

@@ -18,7 +18,8 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel, Field
 
-from evsys.model.base import Message, ToolCall, ToolSchema
+from evsys.model.base import Message, ToolSchema
+from evsys.records import ToolCall
 
 
 class ParsedCompletion(BaseModel):

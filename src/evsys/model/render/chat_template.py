@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from evsys.model.base import Message, ToolCall, ToolSchema
+from evsys.model.base import Message, ToolSchema
 from evsys.model.render.base import Renderer
 from evsys.model.render.hermes import OPEN_TAG, parse_tool_calls
+from evsys.records import ToolCall
 
 HERMES_CHATML_TEMPLATE = r"""
 {%- set ns = namespace(start=0) -%}

@@ -11,7 +11,7 @@ import json
 import re
 import uuid
 
-from evsys.model.base import ToolCall
+from evsys.records import ToolCall
 
 OPEN_TAG = "<tool_call>"
 CLOSE_TAG = "</tool_call>"
@@ -47,23 +47,23 @@ def _parse_block(body: str) -> ToolCall:
             arguments = json.loads(arguments)
         except json.JSONDecodeError as exc:
             return ToolCall(
-                id=new_call_id(),
-                name=obj["name"],
-                arguments=obj["arguments"],
+                tool_call_id=new_call_id(),
+                function_name=obj["name"],
+                raw_arguments=obj["arguments"],
                 parse_error=f"arguments of {obj['name']!r} are not valid JSON ({exc.msg})",
             )
     if not isinstance(arguments, dict):
         return ToolCall(
-            id=new_call_id(),
-            name=obj["name"],
-            arguments=json.dumps(arguments),
+            tool_call_id=new_call_id(),
+            function_name=obj["name"],
+            raw_arguments=json.dumps(arguments),
             parse_error=f"arguments of {obj['name']!r} must be a JSON object, got {type(arguments).__name__}",
         )
     return ToolCall(
-        id=new_call_id(),
-        name=obj["name"],
-        arguments=json.dumps(arguments, ensure_ascii=False),
-        parsed_arguments=arguments,
+        tool_call_id=new_call_id(),
+        function_name=obj["name"],
+        arguments=arguments,
+        raw_arguments=json.dumps(arguments, ensure_ascii=False),
     )
 
 
@@ -72,4 +72,4 @@ def _broken(raw: str, error: str) -> ToolCall:
     match = re.search(r'"name"\s*:\s*"([^"]*)"', raw)
     if match:
         name = match.group(1)
-    return ToolCall(id=new_call_id(), name=name, arguments=raw, parse_error=error)
+    return ToolCall(tool_call_id=new_call_id(), function_name=name, raw_arguments=raw, parse_error=error)

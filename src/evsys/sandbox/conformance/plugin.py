@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 import pytest_asyncio
 
-from evsys.sandbox.base import Sandbox, SandboxSpec
+from evsys.records import SandboxSpec
+from evsys.sandbox.base import Sandbox
 from evsys.sandbox.registry import sandbox_backends, sandbox_class
 
 ENV_VAR = "EVSYS_SANDBOX_BACKENDS"

@@ -1,4 +1,5 @@
-"""Conformance: files in and out — upload, download, permissions, tars, `read_file`, `replace_tree`."""
+"""Conformance: files in and out — upload, download, permissions, tars, `read_file`, `write_file`,
+`replace_tree`."""
 
 from __future__ import annotations
 
@@ -10,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from evsys.records import CopyOutLimits
 from evsys.sandbox.base import SandboxError
-from evsys.sandbox.copyout import CopyOutLimits
 
 pytestmark = pytest.mark.asyncio
 
@@ -111,6 +112,34 @@ async def test_read_file_gives_the_tail(sandbox):
     assert await sandbox.read_file("/tmp/short", 100) == b"short"
     with pytest.raises(SandboxError):
         await sandbox.read_file("/tmp/missing", 100)
+
+
+async def test_write_file_creates_parents_and_keeps_bytes_exactly(sandbox):
+    data = bytes(range(256)) * 64 + b"\n\x00no trailing newline"
+    await sandbox.write_file("/app/made/deep/blob.bin", data)
+    await sandbox.write_file("notes.txt", b"relative to the workdir\n")
+    check = await sandbox.exec("md5sum < made/deep/blob.bin; cat notes.txt; stat -c '%U' made/deep/blob.bin")
+    lines = check.stdout.splitlines()
+    assert lines[0].split()[0] == hashlib.md5(data).hexdigest()
+    assert lines[1:] == ["relative to the workdir", "agent"]
+
+
+async def test_write_file_replaces_a_longer_file_and_applies_the_mode(sandbox):
+    await sandbox.write_file("/app/run.sh", b"#!/bin/sh\necho a much longer first version\n")
+    await sandbox.write_file("/app/run.sh", b"#!/bin/sh\necho second\n", mode=0o750)
+    check = await sandbox.exec("/app/run.sh && stat -c '%a' /app/run.sh")
+    assert check.stdout == "second\n750\n"
+
+
+async def test_write_file_writes_with_the_users_rights_only(sandbox):
+    """The agent cannot write where only root may; root can, and its file is root's."""
+    await sandbox.write_file("/etc/evsys-root-only", b"root wrote this", user="root")
+    check = await sandbox.exec("cat /etc/evsys-root-only; echo; stat -c '%U' /etc/evsys-root-only")
+    assert check.stdout == "root wrote this\nroot\n"  # positive control: the place exists and is writable
+    with pytest.raises(SandboxError, match="cannot write /etc/evsys-root-only"):
+        await sandbox.write_file("/etc/evsys-root-only", b"agent was here", user="agent")
+    after = await sandbox.exec("cat /etc/evsys-root-only", user="root")
+    assert after.stdout == "root wrote this"
 
 
 async def test_replace_tree_places_a_fresh_tree_and_empties_dirs(sandbox):

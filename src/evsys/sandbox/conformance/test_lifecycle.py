@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from evsys.sandbox.base import Bind, Capability, PodSpec, SandboxError, SandboxUnsupported
+from evsys.records import Bind, ImageSpec, PodSpec
+from evsys.sandbox.base import Capability, SandboxError, SandboxUnsupported
 from evsys.sandbox.conformance.plugin import new_spec
 from evsys.sandbox.conformance.test_exec import COUNT_SLEEPERS
-from evsys.sandbox.image import ImageSpec
 
 pytestmark = pytest.mark.asyncio
 

@@ -7,7 +7,7 @@ FORWARD policy drops bridged traffic. Switching a member's network between phase
 
 from __future__ import annotations
 
-from evsys.sandbox.base import PodSpec
+from evsys.records import PodSpec
 from evsys.sandbox.podowners import PodOwners
 
 OWNERS: PodOwners[str] = PodOwners()  # pod name -> the owner's container id

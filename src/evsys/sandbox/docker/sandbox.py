@@ -22,15 +22,8 @@ from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar
 
-from evsys.sandbox.base import (
-    Capability,
-    ExecResult,
-    NetworkMode,
-    Sandbox,
-    SandboxError,
-    SandboxSpec,
-    SandboxUnsupported,
-)
+from evsys.records import ExecResult, NetworkMode, SandboxSpec
+from evsys.sandbox.base import Capability, Sandbox, SandboxError, SandboxUnsupported
 from evsys.sandbox.docker import api, pods, scripts
 from evsys.util.tarsafe import tar_of
 

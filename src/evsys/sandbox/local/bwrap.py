@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import PurePosixPath
 
-from evsys.sandbox.base import SandboxSpec
+from evsys.records import SandboxSpec
 from evsys.sandbox.local import native, rootfs
 
 BWRAP = "/usr/bin/bwrap"

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import time
 
-from evsys.sandbox.base import ExecResult, SandboxError
+from evsys.records import ExecResult
+from evsys.sandbox.base import SandboxError
 from evsys.sandbox.local import rootfs
 from evsys.sandbox.local.bwrap import tmp_size_mb
 from evsys.sandbox.local.core import LocalSandboxCore

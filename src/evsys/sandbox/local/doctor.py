@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from evsys.sandbox.base import SandboxSpec
+from evsys.records import SandboxSpec
 from evsys.sandbox.local import cgroups, native
 
 
@@ -33,6 +33,17 @@ def missing_requirement() -> str | None:
     if "pids" not in layout.parents or "memory" not in layout.parents:
         return "the cgroup memory and pids controllers are not available; run `evsys doctor`"
     return None
+
+
+def required_problems() -> str | None:
+    """`missing_requirement()`, else the failing required checks with their fixes in one line, or None."""
+    missing = missing_requirement()
+    if missing is not None:
+        return missing.removesuffix("; run `evsys doctor`")
+    failed = [c for c in run_checks(smoke=False) if c.required and not c.ok]
+    if not failed:
+        return None
+    return "; ".join(f"{c.name}: {c.detail} (fix: {c.fix})" for c in failed)
 
 
 def check_root() -> Check:

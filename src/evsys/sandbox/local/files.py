@@ -9,8 +9,9 @@ import asyncio
 from collections.abc import Sequence
 from pathlib import Path
 
+from evsys.records import CopyOutLimits
 from evsys.sandbox.base import SandboxError
-from evsys.sandbox.copyout import CopiedTree, CopyOutLimits
+from evsys.sandbox.copyout import CopiedTree
 from evsys.sandbox.local import rootfs
 from evsys.sandbox.local.core import LocalSandboxCore
 from evsys.util.tarsafe import extract_one, tar_of

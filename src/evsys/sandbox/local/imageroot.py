@@ -14,8 +14,8 @@ import os
 import stat
 from pathlib import Path
 
+from evsys.records import ImageSpec
 from evsys.sandbox.base import AGENT_LOGS_DIR, ARTIFACTS_DIR, VERIFIER_LOGS_DIR
-from evsys.sandbox.image import ImageSpec
 from evsys.sandbox.local import rootfs
 from evsys.sandbox.local.slirp import DNS_SERVER as SLIRP_DNS
 from evsys.sandbox.local.uids import LAYER_AGENT_UID

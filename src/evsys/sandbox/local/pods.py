@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import shutil
 
-from evsys.sandbox.base import PodSpec, SandboxError
+from evsys.records import PodSpec
+from evsys.sandbox.base import SandboxError
 from evsys.sandbox.podowners import PodOwners
 
 HOSTS_FILE = "/etc/hosts"

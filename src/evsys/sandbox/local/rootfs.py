@@ -25,7 +25,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 
-from evsys.sandbox.base import AGENT_LOGS_DIR, ARTIFACTS_DIR, VERIFIER_LOGS_DIR, FileCopy, SandboxError
+from evsys.records import FileCopy
+from evsys.sandbox.base import AGENT_LOGS_DIR, ARTIFACTS_DIR, VERIFIER_LOGS_DIR, SandboxError
 from evsys.sandbox.local.slirp import DNS_SERVER as SLIRP_DNS
 from evsys.sandbox.local.uids import LAYER_AGENT_UID
 

@@ -9,16 +9,14 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from evsys.records import Bind, NetworkMode, SandboxSpec
 from evsys.sandbox.base import (
     SOLUTION_DIR,
     TESTS_DIR,
     VERIFIER_LOGS_DIR,
-    Bind,
     Capability,
-    NetworkMode,
     Sandbox,
     SandboxError,
-    SandboxSpec,
     SandboxUnsupported,
 )
 from evsys.sandbox.entrypoint import run_entrypoint
@@ -101,6 +99,13 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
         from evsys.sandbox.local.doctor import missing_requirement
 
         return await asyncio.to_thread(missing_requirement)
+
+    @classmethod
+    async def node_problem(cls) -> str | None:
+        """`unavailable()`, then every failing required `evsys doctor` check (what a worker node must fix)."""
+        from evsys.sandbox.local.doctor import required_problems
+
+        return await asyncio.to_thread(required_problems)
 
     @classmethod
     async def cleanup_stale(cls) -> int:

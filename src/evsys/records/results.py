@@ -1,46 +1,17 @@
 """What a job produces: `TrialResult` per trial (its `result.json`) and `JobResult` (the job's `result.json`).
 
-Every failed trial has exactly one primary `FailureCause` plus a message. A trial whose agent timed out but
-whose verifier still produced a reward keeps the reward and records `agent_timeout`.
+Every failed trial has exactly one primary `FailureCause` plus a message (a `TrialFailure`, see failure.py). A
+trial whose agent timed out but whose verifier still produced a reward keeps the reward and records
+`agent_timeout`.
 """
 
 from __future__ import annotations
 
-from enum import StrEnum
-
 from pydantic import BaseModel, Field, field_serializer
 
-from evsys.trajectory.models import Usage, utc_now
-from evsys.util.text import safe_text, safe_value
-
-
-class FailureCause(StrEnum):
-    """Why a trial failed. Exactly one per failed trial."""
-
-    SANDBOX_FAILED = "sandbox_failed"
-    AGENT_TIMEOUT = "agent_timeout"
-    AGENT_ERROR = "agent_error"
-    VERIFIER_TIMEOUT = "verifier_timeout"
-    VERIFIER_ERROR = "verifier_error"
-    REWARD_MISSING = "reward_missing"
-    REWARD_INVALID = "reward_invalid"
-    MODEL_ERROR = "model_error"
-    TASK_INVALID = "task_invalid"
-    ENVIRONMENT_UNSUPPORTED = "environment_unsupported"
-    ENVIRONMENT_BUILD_FAILED = "environment_build_failed"
-    HEALTHCHECK_FAILED = "healthcheck_failed"
-    CANCELLED = "cancelled"
-    WORKER_LOST = "worker_lost"  # the remote worker process or node running the trial died
-
-
-RETRYABLE_CAUSES = frozenset(
-    {
-        FailureCause.SANDBOX_FAILED,
-        FailureCause.MODEL_ERROR,
-        FailureCause.AGENT_ERROR,
-        FailureCause.WORKER_LOST,
-    }
-)
+from evsys.records.failure import FailureCause, TrialFailure
+from evsys.records.trajectory import Usage, utc_now
+from evsys.util.text import safe_value
 
 PHASES = (
     "environment_build",
@@ -63,18 +34,6 @@ class TrialImage(BaseModel):
     synthesised_bases: list[str] = Field(default_factory=list)
     pull_error: str | None = Field(None, description="Why `docker_image` was built instead of pulled.")
     seconds: float = 0.0
-
-
-class TrialFailure(BaseModel):
-    """A failure: its cause, a message a user can act on, and when it happened."""
-
-    cause: FailureCause
-    message: str
-    at: str = Field(default_factory=utc_now)
-
-    @field_serializer("message")
-    def _safe_message(self, value: str) -> str:
-        return safe_text(value)  # messages quote what the sandbox said and named
 
 
 class PhaseTimings(BaseModel):

@@ -10,10 +10,11 @@ The layout follows the Agent Trajectory Interchange Format (v1.8): `schema_versi
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 ATIF_SCHEMA_VERSION = "ATIF-v1.8"
 
@@ -49,11 +50,32 @@ class Usage(_Open):
 
 
 class ToolCall(_Open):
-    """One tool call the agent made in a step."""
+    """One tool call: what a model asked for (`Completion.tool_calls`) and what a trajectory step records.
+
+    `arguments` are the parsed arguments ({} when they do not parse; `parse_error` then says why, and the
+    agent shows it to the model). `raw_arguments` is the arguments' JSON text exactly as the model wrote it,
+    when the call came from a model response; calls a harness reported have none. Both are left out of the
+    JSON when unset, so a trajectory step's call is ATIF's (`tool_call_id`, `function_name`, `arguments`)."""
 
     tool_call_id: str
     function_name: str
     arguments: dict[str, Any] = Field(default_factory=dict)
+    raw_arguments: str | None = None
+    parse_error: str | None = None
+
+    @model_serializer(mode="wrap")
+    def _omit_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        for key in ("raw_arguments", "parse_error"):
+            if data.get(key, 0) is None:
+                del data[key]
+        return data
+
+    def arguments_json(self) -> str:
+        """The arguments as JSON text: as the model wrote them, else serialised from `arguments`."""
+        if self.raw_arguments is not None:
+            return self.raw_arguments
+        return json.dumps(self.arguments, ensure_ascii=False)
 
 
 class ObservationResult(_Open):

@@ -1,0 +1,96 @@
+"""The records that cross evsys's boundaries, on the ground floor so that every layer names the same ones.
+
+- `trajectory`: the ATIF trajectory every trial writes (`Trajectory`, `Step`, `ToolCall`, `Usage`...) and the
+  `TrajectoryRecorder` agents append to;
+- `failure`: why a trial failed (`FailureCause`, `TrialFailure`) and `CausedError`, the base of errors that
+  name their cause;
+- `results`: what a job produces (`TrialResult`, `JobResult`, metrics);
+- `sandbox` and `image`: what a task declares and a sandbox consumes (`SandboxSpec`, `FileCopy`,
+  `NetworkMode`, `CopyOutLimits`, `ImageSpec`) and the `ExecResult` of a command.
+
+This package imports nothing from evsys but `evsys.util`.
+"""
+
+from evsys.records.failure import RETRYABLE_CAUSES, CausedError, FailureCause, TrialFailure
+from evsys.records.image import ImageConfig, ImageSpec
+from evsys.records.results import (
+    PHASES,
+    GroupMetrics,
+    JobResult,
+    PhaseTimings,
+    StepResult,
+    TimingStats,
+    TrialImage,
+    TrialResult,
+)
+from evsys.records.sandbox import (
+    DEFAULT_LIMITS,
+    DEFAULT_MAX_OUTPUT_BYTES,
+    Bind,
+    CopyOutLimits,
+    ExecResult,
+    FileCopy,
+    NetworkMode,
+    PodSpec,
+    SandboxSpec,
+    marked_output,
+    parse_limit,
+    truncation_marker,
+)
+from evsys.records.trajectory import (
+    ATIF_SCHEMA_VERSION,
+    AgentInfo,
+    FinalMetrics,
+    Observation,
+    ObservationResult,
+    Step,
+    StepMetrics,
+    StepSource,
+    ToolCall,
+    Trajectory,
+    TrajectoryRecorder,
+    Usage,
+    utc_now,
+)
+
+__all__ = [
+    "ATIF_SCHEMA_VERSION",
+    "DEFAULT_LIMITS",
+    "DEFAULT_MAX_OUTPUT_BYTES",
+    "PHASES",
+    "RETRYABLE_CAUSES",
+    "AgentInfo",
+    "Bind",
+    "CausedError",
+    "CopyOutLimits",
+    "ExecResult",
+    "FailureCause",
+    "FileCopy",
+    "FinalMetrics",
+    "GroupMetrics",
+    "ImageConfig",
+    "ImageSpec",
+    "JobResult",
+    "NetworkMode",
+    "Observation",
+    "ObservationResult",
+    "PhaseTimings",
+    "PodSpec",
+    "SandboxSpec",
+    "Step",
+    "StepMetrics",
+    "StepResult",
+    "StepSource",
+    "TimingStats",
+    "ToolCall",
+    "Trajectory",
+    "TrajectoryRecorder",
+    "TrialFailure",
+    "TrialImage",
+    "TrialResult",
+    "Usage",
+    "marked_output",
+    "parse_limit",
+    "truncation_marker",
+    "utc_now",
+]
