@@ -320,5 +320,7 @@ def _not_run(planned: PlannedTrial, task_id: str) -> RolloutTrajectory:
         trial_name=planned.config.trial_name,
         task_id=task_id,
         attempt=planned.config.attempt,
-        error=RolloutError(cause=FailureCause.CANCELLED, message="the job was cancelled before this sample ran"),
+        error=RolloutError(
+            cause=FailureCause.CANCELLED, message="the job was cancelled before this sample ran"
+        ),
     )

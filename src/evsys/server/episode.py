@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+from abc import abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from evsys import __version__
 from evsys.agent.base import Agent, AgentContext, AgentError, AgentResult
@@ -63,7 +64,22 @@ class _Request:
     reply: asyncio.Future[ToolOutcome]
 
 
-class ServedAgent(Agent):
+class EpisodeAgent(Agent):
+    """The agent phase of a served episode, fed by the episode: `ready` is set once it can take requests
+    (put on `requests`, each kind of episode its own), `leave` ends it early."""
+
+    ready: asyncio.Future[None]
+    requests: asyncio.Queue[Any]
+
+    @abstractmethod
+    def leave(self, reason: str) -> None:
+        """End the run at the next request boundary (the trial then verifies what was done)."""
+
+
+AgentT = TypeVar("AgentT", bound=EpisodeAgent)
+
+
+class ServedAgent(EpisodeAgent):
     """The agent phase of a served episode: runs the client's tool calls until submit or the step limit."""
 
     name = SERVED_AGENT
@@ -153,14 +169,14 @@ class ServedAgent(Agent):
         self.requests.put_nowait(reason)
 
 
-class Episode:
+class Episode(Generic[AgentT]):
     """One running episode: `start`, then `step` until `done`; `leave` ends it early (still recorded)."""
 
     def __init__(
         self,
         task: ServedTask,
         trial: Trial,
-        agent: ServedAgent,
+        agent: AgentT,
         episode_id: str,
         limits: EpisodeLimits,
     ) -> None:
@@ -173,7 +189,7 @@ class Episode:
         self.result: TrialResult | None = None
         self.step_count = 0
         self.left_early = False  # the client left before the episode ended
-        self.on_finish: Callable[[Episode, asyncio.Task[TrialResult]], None] | None = None
+        self.on_finish: Callable[[Episode[Any], asyncio.Task[TrialResult]], None] | None = None
 
     @classmethod
     def create(
@@ -187,7 +203,7 @@ class Episode:
         episode_id: str | None = None,
         agent: Any = None,
         model_client: Any = None,
-    ) -> Episode:
+    ) -> Episode[Any]:
         """An episode of `task` (not started yet) recording into `store`; its agent phase is `agent` (default:
         a `ServedAgent` running tool actions)."""
         agent = agent or ServedAgent(limits)

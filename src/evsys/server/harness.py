@@ -15,13 +15,13 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from evsys.agent.base import Agent, AgentContext, AgentError, AgentResult
+from evsys.agent.base import AgentContext, AgentError, AgentResult
 from evsys.agent.harness.agent import EVENTS_FILE, HarnessAgent, offered_tools
 from evsys.agent.harness.events import EventLog, HarnessEvent, HarnessEventType
 from evsys.agent.registry import resolve_agent
 from evsys.records import SandboxSpec
 from evsys.sandbox.base import Sandbox
-from evsys.server.episode import Episode, EpisodeLeft, EpisodeLimits
+from evsys.server.episode import Episode, EpisodeAgent, EpisodeLeft, EpisodeLimits
 from evsys.server.protocol import (
     CallToolAction,
     ErrorCode,
@@ -52,7 +52,7 @@ class _Turn:
         self.reply: asyncio.Future[EventLog] = asyncio.get_running_loop().create_future()
 
 
-class ServedHarnessAgent(Agent):
+class ServedHarnessAgent(EpisodeAgent):
     """The agent phase of a harness episode: the harness started once, then one turn per queued message."""
 
     def __init__(self, harness: HarnessAgent, limits: EpisodeLimits) -> None:
@@ -129,10 +129,8 @@ class ServedHarnessAgent(Agent):
         await self.harness.close()
 
 
-class HarnessEpisode(Episode):
+class HarnessEpisode(Episode[ServedHarnessAgent]):
     """An episode whose steps are harness turns (`message`) and whose `submit` ends it."""
-
-    agent: ServedHarnessAgent
 
     def _start_metadata(self) -> dict[str, Any]:
         return {**super()._start_metadata(), "harness": self.agent.name, "tools": ["submit"]}

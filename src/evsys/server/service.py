@@ -23,7 +23,7 @@ from evsys.engine import JobStore, compute_metrics
 from evsys.records import JobResult, TrialResult, utc_now
 from evsys.sandbox.slots import SlotPool
 from evsys.server.catalog import EPISODE_NUMBER, TaskCatalog
-from evsys.server.episode import Episode, EpisodeLimits
+from evsys.server.episode import Episode, EpisodeAgent, EpisodeLimits
 from evsys.server.protocol import (
     CallToolAction,
     ErrorCode,
@@ -198,7 +198,8 @@ class ServeService:
         limits = self.settings.limits
         if max_steps is not None:
             limits = replace(limits, max_steps=max_steps)
-        kind, agent = Episode, None
+        kind: type[Episode[Any]] = Episode
+        agent: EpisodeAgent | None = None
         if self.settings.harness is not None:
             from evsys.server.harness import HarnessEpisode, ServedHarnessAgent, resolve_harness
 
