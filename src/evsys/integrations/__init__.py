@@ -1,0 +1,4 @@
+"""evsys inside other frameworks: each subpackage adapts evsys to one framework's published extension point
+(`evsys.integrations.harbor`: Harbor's environment class). They are thin adapters over evsys's sandbox
+contract and trial machinery, import their framework lazily, and are never imported by evsys itself
+(docs/integrations.md)."""
