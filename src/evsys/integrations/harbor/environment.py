@@ -55,6 +55,8 @@ class EvsysEnvironment(BaseEnvironment):
         self._runtime: EnvironmentRuntime | None = None
         if self._host_mounts:
             raise ValueError(f"the {ENVIRONMENT_TYPE} environment does not mount host paths (--mount)")
+        if self.extra_docker_compose_paths:
+            raise ValueError(f"the {ENVIRONMENT_TYPE} environment does not take --extra-docker-compose files")
 
     @staticmethod
     def type() -> str:
