@@ -29,5 +29,5 @@ def __getattr__(name: str) -> Any:
     except ModuleNotFoundError as exc:
         if exc.name is None or exc.name.split(".")[0] != "harbor":
             raise
-        raise ImportError(f"EvsysEnvironment needs Harbor, which is not installed: {INSTALL_HINT}") from exc
+        raise ImportError(f"EvsysEnvironment needs Harbor >= 0.25 ({exc}): {INSTALL_HINT}") from exc
     return EvsysEnvironment
