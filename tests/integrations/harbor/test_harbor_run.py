@@ -82,3 +82,11 @@ def test_no_network_holds_under_harbor(tmp_path, harbor):
     output = (shut["net-probe"].trial_dir / "verifier" / "test-stdout.txt").read_text()
     assert shut["net-probe"].reward == 0.0, output
     assert f"{address}: OSError: [Errno 101] Network is unreachable" in output
+
+
+def test_a_bad_environment_option_is_refused_before_any_trial_runs(tmp_path, harbor):
+    dataset = copy_tasks([TASKS / "net-probe"], tmp_path / "tasks")
+    trials, done = run_harbor(harbor, dataset, tmp_path / "jobs", "bad-option", "--ek", "pull=sometimes")
+    output = " ".join((done.stdout + done.stderr).split())
+    assert done.returncode != 0 and trials == {}
+    assert "pull" in output and "'missing', 'always' or 'never'" in output

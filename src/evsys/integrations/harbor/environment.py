@@ -15,6 +15,7 @@ from typing import Any
 from harbor.environments.base import BaseEnvironment, ExecResult, SandboxBuildFailedError
 from harbor.environments.capabilities import EnvironmentCapabilities, EnvironmentResourceCapabilities
 from harbor.models.task.config import NetworkMode, NetworkPolicy
+from pydantic import ValidationError
 
 from evsys.integrations.harbor.runtime import (
     EnvironmentBuildFailed,
@@ -57,6 +58,17 @@ class EvsysEnvironment(BaseEnvironment):
             raise ValueError(f"the {ENVIRONMENT_TYPE} environment does not mount host paths (--mount)")
         if self.extra_docker_compose_paths:
             raise ValueError(f"the {ENVIRONMENT_TYPE} environment does not take --extra-docker-compose files")
+
+    @classmethod
+    def preflight(cls, kwargs: dict[str, Any] | None = None) -> None:
+        """Check `--ek` options before any trial is queued (Harbor >= 0.26 passes them; 0.25 passes none)."""
+        try:
+            HarborOptions.model_validate(kwargs or {})
+        except ValidationError as exc:
+            problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            raise ValueError(
+                f"invalid --ek options for the {ENVIRONMENT_TYPE} environment: {problems}"
+            ) from None
 
     @staticmethod
     def type() -> str:
