@@ -53,7 +53,7 @@ fi
 pip_install() {
     local log
     log=$(mktemp)
-    if ! "$VENV/bin/python" -m pip install -q "$@" >"$log" 2>&1; then
+    if ! "${PIP_PYTHON:-$VENV/bin/python}" -m pip install -q "$@" >"$log" 2>&1; then
         grep -v "is ignored: it is neither" "$log" >&2
         rm -f "$log"
         return 1
@@ -81,7 +81,7 @@ vf_stamp="$VF_VENV/.evsys-installed"
 if [ ! -f "$vf_stamp" ] || [ pyproject.toml -nt "$vf_stamp" ]; then
     echo "evsys bootstrap: installing evsys[verifiers] into $VF_VENV"
     [ -x "$VF_VENV/bin/python" ] || "$PYTHON" -m venv "$VF_VENV"
-    VENV=$VF_VENV pip_install -e ".[verifiers]" "pytest>=8" "pytest-asyncio>=0.24" "pytest-timeout>=2.3"
+    PIP_PYTHON="$VF_VENV/bin/python" pip_install -e ".[verifiers]" "pytest>=8" "pytest-asyncio>=0.24" "pytest-timeout>=2.3"
     touch "$vf_stamp"
 fi
 # tinker-cookbook (the `tinker` extra) into the main venv. Its wheel asks for tml-renderers>=0.4.1, which it
@@ -96,4 +96,37 @@ if [ ! -f "$tc_stamp" ] || [ pyproject.toml -nt "$tc_stamp" ]; then
         pip_install --no-deps "tinker-cookbook>=0.6,<0.7"
     fi
     touch "$tc_stamp"
+fi
+# Harbor's integration tests (tests/integrations/harbor) run Harbor itself, which needs Python >= 3.12: a
+# virtualenv of its own with Harbor and this checkout of evsys (core dependencies only), made only when such a
+# Python is found (on PATH, or installed by pyenv). Without it those tests skip and say why.
+HARBOR_VENV=${HARBOR_VENV:-.venv-harbor}
+HARBOR_REQUIREMENT=${HARBOR_REQUIREMENT:-harbor==0.26.0}
+python_for_harbor() {
+    local root candidate
+    root=$(pyenv root 2>/dev/null || echo "$HOME/.pyenv")
+    for candidate in python3.13 python3.12 "$root"/versions/3.1[2-9]*/bin/python3; do
+        if command -v "$candidate" >/dev/null 2>&1 \
+            && "$candidate" -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null; then
+            echo "$candidate"
+            return
+        fi
+    done
+}
+harbor_stamp="$HARBOR_VENV/.evsys-installed"
+if [ ! -f "$harbor_stamp" ] || [ pyproject.toml -nt "$harbor_stamp" ] \
+    || [ "$(cat "$harbor_stamp")" != "$HARBOR_REQUIREMENT" ]; then
+    harbor_python=$(python_for_harbor)
+    if [ -z "$harbor_python" ]; then
+        echo "evsys bootstrap: no Python >= 3.12 found; Harbor's integration tests will be skipped"
+    else
+        echo "evsys bootstrap: installing $HARBOR_REQUIREMENT and evsys into $HARBOR_VENV ($harbor_python)"
+        [ -x "$HARBOR_VENV/bin/python" ] || "$harbor_python" -m venv "$HARBOR_VENV"
+        if PIP_PYTHON="$HARBOR_VENV/bin/python" pip_install -e . "$HARBOR_REQUIREMENT"; then
+            echo "$HARBOR_REQUIREMENT" > "$harbor_stamp"
+        else  # evsys itself is installed; only Harbor's tests go without (they skip and say why)
+            echo "evsys bootstrap: could not install $HARBOR_REQUIREMENT; Harbor's integration tests will be skipped" >&2
+            rm -rf "$HARBOR_VENV"
+        fi
+    fi
 fi

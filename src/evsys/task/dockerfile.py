@@ -365,7 +365,12 @@ def parse_dockerfile(
 
 def resolve_environment(task_dir: Path) -> tuple[ResolvedEnvironment, list[Problem]]:
     """Resolve `task_dir/environment/`: its Dockerfile (if any) and compose files (which need an image)."""
-    env_dir = task_dir / "environment"
+    return resolve_environment_dir(task_dir / "environment")
+
+
+def resolve_environment_dir(env_dir: Path) -> tuple[ResolvedEnvironment, list[Problem]]:
+    """Resolve an environment directory (a task's `environment/`, or another directory holding a Dockerfile
+    or compose file, such as a separate verifier's): its Dockerfile (if any) and compose files."""
     result = ResolvedEnvironment()
     problems: list[Problem] = []
     dockerfile = env_dir / "Dockerfile"

@@ -1,0 +1,2 @@
+#!/bin/bash
+tree --noreport /etc/apt/apt.conf.d > /app/tree.txt
