@@ -54,8 +54,6 @@ def test_bad_tool_and_config_values_name_the_field():
         HarnessConfig(name="my harness", command=["x"])
     with pytest.raises(pydantic.ValidationError, match="session_timeout_s"):
         HarnessConfig(name="h", command=["x"], session_timeout_s=0)
-    with pytest.raises(pydantic.ValidationError, match="transport"):
-        HarnessConfig(name="h", command=["x"], transport="carrier-pigeon")
 
 
 async def test_mcp_config_is_written_before_start_and_seen_by_the_harness(tmp_path):

@@ -17,7 +17,6 @@ from evsys.agent.harness.adapter import (
 from evsys.agent.harness.config import (
     EnvTool,
     HarnessConfig,
-    HarnessTransport,
     InjectedTool,
     ModelEndpoint,
 )
@@ -45,7 +44,6 @@ __all__ = [
     "HarnessObservation",
     "HarnessStartError",
     "HarnessStateError",
-    "HarnessTransport",
     "HarnessTurn",
     "HostProcessLauncher",
     "InjectedTool",

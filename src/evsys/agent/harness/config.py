@@ -1,7 +1,8 @@
 """Harness configuration (RFC 005 fields), the model endpoint a harness is pointed at, and environment tools.
 
 `HarnessConfig` says how to run an external agent CLI: its command, working directory, extra environment,
-the transport evsys talks to it over, where its MCP configuration file goes, and its timeouts.
+where its MCP configuration file goes, and its timeouts (how evsys talks to the process is the adapter class's
+business: `StdioHarnessAdapter`, `ProcessHarnessAdapter`, `PerTurnHarnessAdapter`).
 `ModelEndpoint` is where its model calls go (normally a `ModelProxy` session). `EnvTool` is a tool the
 environment offers the harness through MCP; only `domain` tools are ever bridged."""
 
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -21,14 +21,6 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _TOOL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,63}$")
 
 
-class HarnessTransport(StrEnum):
-    """How evsys talks to the harness process."""
-
-    STDIO = "stdio"  # JSON lines on stdin/stdout
-    HTTP = "http"  # the harness serves an HTTP API
-    MCP = "mcp"  # the harness is driven as an MCP server
-
-
 class HarnessConfig(BaseModel):
     """How to run one external harness (Claude Code, Codex, mini-swe-agent, a custom CLI...)."""
 
@@ -38,7 +30,6 @@ class HarnessConfig(BaseModel):
     command: list[str] = Field(min_length=1, description="argv of the harness process.")
     working_directory: str = Field("/app", description="cwd of the harness process.")
     env_vars: dict[str, str] = Field(default_factory=dict, description="Extra environment for the harness.")
-    transport: HarnessTransport = HarnessTransport.STDIO
     mcp_config_path: str | None = Field(
         None, description="Where the harness reads its MCP server configuration (written before start)."
     )
