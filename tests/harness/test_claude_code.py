@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from tests.harness.harness_sandbox import HarnessSandbox
 
 from evsys.agent.harness import EnvTool, HarnessEnvironment, HarnessEventType, HarnessStartError
 from evsys.agent.harness.adapter import McpEndpoint
@@ -22,7 +23,6 @@ from evsys.agent.harness.claude_code import (
 from evsys.agent.harness.config import ModelEndpoint
 from evsys.agent.harness.mcp_server import ToolOutput, serve_tools
 from evsys.agent.harness.process import HostProcessLauncher
-from evsys.agent.harness.sandboxed import HarnessSandbox
 from evsys.agent.harness.stdio import ProtocolViolation
 from evsys.records import SandboxSpec
 from evsys.task.loader import load_task

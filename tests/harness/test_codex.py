@@ -7,6 +7,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from tests.harness.harness_sandbox import HarnessSandbox
 
 from evsys.agent.harness import HarnessEventType
 from evsys.agent.harness.adapter import McpEndpoint
@@ -18,7 +19,6 @@ from evsys.agent.harness.codex import (
     render_config,
 )
 from evsys.agent.harness.config import HarnessConfig
-from evsys.agent.harness.sandboxed import HarnessSandbox
 from evsys.agent.harness.stdio import ProtocolViolation
 from evsys.records import SandboxSpec
 from evsys.task.loader import load_task

@@ -17,11 +17,11 @@ import pytest
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
+from tests.harness.harness_sandbox import HarnessSandbox
 
 from evsys.agent.harness import EnvTool, InjectedTool, ModelEndpoint, plan_injection
 from evsys.agent.harness.adapter import mcp_servers_json
 from evsys.agent.harness.mcp_server import ToolOutput, mcp_endpoint_for, serve_tools
-from evsys.agent.harness.sandboxed import HarnessSandbox
 from evsys.records import SandboxSpec
 
 WORD_COUNT = EnvTool(

@@ -11,9 +11,9 @@ import shlex
 from pathlib import Path
 
 import pytest
+from tests.harness.harness_sandbox import HarnessSandbox
 
 from evsys.agent.harness import HarnessConfig, StdioHarnessAdapter
-from evsys.agent.harness.sandboxed import HarnessSandbox
 from evsys.records import Bind, SandboxSpec
 from evsys.testing.tiny_model import DEMO_GREETING, DEMO_GREETING_REPLY
 

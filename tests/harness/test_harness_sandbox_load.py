@@ -11,8 +11,8 @@ import os
 import httpx
 import psutil
 import pytest
+from tests.harness.harness_sandbox import HarnessSandbox
 
-from evsys.agent.harness.sandboxed import HarnessSandbox
 from evsys.engine import JobStore
 from evsys.model.proxy.server import SESSION_LIMITS
 from evsys.records import PhaseTimings, SandboxSpec, TrialResult

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from tests.harness.harness_sandbox import HarnessSandbox
 
 from evsys.agent.harness import HarnessEventType, HarnessStartError, HarnessStateError
 from evsys.agent.harness.config import EnvTool, HarnessConfig, ModelEndpoint
@@ -19,7 +20,6 @@ from evsys.agent.harness.mini_swe_agent import (
     render_config,
     trajectory_events,
 )
-from evsys.agent.harness.sandboxed import HarnessSandbox
 from evsys.records import SandboxSpec
 from evsys.task.loader import load_task
 

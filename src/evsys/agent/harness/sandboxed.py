@@ -9,15 +9,13 @@ user. `HarnessPlumbing` is what one harness run needs around its sandbox:
    namespace -> the session socket) and returns the `ModelEndpoint` the harness is pointed at;
 3. `close()`: closes the session (its key is refused from then on) and removes the socket.
 
-`HarnessSandbox` bundles both with a sandbox from the registry (the local backend by default) for tests and
-the Python API; `HarnessAgent` uses the plumbing with the trial's own sandbox. Harness processes stream, so
-the backend must declare `Capability.SPAWN` (and `Capability.BINDS` for the install tree and proxy socket);
-`require_spawn` says so clearly (`SpawnUnsupported`) when it does not."""
+`HarnessAgent` (`evsys run -a`, `evsys serve --harness`) uses the plumbing with the trial's own sandbox.
+Harness processes stream, so the backend must declare `Capability.SPAWN` (and `Capability.BINDS` for the
+install tree and proxy socket); `require_spawn` says so clearly (`SpawnUnsupported`) when it does not."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import shlex
 import shutil
 import tempfile
@@ -30,10 +28,9 @@ from evsys.agent.harness.catalog import HarnessSetup
 from evsys.agent.harness.config import ModelEndpoint
 from evsys.agent.harness.install import HarnessInstall, HarnessInstaller
 from evsys.agent.harness.process import BASE_ENV
-from evsys.records import Bind, CausedError, FailureCause, SandboxSpec
+from evsys.records import Bind, CausedError, FailureCause
 from evsys.sandbox.base import HELPER_ENV, Capability, Sandbox, SandboxError, StreamingProcess
 from evsys.sandbox.local.rootfs import AGENT_HOME
-from evsys.sandbox.registry import DEFAULT_BACKEND, create_sandbox
 
 if TYPE_CHECKING:
     from evsys.model.proxy import ModelProxy, ProxySession
@@ -204,74 +201,3 @@ class HarnessPlumbing:
         if self._dir is not None:
             await asyncio.to_thread(shutil.rmtree, self._dir, True)
             self._dir = None
-
-
-class HarnessSandbox:
-    """A sandbox (of `backend`, from the registry) prepared for a harness: install tree and proxy socket bound
-    in, forwarder running.
-
-    ```python
-    async with HarnessSandbox(proxy, SandboxSpec(name="t1"), install=DEFINITION.install) as hs:
-        adapter = DEFINITION.build(hs.setup())
-    ```"""
-
-    def __init__(
-        self,
-        proxy: ModelProxy,
-        spec: SandboxSpec,
-        *,
-        install: HarnessInstall | None = None,
-        installer: HarnessInstaller | None = None,
-        model: str | None = None,
-        backend: str = DEFAULT_BACKEND,
-    ) -> None:
-        self.spec = spec
-        self.backend = backend
-        self.plumbing = HarnessPlumbing(proxy, install=install, installer=installer, model=model)
-        self.install = install
-        self.sandbox: Sandbox | None = None
-        self.endpoint: ModelEndpoint | None = None
-        self.launcher: SandboxLauncher | None = None
-        self.bin_dir = install.bin_dir if install is not None else None
-        self.home = AGENT_HOME
-
-    @property
-    def session(self) -> ProxySession:
-        """The proxy session whose key the harness uses."""
-        assert self.plumbing.session is not None
-        return self.plumbing.session
-
-    async def __aenter__(self) -> HarnessSandbox:
-        try:
-            binds = [*self.spec.binds, *await self.plumbing.binds()]
-            self.sandbox = create_sandbox(self.spec.model_copy(update={"binds": binds}), self.backend)
-            require_spawn(self.sandbox)
-            await self.sandbox.start()
-            self.endpoint = await self.plumbing.connect(self.sandbox)
-        except BaseException:
-            await self.close()
-            raise
-        self.launcher = SandboxLauncher(self.sandbox)
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.close()
-
-    async def close(self) -> None:
-        """Stop the sandbox (every process in it) and close the session."""
-        await self.plumbing.close()
-        if self.sandbox is not None:
-            with contextlib.suppress(SandboxError):
-                await self.sandbox.stop()
-
-    def setup(self, *, mcp: bool = False, session_timeout_s: float = 600.0, **options: Any) -> HarnessSetup:
-        """The `HarnessSetup` for `HarnessDefinition.build` (with the MCP endpoint when `mcp`)."""
-        assert self.launcher is not None and self.endpoint is not None, "enter the HarnessSandbox first"
-        return self.plumbing.harness_setup(
-            self.launcher,
-            self.endpoint,
-            workdir=self.spec.workdir,
-            options=options,
-            session_timeout_s=session_timeout_s,
-            mcp=mcp,
-        )
