@@ -1,8 +1,9 @@
 """External agent harnesses (RFC 005): configuration, events, the adapter lifecycle and multi-turn episodes.
 
-A harness (Claude Code, Codex, mini-swe-agent, a custom CLI) owns its agent loop; evsys starts it, injects the
-environment's tools (MCP) before it starts, sends it one message per turn, streams its events, and records its
-model calls through the recording proxy (`evsys.model.proxy`)."""
+A harness (Claude Code, Codex, mini-swe-agent, a custom CLI) owns its agent loop; evsys starts it, sends it
+one message per turn, streams its events, and records its model calls through the recording proxy
+(`evsys.model.proxy`). Injecting the environment's tools over MCP (`inject_tools`, `HarnessEnvironment`) is
+reachable from the Python API only: `HarnessAgent` runs start with it off."""
 
 from evsys.agent.harness.adapter import (
     COLLISION_PREFIX,
