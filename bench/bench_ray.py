@@ -68,16 +68,10 @@ async def run_job(root: Path, dataset: Path, name: str, n: int, concurrent: int,
         n_concurrent=concurrent,
         jobs_dir=root / "jobs",
         job_name=name,
+        executor={"name": "local"} if mode is None else {"name": "ray", "options": {"mode": mode}},
     )
-    executor = "local" if mode is None else "ray"
     done: list[float] = []
-    options = {"mode": mode} if mode else None
-    job = Job(
-        config,
-        executor=executor,
-        executor_options=options,
-        on_trial_done=lambda _r: done.append(time.perf_counter()),
-    )
+    job = Job(config, on_trial_done=lambda _r: done.append(time.perf_counter()))
     started = time.perf_counter()
     result = await job.run()
     elapsed = time.perf_counter() - started

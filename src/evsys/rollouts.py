@@ -26,7 +26,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from evsys.engine.config import AgentSpec, JobConfig
+from evsys.engine.config import AgentSpec, ExecutorSpec, JobConfig
 from evsys.engine.executors.base import executor_class
 from evsys.engine.job import Job
 from evsys.engine.spec import PlannedTrial
@@ -177,6 +177,8 @@ async def run_rollouts(
         raise ValueError(f"advantage must be one of {', '.join(ADVANTAGE_METHODS)}, got {advantage!r}")
     kwargs = _loop_kwargs(max_turns, max_tokens, temperature, system_prompt)
     spec, factory = _agent_spec(agent, model, kwargs)
+    # validated once, as the executor's options_model; an unknown name is refused
+    where = ExecutorSpec.model_validate({"name": executor, "options": executor_options})
     if factory is not None and not executor_class(executor).in_process:
         raise ValueError(
             f"executor={executor!r} runs trials in other processes: pass the model as a string "
@@ -194,8 +196,7 @@ async def run_rollouts(
             root / name,
             settings,
             advantage=advantage,
-            executor=executor,
-            executor_options=executor_options,
+            executor=where,
         )
     tasks = prepare_tasks(items, outcome_reward=outcome_reward, sandbox=sandbox)
     dataset = await asyncio.to_thread(save_tasks, tasks, root / name / TASKS_DIR)
@@ -207,15 +208,9 @@ async def run_rollouts(
         n_attempts=num_samples,
         n_concurrent=n_concurrent,
         max_retries=max_retries,
+        executor=where,
     )
-    job = Job(
-        config,
-        model_client_factory=factory,
-        python_tasks=tasks,
-        executor=executor,
-        executor_options=dict(executor_options or {}),
-        keep_trajectories=True,
-    )
+    job = Job(config, model_client_factory=factory, python_tasks=tasks, keep_trajectories=True)
     result = await job.run()
     return await asyncio.to_thread(collect_groups, job, result, tasks, advantage)
 
@@ -244,8 +239,7 @@ async def run_repo_rollouts(
     settings: dict[str, Any],
     *,
     advantage: AdvantageMethod,
-    executor: str,
-    executor_options: BaseModel | Mapping[str, Any] | None = None,
+    executor: ExecutorSpec | None = None,
 ) -> list[TrajectoryGroup]:
     """`run_rollouts` over repository tasks: the rows are saved as `tasks/rows.jsonl` in the job (so it can be
     resumed), run as repository task directories, and grouped per instance in the rows' order."""
@@ -260,16 +254,14 @@ async def run_repo_rollouts(
     dataset = job_dir / TASKS_DIR / "rows.jsonl"
     await asyncio.to_thread(write_text_atomic, dataset, data)
     config = JobConfig(
-        datasets=[dataset], agents=[spec], job_name=job_dir.name, jobs_dir=job_dir.parent, **settings
+        datasets=[dataset],
+        agents=[spec],
+        job_name=job_dir.name,
+        jobs_dir=job_dir.parent,
+        executor=executor or ExecutorSpec(),
+        **settings,
     )
-    options = dict(executor_options or {})
-    job = Job(
-        config,
-        model_client_factory=factory,
-        executor=executor,
-        executor_options=options,
-        keep_trajectories=True,
-    )
+    job = Job(config, model_client_factory=factory, keep_trajectories=True)
     result = await job.run()
     return await asyncio.to_thread(_repo_groups, job, result, rows, advantage)
 

@@ -56,8 +56,9 @@ async def test_a_job_on_a_shipping_executor_matches_the_local_executor(tmp_path:
             jobs_dir=tmp_path / executor,
             job_name="j",
             n_concurrent=2,
+            executor={"name": executor},
         )
-        result = await Job(config, executor=executor).run()
+        result = await Job(config).run()
         results[executor] = ({t.trial_name: (t.reward, t.failure) for t in result.trials}, result)
     local, shipped = results["local"][0], results["shipping"][0]
     assert local == shipped and local["zero__oracle__1"][0] == 0.0 and local["a__oracle__1"][0] == 1.0

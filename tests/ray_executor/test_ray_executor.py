@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from engine_tasks import make_task
 
-from evsys.engine import AgentSpec, Job, JobConfig
+from evsys.engine import AgentSpec, ExecutorSpec, Job, JobConfig
 from evsys.records import FailureCause
 
 pytestmark = pytest.mark.slow
@@ -33,6 +33,9 @@ def _dataset(root: Path, n: int, *, solve: str | None = None, zero: int = 0) -> 
             parts["solve"] = solve
         make_task(dataset, f"t{i:02d}", **parts)
     return dataset
+
+
+RAY = {"name": "ray"}
 
 
 def _config(dataset: Path, jobs_dir: Path, **kw) -> JobConfig:
@@ -58,7 +61,7 @@ async def test_forty_trials_across_two_nodes_match_the_local_executor(tmp_path: 
     for executor in ("local", "ray"):
         config = _config(dataset, tmp_path / executor, n_attempts=4)
         options = {"mode": mode} if executor == "ray" else None
-        job = Job(config, executor=executor, executor_options=options)
+        job = Job(config.model_copy(update={"executor": ExecutorSpec(name=executor, options=options)}))
         result = await job.run()
         outcomes[executor] = {t.trial_name: (t.reward, t.failure, t.retries) for t in result.trials}
         jobs[executor] = job
@@ -85,7 +88,7 @@ async def test_a_worker_node_killed_mid_job_reschedules_its_trials_once(tmp_path
             await asyncio.sleep(1.0)
             await asyncio.to_thread(ray_cluster.kill_worker, victim)
 
-    job = Job(_config(dataset, tmp_path), on_trial_done=kill_in_the_second_wave, executor="ray")
+    job = Job(_config(dataset, tmp_path, executor=RAY), on_trial_done=kill_in_the_second_wave)
     try:
         result = await job.run()
     finally:
@@ -139,7 +142,7 @@ def _sleepers(marker: str) -> list[int]:
 async def test_cancelling_stops_the_remote_trials_and_their_sandboxes(tmp_path: Path, ray_cluster):
     marker = "sleep 987.654"  # what the trials run inside their sandboxes on the worker nodes
     dataset = _dataset(tmp_path, 2, solve=f"#!/bin/bash\n{marker}\n")
-    job = Job(_config(dataset, tmp_path), executor="ray")
+    job = Job(_config(dataset, tmp_path, executor=RAY))
     run = asyncio.create_task(job.run())
     deadline = time.monotonic() + 120
     while len(_sleepers(marker)) < 2 and time.monotonic() < deadline and not run.done():  # noqa: ASYNC110
@@ -162,7 +165,7 @@ async def test_a_task_no_node_can_hold_fails_with_what_it_asked_for(tmp_path: Pa
     toml = '[task]\nname = "big"\n[environment]\ncpus = 64\nnetwork_mode = "no-network"\n'
     make_task(dataset, "big", toml=toml)
     make_task(dataset, "small")
-    result = await Job(_config(dataset, tmp_path), executor="ray").run()
+    result = await Job(_config(dataset, tmp_path, executor=RAY)).run()
     by_name = {t.task_name: t for t in result.trials}
     assert by_name["small"].reward == 1.0
     failure = by_name["big"].failure
@@ -210,7 +213,7 @@ async def test_a_node_without_the_sandbox_prerequisites_fails_its_trials_saying_
     dataset = _dataset(tmp_path, 1)
     tools = _programs_but_bwrap(tmp_path / "bin")  # the workers' PATH on this "node"
     options = {"runtime_env": {"env_vars": {"PATH": f"{Path(sys.executable).parent}:{tools}"}}}
-    result = await Job(_config(dataset, tmp_path), executor="ray", executor_options=options).run()
+    result = await Job(_config(dataset, tmp_path, executor={"name": "ray", "options": options})).run()
     [trial] = result.trials
     assert trial.cause == FailureCause.SANDBOX_FAILED
     message = trial.failure.message

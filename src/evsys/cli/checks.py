@@ -14,6 +14,7 @@ from rich.console import Console
 from evsys.cli.markup import shown
 
 if TYPE_CHECKING:
+    from evsys.cli.executor_flags import ExecutorFlags
     from evsys.engine.config import JobConfig
     from evsys.engine.job import Job
     from evsys.engine.preflight import PreflightReport
@@ -43,11 +44,14 @@ def resume_job(
     paths: list[Path],
     retry_errors: bool,
     settings: dict,
-    executor: dict | None = None,
+    executor: ExecutorFlags | None = None,
 ) -> Job:
-    """The job to resume, with the flags that may change applied; a usage error naming any other flag."""
+    """The job to resume, with the flags that may change applied; a usage error naming any other flag. It
+    runs on the executor its config.json records unless `executor` names one or changes its settings."""
+    from evsys.cli.executor_flags import executor_spec
     from evsys.engine import Job, JobStoreError
     from evsys.engine.config import RESUME_SAFE_FIELDS
+    from evsys.engine.store import JobStore
 
     if paths:
         raise fail("--resume takes no task paths: the job's saved config.json says what to run")
@@ -59,9 +63,12 @@ def resume_job(
             f"{', '.join(refused)} cannot change when resuming {resume} (its config.json says what runs); "
             f"a resume may change only {safe}"
         )
-    changes = {name: settings[name] for name in given if name in RESUME_SAFE_FIELDS}
+    changes = {name: settings[name] for name in given if name in RESUME_SAFE_FIELDS and name in settings}
     try:
-        return Job.resume(resume, retry_errors=retry_errors, changes=changes, **(executor or {}))
+        if executor is not None and (executor.name is not None or executor.options):
+            recorded = JobStore(resume).read_config().executor
+            changes["executor"] = executor_spec(executor.name, executor.options, recorded)
+        return Job.resume(resume, retry_errors=retry_errors, changes=changes)
     except JobStoreError as exc:
         raise fail(str(exc)) from None
 

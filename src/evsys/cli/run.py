@@ -13,19 +13,21 @@ import signal
 from collections.abc import AsyncIterator
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 
 from evsys.cli.checks import (
     console,
+    flags_given,
     import_from_current_directory,
     resume_job,
     run_preflight,
     save_traceback,
 )
 from evsys.cli.checks import fail as _fail
+from evsys.cli.executor_flags import ExecutorFlags, executor_spec, resume_hint
 from evsys.cli.markup import shown
 
 if TYPE_CHECKING:
@@ -197,7 +199,11 @@ def run(
     ] = False,
     executor: Annotated[
         str,
-        typer.Option("--executor", help="Where trials run: local (this process) or ray (a Ray cluster)."),
+        typer.Option(
+            "--executor",
+            help="Where trials run: local (this process) or ray (a Ray cluster); a resume keeps the job's "
+            "recorded executor unless this names one.",
+        ),
     ] = "local",
     ray_address: Annotated[
         str | None,
@@ -219,7 +225,7 @@ def run(
     ] = True,
 ) -> None:
     """Run agents on tasks in sandboxes and score them; or resume a job with --resume jobs/<name>."""
-    settings = {
+    settings: dict[str, Any] = {
         "job_name": job_name,
         "jobs_dir": jobs_dir,
         "n_attempts": n_attempts,
@@ -239,14 +245,23 @@ def run(
     from evsys.engine import Job
 
     import_from_current_directory()
-    where = _executor(executor, ray_address, ray_mode)
+    given = flags_given(ctx)
+    where = ExecutorFlags(
+        name=executor if "executor" in given else None,
+        options={
+            field: value
+            for field, value in (("address", ray_address), ("mode", ray_mode.value))
+            if f"ray_{field}" in given
+        },
+    )
     if resume is not None:
         job = resume_job(ctx, resume, paths or [], retry_errors, settings, where)
         job.tasksets = run_preflight(job.config, probe=model_probe, strict=False).tasksets
     else:
+        settings["executor"] = executor_spec(where.name, where.options)
         config = _build_job(paths or [], agent or [], model, base_url, agent_kwarg or [], settings)
         report = run_preflight(config, probe=model_probe, strict=strict)
-        job = Job(config, retry_errors=retry_errors, tasksets=report.tasksets, **where)
+        job = Job(config, retry_errors=retry_errors, tasksets=report.tasksets)
     if stream:
         from evsys.cli.stream import event_printer
 
@@ -255,32 +270,11 @@ def run(
     print_summary(_stdout_console(), result, job.job_dir)
     if job.cancelled:
         console.print(
-            f"[yellow]cancelled[/]: resume with `evsys run --resume {job.job_dir}`",
+            f"[yellow]cancelled[/]: resume with `{resume_hint(job.job_dir, job.config.executor)}`",
             highlight=False,
             soft_wrap=True,
         )
         raise typer.Exit(EXIT_CANCELLED)
-
-
-def _executor(name: str, ray_address: str | None, ray_mode: RayMode) -> dict:
-    """`Job` keyword arguments for `--executor` and the `--ray-*` settings its options take, validated once;
-    a usage error when the executor is unknown, cannot run here, or does not take a setting given."""
-    from evsys.engine.executors.base import ExecutorUnavailableError, executor_class
-
-    try:
-        cls = executor_class(name)
-    except ValueError as exc:
-        raise _fail(str(exc)) from None
-    takes = cls.options_model.model_fields
-    if ray_address is not None and "address" not in takes:
-        raise _fail(f"--ray-address needs --executor ray (executor {name!r} takes no address)")
-    given = {"address": ray_address, "mode": ray_mode.value}
-    try:
-        cls.check_available()
-        options = cls.parse_options({k: v for k, v in given.items() if k in takes and v is not None})
-    except (ExecutorUnavailableError, ValueError) as exc:
-        raise _fail(_validation_message(exc)) from None
-    return {"executor": name, "executor_options": options}
 
 
 def _run_job(job: Job) -> JobResult:

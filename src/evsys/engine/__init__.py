@@ -2,7 +2,7 @@
 one file each, over one `TrialState`), `Job` (many, via an `Executor`), `JobStore` (the job directory),
 results and metrics."""
 
-from evsys.engine.config import AgentSpec, JobConfig, TrialConfig
+from evsys.engine.config import AgentSpec, ExecutorSpec, JobConfig, TrialConfig
 from evsys.engine.executors import Executor, ExecutorContext, LocalExecutor, create_executor
 from evsys.engine.job import Job, is_retryable, retry_delay
 from evsys.engine.metrics import compute_metrics, mean_pass_at_k, pass_at_k
@@ -16,6 +16,7 @@ __all__ = [
     "AgentSpec",
     "Executor",
     "ExecutorContext",
+    "ExecutorSpec",
     "Job",
     "JobConfig",
     "JobStore",

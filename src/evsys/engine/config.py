@@ -7,7 +7,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, field_validator, model_validator
 
 from evsys.records import DEFAULT_LIMITS, CopyOutLimits, NetworkMode
 
@@ -34,8 +34,41 @@ RESUME_SAFE_FIELDS = (
     "verifier_timeout_multiplier",
     "setup_timeout_multiplier",
     "reuse_sandboxes",
+    "executor",
 )
 """JobConfig fields a resume may change: how trials run, never which trials there are or what they do."""
+
+DEFAULT_EXECUTOR = "local"
+
+
+class NoOptions(BaseModel):
+    """The options of an executor that takes none."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class ExecutorSpec(BaseModel):
+    """Where a job's trials run: an executor's registered name and its options, validated once (when the
+    spec is made or read from config.json) as that executor's `options_model`, e.g. `RayOptions`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(DEFAULT_EXECUTOR, min_length=1, description="A registered executor (local, ray, ...).")
+    options: SerializeAsAny[BaseModel] = Field(
+        default_factory=NoOptions, description="The executor's settings, as its `options_model`."
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _typed_options(cls, data: Any) -> Any:
+        """`options` as the named executor's `options_model`; an unknown name lists the known ones."""
+        if not isinstance(data, dict):
+            return data
+        # imported here: the executors' base module imports the job store, which imports this module
+        from evsys.engine.executors.base import executor_class
+
+        options_model = executor_class(data.get("name", DEFAULT_EXECUTOR)).parse_options
+        return {**data, "options": options_model(data.get("options"))}
 
 
 class AgentSpec(BaseModel):
@@ -99,6 +132,11 @@ class JobConfig(BaseModel):
         default_factory=CopyOutLimits,
         description="Bounds on copying each trial's /logs out; the fields set here win over the task's "
         "`[environment.logs]`, the evsys defaults fill the rest.",
+    )
+    executor: ExecutorSpec = Field(
+        default_factory=ExecutorSpec,
+        description="Where the trials run (`evsys run --executor`); a resume keeps it unless told otherwise. "
+        "A config.json without it (written before evsys recorded it) means the local executor.",
     )
 
     @model_validator(mode="after")

@@ -13,8 +13,9 @@ result.json; the job stays resumable.
 Python tasks run too: a dataset path with a `dataset.toml`, or `python_tasks=` handed over in memory (what
 `run_rollouts` does); they run through the same `Trial` (evsys.engine.trial).
 
-Where trials run is the executor's business (evsys.engine.executors; `executor="local"` by default): the job
-plans `TrialSpec`s, submits them, retries the retryable failures and owns the job directory.
+Where trials run is the executor's business (evsys.engine.executors; `JobConfig.executor`, the local one by
+default, saved in config.json so a resume runs where the job ran): the job plans `TrialSpec`s, submits them,
+retries the retryable failures and owns the job directory.
 """
 
 from __future__ import annotations
@@ -28,11 +29,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
-
 from evsys.agent.registry import resolve_agent, talks_to_model
 from evsys.engine.config import RESUME_SAFE_FIELDS, AgentSpec, JobConfig
-from evsys.engine.executors.base import Executor, ExecutorContext, create_executor, executor_class
+from evsys.engine.executors.base import Executor, ExecutorContext, create_executor
 from evsys.engine.metrics import compute_metrics, total_usage
 from evsys.engine.plan import PythonTaskItem, plan_trials
 from evsys.engine.run import TrialResources
@@ -81,8 +80,6 @@ class Job:
         model_client_factory: ModelClientFactory | None = None,
         python_tasks: Sequence[PythonTaskItem] | None = None,
         on_agent_event: Callable[[dict[str, Any]], None] | None = None,
-        executor: str = "local",
-        executor_options: BaseModel | Mapping[str, Any] | None = None,
         tasksets: Mapping[Path, TaskSet] | None = None,
         keep_trajectories: bool = False,
     ) -> None:
@@ -102,9 +99,6 @@ class Job:
         self.running: set[str] = set()
         self._clients: dict[int, Any] = {}
         self._workers: list[asyncio.Task] = []
-        self.executor_name = executor
-        # validated here, once, as the executor's options_model (e.g. RayOptions); an unknown name is refused
-        self.executor_options = executor_class(executor).parse_options(executor_options)
         self._executor: Executor | None = None
         self._cancelled = False
         self._started_at = utc_now()
@@ -123,8 +117,9 @@ class Job:
         changes: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> Job:
-        """A Job rebuilt from `<job_dir>/config.json`, in resume mode. `changes` may set the fields in
-        RESUME_SAFE_FIELDS (concurrency, retries, timeout multipliers, sandbox reuse); any other field is a
+        """A Job rebuilt from `<job_dir>/config.json`, in resume mode: it runs on the recorded executor (the
+        local one for a config.json that records none). `changes` may set the fields in RESUME_SAFE_FIELDS
+        (concurrency, retries, timeout multipliers, sandbox reuse, the executor); any other field is a
         `JobStoreError` naming it. The changed config is saved when the job starts."""
         store = JobStore(Path(job_dir))
         config = store.read_config()
@@ -135,7 +130,7 @@ class Job:
                 f"a resume may change only {', '.join(RESUME_SAFE_FIELDS)}"
             )
         where = {"jobs_dir": Path(job_dir).parent, "job_name": Path(job_dir).name}
-        config = JobConfig.model_validate({**config.model_dump(), **(changes or {}), **where})
+        config = JobConfig.model_validate({**dict(config), **(changes or {}), **where})
         return cls(config, on_trial_done, resume=True, **kwargs)
 
     @property
@@ -177,7 +172,7 @@ class Job:
             await self._prepare()
             max_idle = self.config.n_concurrent if self.config.reuse_sandboxes else 0
             self._slots = SlotPool.for_backend(self.config.sandbox, max_idle=max_idle)
-            self._executor = create_executor(self.executor_name, self._executor_context())
+            self._executor = create_executor(self.config.executor.name, self._executor_context())
             return await self._run_planned_trials()
         finally:
             if self._executor is not None:
@@ -201,7 +196,7 @@ class Job:
             resources=resources,
             on_start=self.running.add,
             reuse_sandboxes=self.config.reuse_sandboxes,
-            options=self.executor_options,
+            options=self.config.executor.options,  # validated once, with the config
         )
 
     async def _run_planned_trials(self) -> JobResult:

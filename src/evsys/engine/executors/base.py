@@ -21,8 +21,9 @@ from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel
 
+from evsys.engine.config import NoOptions
 from evsys.engine.run import TrialResources
 from evsys.engine.spec import PlannedTrial
 from evsys.engine.store import JobStore
@@ -44,12 +45,6 @@ class ExecutorContext:
     options: BaseModel = field(default_factory=lambda: NoOptions())  # the executor's `options_model`
 
 
-class NoOptions(BaseModel):
-    """The options of an executor that takes none."""
-
-    model_config = ConfigDict(extra="forbid")
-
-
 class ExecutorUnavailableError(ValueError):
     """The executor cannot run here (an optional extra is not installed); the message says what to install."""
 
@@ -58,7 +53,7 @@ class Executor(ABC):
     """Runs trials; see the module docstring. Subclasses implement `execute`."""
 
     name: ClassVar[str] = ""
-    options_model: ClassVar[type[BaseModel]] = NoOptions  # its settings (`Job(..., executor_options=...)`)
+    options_model: ClassVar[type[BaseModel]] = NoOptions  # its settings (`JobConfig.executor.options`)
     in_process: ClassVar[bool] = False  # True: trials run in the driver's process, sharing live objects
 
     @classmethod
@@ -125,7 +120,8 @@ EXECUTORS.register_lazy("ray", "evsys.engine.executors.ray:RayExecutor")  # impo
 
 
 def register_executor(name: str, cls: type[Executor]) -> type[Executor]:
-    """Make `cls` available as `Job(..., executor=name)`; returns it (usable as a class decorator's body)."""
+    """Make `cls` available as `JobConfig(executor={"name": name})`; returns it (usable in a class
+    decorator's body)."""
     return EXECUTORS.register(name, _executor_class(name, cls), replace=True)
 
 

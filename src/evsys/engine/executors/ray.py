@@ -48,7 +48,8 @@ MB = 1024 * 1024
 
 
 class RayOptions(BaseModel):
-    """How the Ray executor connects and runs (`Job(..., executor_options=...)`, `evsys run --ray-*`)."""
+    """How the Ray executor connects and runs (`JobConfig(executor={"name": "ray", "options": ...})`,
+    `evsys run --ray-*`)."""
 
     model_config = ConfigDict(extra="forbid")
 

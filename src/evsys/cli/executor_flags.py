@@ -1,0 +1,70 @@
+"""`evsys run --executor` and the executor settings flags (`--ray-address`, `--ray-mode`) as the job's
+`ExecutorSpec`, validated once. A resume keeps the executor its config.json records; naming the same one again
+keeps the recorded options and changes only the flags given; naming another one starts from its defaults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from evsys.cli.checks import fail
+
+if TYPE_CHECKING:
+    from evsys.engine.config import ExecutorSpec
+
+OPTION_FLAGS = {"address": "--ray-address", "mode": "--ray-mode"}
+"""Executor option field -> the `evsys run` flag that sets it."""
+
+
+@dataclass
+class ExecutorFlags:
+    """What the command line said about the executor: `--executor` (None: not given) and option fields."""
+
+    name: str | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def executor_spec(
+    name: str | None, options: dict[str, Any], recorded: ExecutorSpec | None = None
+) -> ExecutorSpec:
+    """The executor to run on: `name` (None: the `recorded` one, else local) with the option fields the flags
+    gave (`options`) over the recorded options when it is the recorded executor; a usage error naming the flag
+    when the executor is unknown, cannot run here, or refuses a setting."""
+    from pydantic import ValidationError
+
+    from evsys.engine.config import DEFAULT_EXECUTOR, ExecutorSpec
+    from evsys.engine.executors.base import ExecutorUnavailableError, executor_class
+
+    if name is None:
+        name = recorded.name if recorded is not None else DEFAULT_EXECUTOR
+    try:
+        cls = executor_class(name)
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    refused = sorted(options.keys() - cls.options_model.model_fields.keys())
+    if refused:
+        field = refused[0]
+        raise fail(f"{OPTION_FLAGS[field]} needs --executor ray (executor {name!r} takes no {field})")
+    same = recorded is not None and recorded.name == name
+    base = recorded.options.model_dump(exclude_unset=True) if recorded is not None and same else {}
+    try:
+        cls.check_available()
+        return ExecutorSpec(name=name, options=cls.parse_options({**base, **options}))
+    except ExecutorUnavailableError as exc:
+        raise fail(str(exc)) from None
+    except ValidationError as exc:
+        raise fail("; ".join(_flag_error(name, error) for error in exc.errors())) from None
+
+
+def _flag_error(name: str, error: Any) -> str:
+    field = str(error["loc"][0]) if error["loc"] else ""
+    where = OPTION_FLAGS.get(field, f"executor {name!r} option {field!r}")
+    return f"{where}: {error['msg']}"
+
+
+def resume_hint(job_dir: Any, executor: ExecutorSpec) -> str:
+    """The command that resumes `job_dir`; it names the executor when the job does not run locally."""
+    from evsys.engine.config import DEFAULT_EXECUTOR
+
+    command = f"evsys run --resume {job_dir}"
+    return command if executor.name == DEFAULT_EXECUTOR else f"{command} --executor {executor.name}"
