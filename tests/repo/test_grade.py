@@ -202,7 +202,7 @@ def test_a_second_report_written_after_the_run_voids_its_outcomes(tmp_path):
     hook = """import atexit, os
 
 SAVED = []
-for name in os.listdir("/proc/self/fd"):  # every descriptor, whatever its number, kept past the plugin's close
+for name in os.listdir("/proc/self/fd"):  # every descriptor, whatever its number, kept past close
     try:
         SAVED.append(os.dup(int(name)))
     except OSError:
