@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 
 import pytest
+from inotify_hog import HOG, ONE_INOTIFY, run_hog
 
 from evsys.engine import AgentSpec, Job, JobConfig
 from evsys.sandbox import SandboxError
@@ -71,26 +72,10 @@ async def test_only_unix_inet_and_netlink_route_sockets_can_be_made(sandbox, use
     assert got["packet"] == "EAFNOSUPPORT"
 
 
-INOTIFY_HOG = b"""
-import ctypes, time
-libc = ctypes.CDLL(None, use_errno=True)
-count = 0
-while libc.inotify_init() >= 0:
-    count += 1
-print(count, ctypes.get_errno(), flush=True)
-time.sleep(60)
-"""
-RUN_HOG = (
-    "cat > /tmp/hog.py; setsid nohup python3 /tmp/hog.py > /tmp/hog.out 2>&1 &"
-    " for i in $(seq 100); do [ -s /tmp/hog.out ] && break; sleep 0.1; done; cat /tmp/hog.out"
-)
-ONE_INOTIFY = "python3 -c 'import ctypes; l = ctypes.CDLL(None, use_errno=True); print(l.inotify_init())'"
-
-
 async def test_one_sandbox_exhausting_inotify_instances_does_not_starve_another(make_sandbox):
     hog, other = await make_sandbox(), await make_sandbox()
     assert hog.agent_uid != other.agent_uid
-    held = (await hog.exec(RUN_HOG, stdin=INOTIFY_HOG)).stdout.split()
+    held = (await hog.exec(run_hog(), stdin=HOG)).stdout.split()
     # positive control: the hog took every instance its uid may have (EMFILE = 24), and a fresh process of
     # the same agent gets none
     assert len(held) == 2 and int(held[0]) > 0 and held[1] == "24", held

@@ -10,6 +10,7 @@ succeed for an allowed uid."""
 from __future__ import annotations
 
 import pytest
+from inotify_hog import HOG, ONE_INOTIFY, run_hog
 
 from evsys.sandbox.local import uids
 
@@ -63,40 +64,16 @@ async def test_root_can_take_only_the_sandboxes_own_uids(make_sandbox):
         assert await try_ids(sb, uid) == {"EPERM"}, uid
 
 
-HOG_AS = """
-import ctypes, os, sys, time
-os.setgroups([])
-try:
-    os.setuid(int(sys.argv[1]))
-except OSError as exc:
-    print("setuid-failed", exc.errno, flush=True)
-    sys.exit(0)
-libc = ctypes.CDLL(None, use_errno=True)
-count = 0
-while libc.inotify_init() >= 0:
-    count += 1
-print(count, ctypes.get_errno(), flush=True)
-time.sleep(60)
-"""
-RUN_HOG = (
-    "cat > /tmp/hog.py; setsid nohup python3 /tmp/hog.py {uid} > /tmp/hog.out 2>&1 &"
-    " for i in $(seq 100); do [ -s /tmp/hog.out ] && break; sleep 0.1; done; cat /tmp/hog.out"
-)
-ONE_INOTIFY = "python3 -c 'import ctypes; l = ctypes.CDLL(None, use_errno=True); print(l.inotify_init())'"
-
-
 async def test_root_in_one_sandbox_cannot_take_another_sandboxes_inotify_instances(make_sandbox):
     hog, victim = await make_sandbox(), await make_sandbox()
     # positive control: root in the hog sandbox switches to its own agent's uid and takes every inotify
     # instance that uid may have (EMFILE = 24): the hog works, and starves its own agent
-    own = (
-        await hog.exec(RUN_HOG.format(uid=hog.agent_uid), user="root", stdin=HOG_AS.encode())
-    ).stdout.split()
+    own = (await hog.exec(run_hog(hog.agent_uid), user="root", stdin=HOG)).stdout.split()
     assert len(own) == 2 and int(own[0]) > 0 and own[1] == "24", own
     assert (await hog.exec(ONE_INOTIFY)).stdout.split() == ["-1"]
     # the same hog aimed at the victim's agent uid, and at a host login user, cannot become them
     for uid in (victim.agent_uid, 1000):
         await hog.exec("rm -f /tmp/hog.out", user="root")
-        r = await hog.exec(RUN_HOG.format(uid=uid), user="root", stdin=HOG_AS.encode())
+        r = await hog.exec(run_hog(uid), user="root", stdin=HOG)
         assert r.stdout.split() == ["setuid-failed", "1"], (uid, r.stdout, r.stderr)
     assert int((await victim.exec(ONE_INOTIFY)).stdout) >= 0  # the victim's agent is not starved
