@@ -27,6 +27,7 @@ from evsys.repo.materialise import materialised_dir
 from evsys.repo.rows import RepoRowsError, is_repo_dataset, load_repo_rows
 from evsys.task.loader import TaskLoadError, TaskSet, load_task, load_tasks
 from evsys.task.models import Task
+from evsys.task.harbor_dataset import DatasetManifestError
 from evsys.task.python import (
     PromptTask,
     PythonTaskLoadError,
@@ -130,7 +131,11 @@ def _repo_entries(path: Path, config: JobConfig) -> list[Entry]:
 def _dataset_entries(path: Path, config: JobConfig, loaded: Mapping[Path, TaskSet]) -> list[Entry]:
     if is_repo_dataset(path):
         return _repo_entries(path, config)
-    if is_python_dataset(path):
+    try:
+        python_dataset = is_python_dataset(path)
+    except DatasetManifestError as exc:
+        raise PlanError(str(exc)) from None
+    if python_dataset:
         try:
             tasks = load_python_tasks(path)
         except PythonTaskLoadError as exc:
