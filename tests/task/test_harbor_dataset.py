@@ -36,7 +36,7 @@ digest = "sha256:{zero}"
 
 
 def _harbor_dataset(root: Path, make_task) -> Path:
-    """acme/first (named in task.toml, directory t1), second (matched by directory name), unlisted (left out)."""
+    """acme/first (named in task.toml, directory t1), second (by directory name), unlisted (left out)."""
     root.mkdir()
     make_task("t1", parent=root, toml='[task]\nname = "acme/first"\n\n[agent]\ntimeout_sec = 30\n')
     make_task("second", parent=root, toml="[agent]\ntimeout_sec = 30\n")

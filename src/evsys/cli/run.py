@@ -27,6 +27,7 @@ from evsys.cli.checks import (
     save_traceback,
 )
 from evsys.cli.checks import fail as _fail
+from evsys.cli.datasets import RegistryPath, RegistryUrl, dataset_paths
 from evsys.cli.executor_flags import ExecutorFlags, executor_spec, resume_hint
 from evsys.cli.markup import shown
 
@@ -118,6 +119,14 @@ def run(
             "-a", "--agent", help="oracle | nop | loop | a harness (evsys harness list) | module:Class"
         ),
     ] = None,
+    dataset: Annotated[
+        list[str] | None,
+        typer.Option(
+            "-d", "--dataset", help="A dataset by name (NAME@VERSION) from the registry; repeatable."
+        ),
+    ] = None,
+    registry_path: RegistryPath = None,
+    registry_url: RegistryUrl = None,
     model: Annotated[str | None, typer.Option("-m", "--model", help="Model for model-driven agents.")] = None,
     base_url: Annotated[
         str | None, typer.Option("--base-url", help="OpenAI-compatible server URL for the model.")
@@ -259,7 +268,8 @@ def run(
         job.tasksets = run_preflight(job.config, probe=model_probe, strict=False).tasksets
     else:
         settings["executor"] = executor_spec(where.name, where.options)
-        config = _build_job(paths or [], agent or [], model, base_url, agent_kwarg or [], settings)
+        paths = [*(paths or []), *dataset_paths(dataset or [], registry_path, registry_url)]
+        config = _build_job(paths, agent or [], model, base_url, agent_kwarg or [], settings)
         report = run_preflight(config, probe=model_probe, strict=strict)
         job = Job(config, retry_errors=retry_errors, tasksets=report.tasksets)
     if stream:

@@ -25,9 +25,9 @@ from evsys.records import FailureCause, TrialFailure
 from evsys.repo.cache import cache_root
 from evsys.repo.materialise import materialised_dir
 from evsys.repo.rows import RepoRowsError, is_repo_dataset, load_repo_rows
+from evsys.task.harbor_dataset import DatasetManifestError
 from evsys.task.loader import TaskLoadError, TaskSet, load_task, load_tasks
 from evsys.task.models import Task
-from evsys.task.harbor_dataset import DatasetManifestError
 from evsys.task.python import (
     PromptTask,
     PythonTaskLoadError,

@@ -1,13 +1,15 @@
 """Harbor dataset directories: a `dataset.toml` manifest beside the task directories it lists.
 
 Harbor publishes a dataset as a directory holding `dataset.toml` (`[dataset]` with an `org/name`, version,
-description; one `[[tasks]]` entry per task with its `org/name` and content digest; optional `[[files]]`) and the
-task directories, each naming itself in its `task.toml` (`[task] name = "org/name"`). evsys's own Python-task
-manifest has the same file name and a `[dataset] data = ...` key; `manifest_kind` tells the two apart by content.
+description; one `[[tasks]]` entry per task with its `org/name` and content digest; optional `[[files]]`)
+and the task directories, each naming itself in its `task.toml` (`[task] name = "org/name"`). evsys's own
+Python-task manifest has the same file name and a `[dataset] data = ...` key; `manifest_kind` tells the two
+apart by content.
 
-A Harbor manifest's task list decides which directories run, in its order; a listed task with no directory here
-is reported as one invalid task (the others still run). Digests are recorded, not checked: they pin published
-packages, and a local directory is what the user edits (datasets fetched by name are pinned by git commit).
+A Harbor manifest's task list decides which directories run, in its order; a listed task with no directory
+here is reported as one invalid task (the others still run). Digests are recorded, not checked: they pin
+published packages, and a local directory is what the user edits (datasets fetched by name are pinned by git
+commit).
 """
 
 from __future__ import annotations
@@ -90,9 +92,9 @@ def _read_toml(file: Path) -> dict[str, Any]:
 
 def manifest_kind(directory: Path | str) -> ManifestKind | None:
     """Which manifest `directory/dataset.toml` is (None when there is none): evsys's Python-task manifest has
-    `[dataset] data` (or another key only it has), Harbor's names the dataset `org/name` or lists `[[tasks]]`. A file that is neither is a
-    `DatasetManifestError` saying what each form needs; unreadable TOML counts as evsys's (its loader reports it).
-    """
+    `[dataset] data` (or another key only it has), Harbor's names the dataset `org/name` or lists
+    `[[tasks]]`. A file that is neither is a `DatasetManifestError` saying what each form needs; unreadable
+    TOML counts as evsys's (its loader reports it)."""
     file = Path(directory) / MANIFEST_NAME
     if not file.is_file():
         return None
@@ -134,7 +136,7 @@ def read_harbor_manifest(directory: Path | str) -> HarborDatasetManifest:
 
 
 def declared_task_name(task_dir: Path) -> str | None:
-    """The `[task] name` a task directory's `task.toml` declares (None when it declares none or is unreadable)."""
+    """The `[task] name` a task directory's `task.toml` declares (None if none or unreadable)."""
     try:
         raw = tomllib.loads((task_dir / "task.toml").read_text(encoding="utf-8"))
     except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError):
@@ -153,18 +155,21 @@ def listed_task_dirs(
     if not manifest.tasks:
         return candidates, []
     by_name: dict[str, Path] = {}
-    for path in candidates:
-        declared = declared_task_name(path)
+    for candidate in candidates:
+        declared = declared_task_name(candidate)
         if declared:
-            by_name.setdefault(declared, path)
+            by_name.setdefault(declared, candidate)
     found: list[Path] = []
     missing: list[HarborTaskRef] = []
     for ref in manifest.tasks:
-        path = by_name.get(ref.name)
-        if path is None and (directory / ref.short_name).is_dir():
-            path = directory / ref.short_name
+        path = by_name.get(ref.name) or _by_directory_name(directory, ref)
         if path is None:
             missing.append(ref)
         elif path not in found:
             found.append(path)
     return found, missing
+
+
+def _by_directory_name(directory: Path, ref: HarborTaskRef) -> Path | None:
+    candidate = directory / ref.short_name
+    return candidate if candidate.is_dir() else None

@@ -1,7 +1,8 @@
 """Load Harbor-compatible task directories into `Task` records, collecting every problem with file and field.
 
 A dataset is a directory of task directories, or one task directory (it has `task.toml` or `instruction.md`).
-A Harbor dataset directory's `dataset.toml` decides which of its task directories run (evsys.task.harbor_dataset).
+A Harbor dataset directory's `dataset.toml` decides which of its task directories run
+(evsys.task.harbor_dataset).
 `load_tasks` returns the valid tasks and one `TaskLoadError` per invalid directory, so one bad task never
 hides the others; `load_task` raises `TaskLoadError` for one directory.
 """

@@ -146,7 +146,8 @@ class _DatasetFile(BaseModel):
 
 def is_python_dataset(path: Path | str) -> bool:
     """True when `path` is a directory with evsys's own `dataset.toml` (not a Harbor dataset manifest):
-    `evsys run <dir>` loads it as Python tasks. A `dataset.toml` of neither form raises `DatasetManifestError`."""
+    `evsys run <dir>` loads it as Python tasks. A `dataset.toml` of neither form raises
+    `DatasetManifestError`."""
     return manifest_kind(path) == "python"
 
 
