@@ -79,7 +79,10 @@ def list_datasets(registry_path: RegistryPath = None, registry_url: RegistryUrl 
 
     registry = _registry(registry_path, registry_url)
     cache = DatasetCache()
-    table = Table("dataset", "tasks", "cached", "description", title=shown(registry.source))
+    table = Table(title=shown(registry.source))
+    table.add_column("dataset", no_wrap=True)
+    for header in ("tasks", "cached", "description"):
+        table.add_column(header)
     for dataset in sorted(registry.datasets, key=lambda d: (d.name, d.version)):
         cached = "yes" if cache.cached(dataset) is not None else "-"
         table.add_row(shown(dataset.label), str(len(dataset.tasks)), cached, shown(dataset.description[:80]))
