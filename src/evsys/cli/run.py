@@ -450,7 +450,7 @@ def print_summary(out: Console, result: JobResult, job_dir: Path | str) -> None:
             shown(keys),
             passk,
             f"{group.usage.prompt_tokens}/{group.usage.completion_tokens}",
-            _fmt(group.usage.cost_usd, 4),
+            "unknown" if group.usage.cost_usd is None else _fmt(group.usage.cost_usd, 4),
             _fmt(group.wall_time_sec, 1),
         )
     out.print(table)

@@ -16,7 +16,7 @@ function summaryTable(groups) {
     { label: "per key", get: (g) => Object.entries(g.reward_means).filter(([k]) => k !== "reward").map(([k, v]) => `${k} ${fmt(v)}`).join(", ") || "–" },
     { label: "pass@k", get: (g) => Object.entries(g.pass_at_k || {}).map(([k, v]) => `@${k} ${fmt(v)}`).join(", ") || "–" },
     { label: "tokens in/out", cls: "num", get: (g) => `${g.usage.prompt_tokens}/${g.usage.completion_tokens}` },
-    { label: "cost $", cls: "num", get: (g) => fmt(g.usage.cost_usd, 4), sort: (g) => g.usage.cost_usd },
+    { label: "cost $", cls: "num", get: (g) => (g.usage.cost_usd === null ? "unknown" : fmt(g.usage.cost_usd, 4)), sort: (g) => g.usage.cost_usd ?? -1 },
     { label: "wall s", cls: "num", get: (g) => fmt(g.wall_time_sec, 1), sort: (g) => g.wall_time_sec },
   ];
   return table(columns, groups, { id: "summary" });
