@@ -113,6 +113,22 @@ async def test_client_samples_saved_weights_with_the_sdk_types(
         await client.aclose()
 
 
+async def test_sdk_failures_become_model_errors(model_dir: Path, standin: tuple[TinkerStandIn, str]) -> None:
+    """A wrong key and an unknown model fail as the evsys model errors a trial records, not as SDK errors."""
+    from evsys.model.errors import AuthenticationError, UnknownModelError
+
+    _, url = standin
+    wrong_key = create_model_client(ModelSpec.parse(f"tinker:{model_dir}", base_url=url, api_key="tml-wrong"))
+    with pytest.raises(AuthenticationError):
+        await wrong_key.complete(DEMO_LIST_FILES)
+    unknown = create_model_client(
+        ModelSpec.parse("tinker:no/such-model", base_url=url, api_key=STANDIN_API_KEY)
+    )
+    with pytest.raises(UnknownModelError, match="no/such-model"):
+        await unknown.complete(DEMO_LIST_FILES)
+    await unknown.aclose()
+
+
 def test_provider_is_registered_and_names_its_extra() -> None:
     from evsys.model.registry import model_provider
 

@@ -21,7 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from evsys.model.base import Completion, Message, SamplingParams, ToolSchema
-from evsys.model.errors import ModelError
+from evsys.model.errors import (
+    AuthenticationError,
+    InvalidRequestError,
+    ModelError,
+    RetryableModelError,
+    UnknownModelError,
+)
 from evsys.model.render import ChatTemplateRenderer, Renderer
 from evsys.model.spec import ModelSpec
 from evsys.records import Usage
@@ -68,6 +74,20 @@ def local_sampling_params(params: Any, decode: Callable[[list[int]], str]) -> Sa
         seed=params.seed,
         ignore_eos=stop is not None and not texts,
     )
+
+
+def model_error(tinker: Any, exc: Exception) -> ModelError:
+    """An SDK failure (after the SDK's own retries) as the evsys model error a trial records."""
+    kinds: list[tuple[type[Exception], type[ModelError]]] = [
+        (tinker.AuthenticationError, AuthenticationError),
+        (tinker.PermissionDeniedError, AuthenticationError),
+        (tinker.NotFoundError, UnknownModelError),
+        (tinker.BadRequestError, InvalidRequestError),
+        (tinker.RequestFailedError, InvalidRequestError),
+        (tinker.APIConnectionError, RetryableModelError),
+    ]
+    kind = next((ours for theirs, ours in kinds if isinstance(exc, theirs)), ModelError)
+    return kind(f"tinker: {exc}", status_code=getattr(exc, "status_code", None))
 
 
 class TinkerModelClient:
@@ -126,14 +146,17 @@ class TinkerModelClient:
     ) -> Completion:
         """Render the chat, sample one sequence through Tinker, and read text and tool calls from its ids."""
         params = params or SamplingParams()
-        sampler, renderer = await self.sampler()
         started = time.perf_counter()
-        prompt_ids = await asyncio.to_thread(renderer.render, messages, tools)
-        response = await sampler.sample(
-            prompt=self.tinker.ModelInput.from_ints(prompt_ids),
-            num_samples=1,
-            sampling_params=tinker_sampling_params(self.tinker, params, self.max_tokens),
-        )
+        try:
+            sampler, renderer = await self.sampler()
+            prompt_ids = await asyncio.to_thread(renderer.render, messages, tools)
+            response = await sampler.sample(
+                prompt=self.tinker.ModelInput.from_ints(prompt_ids),
+                num_samples=1,
+                sampling_params=tinker_sampling_params(self.tinker, params, self.max_tokens),
+            )
+        except self.tinker.TinkerError as exc:
+            raise model_error(self.tinker, exc) from exc
         sequence = response.sequences[0]
         ids = list(sequence.tokens)
         parsed = await asyncio.to_thread(renderer.parse, ids, params.stop)

@@ -50,7 +50,11 @@ Handler = Callable[[Request], Awaitable[Response]]
 
 
 class StandInError(Exception):
-    """A request the stand-in refuses: answered as the failed future or HTTP error Tinker would give."""
+    """A request the stand-in refuses: answered as the failed future or HTTP error (`status`) Tinker gives."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass
@@ -137,7 +141,7 @@ class TinkerStandIn:
             try:
                 return await handler(request)
             except StandInError as exc:
-                return JSONResponse({"detail": str(exc)}, status_code=400)
+                return JSONResponse({"detail": str(exc)}, status_code=exc.status)
 
         return guarded
 
@@ -168,11 +172,11 @@ class TinkerStandIn:
 
         body = types.CreateSamplingSessionRequest.model_validate(await request.json())
         if body.model_path is not None and body.model_path not in self.weights:
-            raise StandInError(f"no saved weights at {body.model_path!r}")
+            raise StandInError(f"no saved weights at {body.model_path!r}", status=404)
         name = self.weights[body.model_path] if body.model_path else body.base_model or ""
         if name not in self.models:
             served = ", ".join(sorted(self.models))
-            raise StandInError(f"unknown base model {name!r}; this stand-in serves: {served}")
+            raise StandInError(f"unknown base model {name!r}; this stand-in serves: {served}", status=404)
         sampler_id = self._new_id("sampler")
         self.samplers[sampler_id] = name
         self.sampler_paths[sampler_id] = body.model_path
