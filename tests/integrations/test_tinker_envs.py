@@ -18,7 +18,7 @@ from tinker_cookbook import tokenizer_utils
 from tinker_cookbook.completers import StopCondition, TokenCompleter, TokensWithLogprobs
 from tinker_cookbook.rl.rollouts import do_group_rollout
 
-from evsys.integrations.tinker import EvsysRLDataset, LocalTokenCompleter
+from evsys.integrations.tinker import EvsysDatasetBuilder, EvsysRLDataset, LocalTokenCompleter
 from evsys.model.local.client import LocalModelClient
 from evsys.model.local.engine import LocalEngine
 from evsys.task.python import VerifiedTask
@@ -97,6 +97,26 @@ async def test_task_directory_envs_are_trials_rewarded_by_the_verifier(model_dir
     assert job["n_done"] == 4
 
 
+async def test_dataset_builder_for_the_cookbooks_train_config(model_dir: Path, tmp_path: Path):
+    """`EvsysDatasetBuilder` (a chz `RLDatasetBuilder`) builds the training dataset from a dataset path."""
+    builder = EvsysDatasetBuilder(
+        dataset=str(REPO / "examples" / "tasks"),
+        model_name=str(model_dir),
+        renderer_name=RENDERER,
+        batch_size=3,
+        group_size=2,
+        jobs_dir=str(tmp_path),
+        job_name="train",
+    )
+    train, test = await builder()
+    assert isinstance(train, EvsysRLDataset) and test is None
+    async with train:
+        names = [b.task.name for i in range(len(train)) for b in train.get_batch(i)]  # type: ignore[attr-defined]
+        assert "create-file" in names and len(names) == len(set(names)) > 3
+        assert all(len(train.get_batch(i)) <= 3 for i in range(len(train)))
+    assert (tmp_path / "train" / "config.json").is_file()
+
+
 async def test_python_task_answer_is_scored_by_its_verifier(model_dir: Path, tmp_path: Path):
     """A Python task in memory: the model's final answer is what its registered verifier scores."""
     register_verifier("tinker-envs-answer", lambda completion: 1.0 if completion.strip() == "42" else 0.0)
@@ -161,3 +181,41 @@ async def test_local_engine_policy_through_the_cookbook_rollout(model_dir: Path,
     for trajectory, total in zip(group.trajectories_G, group.get_total_rewards(), strict=True):
         penalties = sum(t.reward for t in trajectory.transitions)  # the cookbook's own, e.g. for its budget
         assert total == pytest.approx(penalties + 0.0)  # + the verifier's reward: the file was not written
+
+
+def calc_repo_module():
+    """tests/repo/calc_repo.py: a small git repository with bugs and SWE-bench-style rows on it."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("calc_repo", REPO / "tests" / "repo" / "calc_repo.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+async def test_repository_rows_are_graded_by_their_tests(model_dir: Path, tmp_path: Path):
+    """A repository row in memory: the fix typed into bash makes its FAIL_TO_PASS test pass (reward 1.0);
+    looking around only scores 0.0."""
+    from evsys.repo.rows import load_repo_rows
+
+    calc = calc_repo_module()
+    rows_file = calc.write_rows(
+        tmp_path / "rows.jsonl", calc.calc_rows(*calc.make_calc_repo(tmp_path / "calc"))
+    )
+    [row] = [r for r in load_repo_rows(rows_file).tasks if r.instance_id == "calc-neg"]
+    fix = "sed -i 's/    return a$/    return -a/' calc/__init__.py"
+    dataset = await EvsysRLDataset.create(
+        [row], model_name=str(model_dir), renderer_name=RENDERER, group_size=1, jobs_dir=tmp_path / "jobs"
+    )
+    async with dataset:
+        [builder] = dataset.get_batch(0)
+        fixed = await do_group_rollout(
+            builder, ScriptedPolicy(model_dir, [("bash", {"command": fix}), "done"])
+        )
+        looked = await do_group_rollout(
+            builder, ScriptedPolicy(model_dir, [("bash", {"command": "ls"}), "ok"])
+        )
+    assert (fixed.get_total_rewards(), looked.get_total_rewards()) == ([1.0], [0.0])
