@@ -67,7 +67,7 @@ def test_loop_agent_trial_with_tinker_model_records_exact_tokens(
     args += ["--agent-kwarg", "max_turns=2", "--agent-kwarg", "max_tokens=48"]
     args += ["--agent-kwarg", "temperature=1.0", "--agent-timeout-multiplier", "10"]
     env = {**os.environ, "TINKER_API_KEY": STANDIN_API_KEY, "PYTHONPATH": str(REPO / "src")}
-    before = len(service.sampled)
+    before, finished = len(service.sampled), len(service.finished_sessions)
     done = subprocess.run(args, capture_output=True, text=True, timeout=600, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     (result_path,) = (jobs / "t").glob("*/result.json")
@@ -85,6 +85,8 @@ def test_loop_agent_trial_with_tinker_model_records_exact_tokens(
         assert_teacher_forced(engine, metrics["prompt_token_ids"], ids, metrics["logprobs"])
         assert (metrics["prompt_tokens"], metrics["completion_tokens"]) == (len(sample.prompt_ids), len(ids))
     assert trajectory["agent"]["model_name"] == f"tinker:{model_dir}"
+    assert result["usage"]["completion_tokens"] == sum(len(s.sequences[0][0]) for s in served)
+    assert len(service.finished_sessions) == finished + 1  # the job closed the client: its session finished
 
 
 async def test_client_samples_saved_weights_with_the_sdk_types(
