@@ -265,7 +265,7 @@ class EvsysRLDataset(RLDataset):
         """Plan `tasks` as the job `<jobs_dir>/<job_name>` (episodes run on the `sandbox` backend within
         `limits`); `model_name` and `renderer_name` choose the cookbook tokenizer and renderer."""
         job = JobConfig(
-            datasets=[Path(".")],
+            datasets=[Path(".")],  # plan_catalog sets the dataset the tasks are (or are saved as)
             agents=[AgentSpec(name=SERVED_AGENT)],
             job_name=job_name or f"tinker-{datetime.now():%Y-%m-%d__%H-%M-%S}-{secrets.token_hex(3)}",
             jobs_dir=Path(jobs_dir),
