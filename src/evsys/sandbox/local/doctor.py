@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evsys.records import SandboxSpec
-from evsys.sandbox.local import cgroups, native
+from evsys.sandbox.local import cgroups, limits, native
 
 
 @dataclass
@@ -26,12 +26,13 @@ class Check:
 
 
 def missing_requirement() -> str | None:
-    """Why the local sandbox cannot run here at all (no bubblewrap, no memory/pids cgroups), or None."""
+    """Why the local sandbox cannot run here at all (no bubblewrap, no user namespaces, no overlayfs), or
+    None: checked before anything starts, so a start fails at once with the reason instead of hanging."""
     if shutil.which("bwrap") is None:
         return "bubblewrap (bwrap) is not installed; run `evsys doctor`"
-    layout = cgroups.detect_layout()
-    if "pids" not in layout.parents or "memory" not in layout.parents:
-        return "the cgroup memory and pids controllers are not available; run `evsys doctor`"
+    for check in (check_user_namespaces(), check_overlay()):
+        if not check.ok:
+            return f"{check.name}: {check.detail} (fix: {check.fix}); run `evsys doctor`"
     return None
 
 
@@ -114,26 +115,26 @@ def check_overlay() -> Check:
 
 
 def check_cgroups() -> list[Check]:
-    """cgroup version and the controllers evsys uses (memory and pids required, cpu and freezer optional)."""
+    """The cgroup version and controllers evsys uses, then which sandbox limits hold and by what (limits.py):
+    a limit the cgroups cannot enforce is degraded, never a refusal."""
     try:
         layout = cgroups.detect_layout()
     except OSError as exc:
         return [Check("cgroups", False, f"cannot read cgroups: {exc}", "mount cgroup v2 or v1 hierarchies")]
-    found = ", ".join(f"{c} at {p}" for c, p in sorted(layout.parents.items())) or "none"
-    checks = [Check(f"cgroups v{layout.version}", bool(layout.parents), f"controllers: {found}")]
-    for ctrl, required, effect in (
-        ("memory", True, "memory_mb limits and OOM detection"),
-        ("pids", True, "the fork-bomb defence (pids_max)"),
-        ("cpu", False, "cpus limits (not enforced without it)"),
-        ("freezer", False, "freezing before kill (kills still work without it)"),
-    ):
-        if layout.version == 2 and ctrl == "freezer":
-            continue
-        ok = ctrl in layout.parents
-        fix = f"enable the {ctrl} controller (v2: +{ctrl} in cgroup.subtree_control; v1: mount it)"
-        checks.append(
-            Check(f"cgroup {ctrl}", ok, effect if ok else f"missing: {effect}", "" if ok else fix, required)
-        )
+    found = ", ".join(f"{c} at {p}" for c, p in sorted(layout.parents.items())) or "none usable"
+    checks = [Check(f"cgroups v{layout.version}", True, f"controllers: {found}", required=False)]
+    fix = "delegate the controller to evsys's cgroup (v2: +{0} in the parent's cgroup.subtree_control and "
+    fix += "evsys alone in its cgroup; a container: --cgroupns=private with {0} delegated; v1: mount it)"
+    for hold in limits.limit_holds(layout):
+        detail = f"enforced by {hold.by}" if hold.enforced else ""
+        detail = "; ".join(part for part in (detail, hold.note) if part)
+        ctrl = {"memory_mb": "memory", "pids_max": "pids", "cpus": "cpu"}[hold.limit]
+        checks.append(Check(f"{hold.limit} limit", hold.by_cgroup, detail, fix.format(ctrl), required=False))
+    if layout.version == 1:
+        ok = "freezer" in layout.parents
+        effect = "freezing before kill" if ok else "missing: kills still work, without freezing first"
+        hint = "" if ok else fix.format("freezer")
+        checks.append(Check("cgroup freezer", ok, effect, hint, required=False))
     return checks
 
 
