@@ -19,7 +19,7 @@ from collections.abc import Callable
 from evsys.records import SandboxSpec
 from evsys.sandbox.base import Capability, Sandbox, SandboxError
 from evsys.sandbox.registry import create_sandbox
-from evsys.sandbox.warm import IDLE_TIMEOUT_SEC, WarmKeeper, stop_all
+from evsys.sandbox.warm import IDLE_TIMEOUT_SEC, WarmKeeper, fit_warm_count, stop_all
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +45,10 @@ class SandboxPool:
     ) -> None:
         self.factory = factory
         self.max_idle = max_idle
-        # warm.py: `warm` started sandboxes per spec kept ready beside the reset ones
+        # warm.py: `warm` started sandboxes per spec kept ready beside the reset ones, as many as memory holds
+        warm, shrunk = fit_warm_count(warm)
+        if shrunk is not None:
+            log.warning("warm pool: %s", shrunk)
         self.warm = WarmKeeper(warm, self.start_new, idle_timeout_sec=idle_timeout_sec) if warm > 0 else None
         self._idle: dict[str, list[Sandbox]] = {}
         self._keys: dict[int, str | None] = {}  # id(sandbox) -> its reuse key
