@@ -26,11 +26,12 @@ class Check:
 
 
 def missing_requirement() -> str | None:
-    """Why the local sandbox cannot run here at all (no bubblewrap, no user namespaces, no overlayfs), or
-    None: checked before anything starts, so a start fails at once with the reason instead of hanging."""
+    """Why the local sandbox cannot run here at all (no bubblewrap, capabilities, user namespaces or
+    overlayfs), or None: checked before anything starts, so a start fails at once with the reason instead
+    of hanging."""
     if shutil.which("bwrap") is None:
         return "bubblewrap (bwrap) is not installed; run `evsys doctor`"
-    for check in (check_user_namespaces(), check_overlay()):
+    for check in (check_capabilities(), check_user_namespaces(), check_overlay()):
         if not check.ok:
             return f"{check.name}: {check.detail} (fix: {check.fix}); run `evsys doctor`"
     return None
@@ -157,6 +158,34 @@ def check_seccomp() -> Check:
     return Check("seccomp", True, f"{len(DENIED_SYSCALLS)} syscalls denied ({size} bytes of BPF)")
 
 
+# Capability numbers (linux/capability.h) of what the sandbox's setup, daemon and root need; a container
+# runtime grants fewer by default (docs/sandbox.md: running evsys in a container).
+CAPABILITY_BITS = {
+    "CAP_CHOWN": 0,
+    "CAP_DAC_OVERRIDE": 1,
+    "CAP_FOWNER": 3,
+    "CAP_FSETID": 4,
+    "CAP_KILL": 5,
+    "CAP_SETGID": 6,
+    "CAP_SETUID": 7,
+    "CAP_SETPCAP": 8,
+    "CAP_SYS_PTRACE": 19,  # the host reads the non-dumpable daemon's /proc entries
+    "CAP_SYS_ADMIN": 21,
+    "CAP_WAKE_ALARM": 35,  # the verification mark (native/verifier.c)
+}
+
+
+def check_capabilities() -> Check:
+    """The capabilities evsys needs are in this process's bounding set (a container may lack some)."""
+    status = Path("/proc/self/status").read_text()
+    bounding = int(next(line.split()[1] for line in status.splitlines() if line.startswith("CapBnd:")), 16)
+    lacking = [name for name, bit in CAPABILITY_BITS.items() if not bounding >> bit & 1]
+    detail = f"lacking {', '.join(lacking)}" if lacking else "every capability the sandbox needs"
+    fix = "give the container " + " ".join(f"--cap-add {n.removeprefix('CAP_')}" for n in lacking)
+    fix = fix if lacking else ""
+    return Check("capabilities", not lacking, detail, fix)
+
+
 def check_user_namespaces() -> Check:
     """The host must be able to create user namespaces: each sandbox's idmapped layers use one (its agent's
     own uid, native/idmap.c). Sandboxes themselves run without one and cannot create any."""
@@ -209,7 +238,8 @@ def check_smoke() -> Check:
 
 def run_checks(*, smoke: bool = True) -> list[Check]:
     """Every check, in display order; the smoke test only when the basics pass."""
-    checks = [check_root(), check_bwrap(), check_python(), check_daemon(), check_overlay(), *check_cgroups()]
+    checks = [check_root(), check_capabilities(), check_bwrap(), check_python(), check_daemon()]
+    checks += [check_overlay(), *check_cgroups()]
     checks += check_network_tools()
     checks.append(check_seccomp())
     checks.append(check_user_namespaces())
