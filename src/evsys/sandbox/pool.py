@@ -166,7 +166,7 @@ class SandboxPool:
         self._reused.discard(id(sandbox))
         if not reusable or key is None or not sandbox.supports(Capability.RESET) or self._closed:
             return False
-        if self.idle_count >= self.max_idle:
+        if sum(len(group) for group in self._idle.values()) >= self.max_idle:  # warm ones not counted
             return False
         try:
             await sandbox.reset()
