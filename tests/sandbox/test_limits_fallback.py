@@ -10,7 +10,7 @@ import pytest
 
 from evsys.records import SandboxSpec
 from evsys.sandbox.base import Capability
-from evsys.sandbox.local import limits
+from evsys.sandbox.local import delegation, limits
 from evsys.sandbox.local import sandbox as local_sandbox
 from evsys.sandbox.local.cgroups import CgroupLayout, detect_layout
 from evsys.sandbox.local.sandbox import LocalSandbox
@@ -51,3 +51,19 @@ def test_a_missing_memory_controller_is_said_plainly():
     assert not holds["memory_mb"].enforced and holds["memory_mb"].note.startswith("NOT LIMITED")
     assert "/kubepods/x" in holds["memory_mb"].note
     assert holds["pids_max"].enforced and not holds["cpus"].enforced
+
+
+def test_v2_controllers_come_from_evsyss_own_cgroup_not_the_roots(tmp_path):
+    """A pod's cgroup offering only memory (the root offers everything): memory is enabled for the sandboxes
+    below the pod's cgroup; pids and cpu are reported as not delegated there."""
+    (tmp_path / "cgroup.controllers").write_text("cpuset cpu io memory hugetlb pids\n")
+    pod = tmp_path / "kubepods" / "pod1"
+    pod.mkdir(parents=True)
+    (pod / "cgroup.controllers").write_text("memory\n")
+    (pod / "cgroup.subtree_control").write_text("\n")
+    base, usable, why = delegation.enable_controllers(tmp_path, "/kubepods/pod1")
+    assert base == pod and usable == ["memory"]
+    assert (pod / "cgroup.subtree_control").read_text() == "+memory"
+    assert set(why) == {"pids", "cpu"} and f"not delegated to evsys's cgroup {pod}" in why["pids"]
+    # evsys already moved into its leaf (a second detection, a forked worker): the base is still the pod's
+    assert delegation.delegated_base(tmp_path, f"/kubepods/pod1/{delegation.LEAF}") == pod
