@@ -5,7 +5,7 @@ A `SandboxPool` made with `warm=N` keeps, for every spec it has been asked for (
 trials released, so the next trial of that spec gets a running sandbox at once. They are refilled in the
 background after each one is taken, and stopped when no trial asked for their spec for `idle_timeout_sec`
 and when the pool closes (the job ends or is cancelled). A warm sandbox was never used: it is handed over as
-started. Specs of a pod (sidecars) are never kept warm.
+started. Specs of a pod (sidecars) or with an allowlist are never kept warm.
 
 Bounded by memory: `fit_warm_count` shrinks N (or refuses) up front when N idle sandboxes per spec would take
 more than MEMORY_SHARE of the memory available, and refills stop (with one warning) while the memory
@@ -64,8 +64,9 @@ def fit_warm_count(requested: int, available: int | None = None) -> tuple[int, s
 
 
 def warm_key(spec: SandboxSpec) -> str | None:
-    """Specs with equal keys may take each other's warm sandboxes; None: never kept warm (a pod's)."""
-    if spec.pod is not None:
+    """Specs with equal keys may take each other's warm sandboxes; None: never kept warm (a pod's, whose
+    network is its sidecars', and an allowlist's, whose hosts are resolved when it starts)."""
+    if spec.pod is not None or spec.network == "allowlist":
         return None
     return json.dumps(spec.model_dump(mode="json", exclude={"name"}), sort_keys=True)
 
