@@ -6,7 +6,8 @@ The container is not privileged: it gets the capabilities the sandbox needs beyo
 (SYS_ADMIN, SYS_PTRACE, WAKE_ALARM, NET_ADMIN for networking), /dev/net/tun for slirp4netns, no seccomp or
 AppArmor profile and unmasked /proc paths (bubblewrap mounts a new /proc). Its root is an empty image with
 the host's /usr and /etc, the evsys sources and the virtualenv bind-mounted read-only (no registry is
-reachable here), a tmpfs for the sandbox scratch dir, and a 1 GiB memory limit (the pod's).
+reachable here), a tmpfs for the sandbox scratch dir, and a 1 GiB memory limit (the pod's). Without one of
+those capabilities a start fails at once, naming it.
 
 Two layouts of what the orchestrator is given, both set up inside the container before evsys starts:
 - `v2`: cgroup2 mounted at /sys/fs/cgroup as the container's cgroup namespace shows it (its own cgroup as the
@@ -95,17 +96,20 @@ def host_root_image(dockerd: str, tmp_path_factory: pytest.TempPathFactory) -> s
     return IMAGE
 
 
-def run_in_container(dockerd: str, image: str, layout: str) -> str:
-    """Run SCRIPT in a fresh container with the cgroup `layout`; its output."""
+def run_in_container(
+    dockerd: str, image: str, layout: str, script: str = SCRIPT, caps: tuple[str, ...] = EXTRA_CAPABILITIES
+) -> str:
+    """Run `script` in a fresh container with the cgroup `layout` and the capabilities `caps` added to
+    docker's defaults; its output."""
     readonly = dict.fromkeys(("/usr", "/etc", str(SRC), sys.prefix, sys.base_prefix))
     binds = [arg for path in readonly for arg in ("-v", f"{path}:{path}:ro")]
-    caps = [arg for cap in EXTRA_CAPABILITIES for arg in ("--cap-add", cap)]
+    added = [arg for cap in caps for arg in ("--cap-add", cap)]
     argv = ["docker", "-H", dockerd, "run", "--rm", "--cgroupns=private", "-m", "1g", "--memory-swap", "1g"]
-    argv += ["--device", "/dev/net/tun", *caps, *binds, "--tmpfs", "/var/tmp:rw,exec,size=512m"]
+    argv += ["--device", "/dev/net/tun", *added, *binds, "--tmpfs", "/var/tmp:rw,exec,size=512m"]
     for option in ("seccomp=unconfined", "apparmor=unconfined", "systempaths=unconfined"):
         argv += ["--security-opt", option]
     argv += ["-e", f"PYTHONPATH={SRC}", "-e", f"PATH={sys.prefix}/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
-    argv += [image, "bash", "-c", f"{CGROUP_SETUP[layout]} && {SCRIPT}"]
+    argv += [image, "bash", "-c", f"{CGROUP_SETUP[layout]} && {script}"]
     done = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
@@ -139,3 +143,29 @@ def test_the_conformance_suite_passes_in_a_container_with_partial_cgroup_delegat
     else:
         assert "cgroups v1" in checks and memory["ok"] and memory["detail"] == "enforced by cgroup v1 memory"
         assert json.loads(_line(output, "MEMORY")) == ["memory"]
+
+
+START_ONE = """python - <<'PY'
+import asyncio
+from evsys.records import SandboxSpec
+from evsys.sandbox import LocalSandbox, SandboxError
+
+async def main():
+    try:
+        async with LocalSandbox(SandboxSpec(name="one")) as sb:
+            print("STARTED", (await sb.exec("echo ok")).stdout.strip())
+    except SandboxError as exc:
+        print("REFUSED", exc)
+
+asyncio.run(main())
+PY
+"""
+
+
+def test_a_container_without_a_needed_capability_fails_at_once_naming_the_fix(dockerd, host_root_image):
+    granted = run_in_container(dockerd, host_root_image, "v2", START_ONE)
+    assert _line(granted, "STARTED") == "ok"  # positive control: the same start works with the capabilities
+    lacking = tuple(cap for cap in EXTRA_CAPABILITIES if cap != "WAKE_ALARM")
+    refused = _line(run_in_container(dockerd, host_root_image, "v2", START_ONE, lacking), "REFUSED")
+    assert "the local sandbox cannot run here: capabilities: lacking CAP_WAKE_ALARM" in refused
+    assert "--cap-add WAKE_ALARM" in refused

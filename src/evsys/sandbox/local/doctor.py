@@ -37,6 +37,16 @@ def missing_requirement() -> str | None:
     return None
 
 
+_MISSING: dict[int, str | None] = {}  # pid -> missing_requirement(), checked once per process
+
+
+def missing_requirement_once() -> str | None:
+    """`missing_requirement()`, checked once per process (every sandbox start asks)."""
+    if os.getpid() not in _MISSING:
+        _MISSING[os.getpid()] = missing_requirement()
+    return _MISSING[os.getpid()]
+
+
 def required_problems() -> str | None:
     """`missing_requirement()`, else the failing required checks with their fixes in one line, or None."""
     missing = missing_requirement()

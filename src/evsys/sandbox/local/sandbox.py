@@ -30,6 +30,7 @@ from evsys.sandbox.local.bwrap import (
 )
 from evsys.sandbox.local.client import DaemonClient
 from evsys.sandbox.local.commands import USERS, LocalCommandsMixin
+from evsys.sandbox.local.doctor import missing_requirement_once
 from evsys.sandbox.local.files import LocalFilesMixin
 from evsys.sandbox.local.lowports import allow_low_ports
 from evsys.sandbox.local.mounts import ChildSetup
@@ -151,6 +152,9 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
 
     async def _launch(self) -> None:
         spec = self.spec
+        problem = missing_requirement_once()  # fail at once, naming the fix, not somewhere in the setup
+        if problem is not None:
+            raise SandboxError(f"sandbox {spec.name}: the local sandbox cannot run here: {problem}")
         cache = self.scratch_root / "layers"
         if spec.network != "no-network":  # fail before starting anything when networking cannot work here
             slirp_binary()
