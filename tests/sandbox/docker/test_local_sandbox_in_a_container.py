@@ -29,7 +29,10 @@ import pytest
 
 import evsys
 
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not Path("/dev/net/tun").exists(), reason="no /dev/net/tun to give the container"),
+]
 IMAGE = "evsys-test/host-root:1"
 EXTRA_CAPABILITIES = ("SYS_ADMIN", "SYS_PTRACE", "WAKE_ALARM", "NET_ADMIN")  # beyond docker's defaults
 SRC = Path(evsys.__file__).resolve().parents[1]
