@@ -178,6 +178,15 @@ def run(
             "fresh sandbox for every trial.",
         ),
     ] = True,
+    warm_sandboxes: Annotated[
+        int,
+        typer.Option(
+            "--warm-sandboxes",
+            min=0,
+            help="Keep N started sandboxes per environment ready ahead of demand (bounded by memory; stopped "
+            "when idle and when the job ends).",
+        ),
+    ] = 0,
     task: Annotated[
         list[str] | None, typer.Option("--task", help="Only tasks whose name matches (glob).")
     ] = None,
@@ -248,6 +257,7 @@ def run(
         "sandbox": sandbox,
         "network": network.value if network is not None else None,
         "reuse_sandboxes": reuse_sandboxes,
+        "warm_sandboxes": warm_sandboxes,
         "task_names": task or [],
         "log_limits": _log_limits(log_limit or []),
     }

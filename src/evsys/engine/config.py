@@ -34,6 +34,7 @@ RESUME_SAFE_FIELDS = (
     "verifier_timeout_multiplier",
     "setup_timeout_multiplier",
     "reuse_sandboxes",
+    "warm_sandboxes",
     "executor",
 )
 """JobConfig fields a resume may change: how trials run, never which trials there are or what they do."""
@@ -121,6 +122,12 @@ class JobConfig(BaseModel):
         True,
         description="Keep sandboxes between trials of the same environment and reset them (every process "
         "killed, a fresh root, /tmp, /dev and IPC namespace) instead of stopping and starting one per trial.",
+    )
+    warm_sandboxes: int = Field(
+        0,
+        ge=0,
+        description="Keep this many started sandboxes per environment spec ready ahead of demand "
+        "(evsys.sandbox.warm): bounded by memory, stopped when idle and when the job ends.",
     )
     task_names: list[str] = Field(default_factory=list, description="Glob patterns; empty = every task.")
     network: NetworkMode | None = Field(
