@@ -3,13 +3,21 @@ base class's defaults only (registered for this directory's tests)."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 from conformance_backends import ExecDefaultsSandbox
 
 from evsys.sandbox import register_sandbox, sandbox_backends, unregister_sandbox
 from evsys.sandbox.conformance.plugin import make_sandbox, sandbox, sandbox_backend
 
-__all__ = ["make_sandbox", "sandbox", "sandbox_backend"]
+sys.path.insert(0, str(Path(__file__).parent.parent / "cloud"))
+from standins import daytona_standin
+
+__all__ = ["daytona_standin", "make_sandbox", "sandbox", "sandbox_backend"]
+# The cloud backends are checked against their stand-in services (tests/sandbox/cloud).
+STANDINS = {"daytona": "daytona_standin"}
 
 EXEC_DEFAULTS = "local-exec-defaults"
 
@@ -26,6 +34,8 @@ def docker_daemon_for_docker(request: pytest.FixtureRequest, sandbox_backend_nam
     """The docker backend is checked against the session's private dockerd (tests/dockerd_fixtures.py)."""
     if sandbox_backend_name == "docker":
         request.getfixturevalue("docker_session")
+    if sandbox_backend_name in STANDINS:
+        request.getfixturevalue(STANDINS[sandbox_backend_name])
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -1,0 +1,1 @@
+"""The Daytona sandbox backend (`--sandbox daytona`): sandboxes on Daytona through its `daytona` SDK."""

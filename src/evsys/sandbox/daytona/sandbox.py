@@ -1,0 +1,148 @@
+"""`DaytonaSandbox`: a sandbox on Daytona (https://daytona.io) through the official `daytona` SDK (the
+`daytona` extra), imported only when such a sandbox is used.
+
+Credentials and the service come from the SDK's own environment variables (`DAYTONA_API_KEY`, or
+`DAYTONA_JWT_TOKEN` with `DAYTONA_ORGANIZATION_ID`; `DAYTONA_API_URL`, `DAYTONA_TARGET`); evsys never reads
+or records them. The sandbox runs the task's `docker_image` (Daytona builds `FROM <image>`; an image built
+locally by evsys cannot be pulled by the service and is refused), or Daytona's default snapshot without one;
+`cpus`/`memory_mb`/`storage_mb` become Daytona's whole-core and GiB resources (rounded up), `no-network`
+Daytona's `network_block_all`. Commands run through the toolbox's process call as root, files move through
+its file calls (see `evsys.sandbox.remote`). Daytona has no pids limit, pods, reset in place, network switch
+or private verifier places: those are refused up front (docs/cloud.md).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any, ClassVar
+
+from evsys.records import NetworkMode, SandboxSpec
+from evsys.sandbox.base import Capability, SandboxError
+from evsys.sandbox.remote.sandbox import RemoteSandbox
+
+LABEL_SANDBOX = "evsys.sandbox"
+AUTO_STOP_MINUTES = 60  # a sandbox whose orchestrator died stops after an hour without activity (no billing)
+CREATE_TIMEOUT_SEC = 600.0
+# The image of a sandbox with resources but no task image (Daytona sizes only sandboxes built from an image).
+BASE_IMAGE_VAR = "EVSYS_DAYTONA_BASE_IMAGE"
+DEFAULT_BASE_IMAGE = "debian:bookworm-slim"
+
+
+def sdk() -> Any:
+    """The `daytona` module, or `SandboxError` telling how to install it."""
+    try:
+        import daytona
+    except ImportError:
+        raise SandboxError(
+            "the daytona backend needs the Daytona SDK: pip install 'evsys[daytona]'"
+        ) from None
+    return daytona
+
+
+def resources(spec: SandboxSpec) -> Any:
+    """Daytona's resources for `spec` (whole cores, GiB, rounded up), or None for the service's defaults."""
+    if spec.cpus is None and spec.memory_mb is None and spec.storage_mb is None:
+        return None
+
+    def up(value: float | None, unit: int = 1) -> int | None:
+        return None if value is None else max(1, math.ceil(value / unit))
+
+    return sdk().Resources(cpu=up(spec.cpus), memory=up(spec.memory_mb, 1024), disk=up(spec.storage_mb, 1024))
+
+
+class DaytonaSandbox(RemoteSandbox):
+    """A sandbox on Daytona (see the module docstring)."""
+
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.IMAGES})
+    network_modes: ClassVar[frozenset[NetworkMode]] = frozenset({"no-network", "public"})
+
+    def __init__(self, spec: SandboxSpec) -> None:
+        super().__init__(spec)
+        self._client: Any = None
+        self._box: Any = None
+
+    @classmethod
+    def unsupported(cls, spec: SandboxSpec) -> str | None:
+        """Besides the base checks: an image only Docker on this machine has cannot be pulled by Daytona."""
+        problem = super().unsupported(spec)
+        if problem is None and spec.image is not None and spec.image.source is not None:
+            return f"image {spec.image.ref!r} was built locally; push it to a registry Daytona can pull from"
+        return problem
+
+    @classmethod
+    async def unavailable(cls) -> str | None:
+        """Why no Daytona sandbox can be made from here: the SDK or the credentials missing."""
+        try:
+            daytona = sdk()
+        except SandboxError as exc:
+            return str(exc)
+        try:
+            client = daytona.AsyncDaytona()
+        except Exception as exc:
+            return f"the Daytona SDK is not configured (set DAYTONA_API_KEY and DAYTONA_API_URL): {exc}"
+        await client.close()
+        return None
+
+    def _params(self) -> Any:
+        daytona = sdk()
+        common: dict[str, Any] = {
+            "name": self.spec.name[:63],
+            "os_user": "root",
+            "env_vars": dict(self.spec.env),
+            "labels": {LABEL_SANDBOX: self.spec.name},
+            "network_block_all": self.spec.network == "no-network",
+            "auto_stop_interval": AUTO_STOP_MINUTES,
+        }
+        if self.spec.image is not None:
+            return daytona.CreateSandboxFromImageParams(
+                image=self.spec.image.ref, resources=resources(self.spec), **common
+            )
+        if resources(self.spec) is not None:  # the default snapshot's resources are fixed
+            return daytona.CreateSandboxFromImageParams(
+                image=os.environ.get(BASE_IMAGE_VAR) or DEFAULT_BASE_IMAGE,
+                resources=resources(self.spec),
+                **common,
+            )
+        return daytona.CreateSandboxFromSnapshotParams(**common)
+
+    async def _create(self) -> None:
+        daytona = sdk()
+        try:
+            self._client = daytona.AsyncDaytona()
+            self._box = await self._client.create(self._params(), timeout=CREATE_TIMEOUT_SEC)
+        except Exception as exc:
+            await self._close_client()
+            raise SandboxError(f"sandbox {self.spec.name}: Daytona could not create it: {exc}") from None
+
+    async def _delete(self) -> None:
+        box, self._box = self._box, None
+        try:
+            if box is not None:
+                await box.delete()
+        except Exception as exc:
+            raise SandboxError(f"sandbox {self.spec.name}: Daytona could not delete it: {exc}") from None
+        finally:
+            await self._close_client()
+
+    async def _close_client(self) -> None:
+        client, self._client = self._client, None
+        if client is not None:
+            await client.close()
+
+    async def _run(self, command: str, timeout: float) -> tuple[int, str]:  # noqa: ASYNC109
+        response = await self._box.process.exec(command, cwd="/", timeout=math.ceil(timeout))
+        return int(response.exit_code if response.exit_code is not None else -1), response.result or ""
+
+    async def _put(self, path: str, data: bytes) -> None:
+        try:
+            await self._box.fs.upload_file(data, path)
+        except Exception as exc:
+            raise SandboxError(f"sandbox {self.spec.name}: writing {path} failed: {exc}") from None
+
+    async def _get(self, path: str) -> bytes:
+        try:
+            data = await self._box.fs.download_file(path)
+        except Exception as exc:
+            raise SandboxError(f"sandbox {self.spec.name}: reading {path} failed: {exc}") from None
+        return bytes(data)

@@ -1,0 +1,50 @@
+"""Session fixtures that serve the cloud services' stand-ins and point the SDKs at them through their own
+environment variables (restored afterwards)."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+
+# What the stand-in serves from the host's root file system when a sandbox asks for it by image.
+STANDIN_IMAGE = "evsys-standin/host-rootfs:latest"
+
+
+@contextmanager
+def environment(**values: str) -> Iterator[None]:
+    """Set environment variables for the block, restoring the earlier values after it."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+@pytest.fixture(scope="session")
+def daytona_standin() -> Iterator[object]:
+    """The Daytona stand-in, served for the session, with DAYTONA_API_KEY/DAYTONA_API_URL pointing at it."""
+    pytest.importorskip("daytona", reason="the daytona extra is not installed")
+    from daytona_standin import DaytonaStandin, serve_standin
+
+    from evsys.sandbox.daytona.sandbox import BASE_IMAGE_VAR
+
+    standin = DaytonaStandin(api_key=secrets.token_hex(16), host_images=frozenset({STANDIN_IMAGE}))
+    with (
+        serve_standin(standin) as url,
+        environment(
+            DAYTONA_API_KEY=standin.api_key,
+            DAYTONA_API_URL=url,
+            DAYTONA_TARGET="us",
+            **{BASE_IMAGE_VAR: STANDIN_IMAGE},
+        ),
+    ):
+        yield standin
