@@ -1,9 +1,9 @@
 """Sandbox backends by name: `SANDBOXES` (an `evsys.util.registry.Registry`), `register_sandbox`, the
 `evsys.sandboxes` entry-point group, `create_sandbox`.
 
-A backend is a `Sandbox` subclass. evsys registers its own (`local`, `docker`) lazily, so naming one imports
-nothing; a third-party package declares its backend as an entry point and is imported only when that backend
-is first used:
+A backend is a `Sandbox` subclass. evsys registers its own (`local`, `docker`, `daytona`) lazily, so naming
+one imports nothing; a third-party package declares its backend as an entry point and is imported only when
+that backend is first used:
 
 ```toml
 [project.entry-points."evsys.sandboxes"]
@@ -45,6 +45,7 @@ SANDBOXES: Registry[type[Sandbox]] = Registry(
 )
 SANDBOXES.register_lazy("local", "evsys.sandbox.local.sandbox:LocalSandbox")
 SANDBOXES.register_lazy("docker", "evsys.sandbox.docker.sandbox:DockerSandbox")
+SANDBOXES.register_lazy("daytona", "evsys.sandbox.daytona.sandbox:DaytonaSandbox")
 
 
 def register_sandbox(name: str, backend: type[Sandbox] | str, *, replace: bool = False) -> None:

@@ -1,0 +1,7 @@
+"""Fixtures for the cloud backends' tests: their stand-in services (standins.py)."""
+
+from __future__ import annotations
+
+from standins import daytona_standin
+
+__all__ = ["daytona_standin"]
