@@ -15,7 +15,6 @@ from evsys.sandbox import create_sandbox
 from evsys.sandbox.base import Capability, SandboxError, SandboxUnsupported
 from evsys.sandbox.daytona.sandbox import DaytonaSandbox
 
-
 pytestmark = pytest.mark.asyncio
 
 
