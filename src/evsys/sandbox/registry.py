@@ -1,8 +1,8 @@
 """Sandbox backends by name: `SANDBOXES` (an `evsys.util.registry.Registry`), `register_sandbox`, the
 `evsys.sandboxes` entry-point group, `create_sandbox`.
 
-A backend is a `Sandbox` subclass. evsys registers its own (`local`, `docker`, `daytona`) lazily, so naming
-one imports nothing; a third-party package declares its backend as an entry point and is imported only when
+A backend is a `Sandbox` subclass. evsys registers its own (`local`, `docker`, `daytona`, `e2b`) lazily, so
+naming one imports nothing; a third-party package declares its backend as an entry point, imported only when
 that backend is first used:
 
 ```toml
@@ -46,6 +46,7 @@ SANDBOXES: Registry[type[Sandbox]] = Registry(
 SANDBOXES.register_lazy("local", "evsys.sandbox.local.sandbox:LocalSandbox")
 SANDBOXES.register_lazy("docker", "evsys.sandbox.docker.sandbox:DockerSandbox")
 SANDBOXES.register_lazy("daytona", "evsys.sandbox.daytona.sandbox:DaytonaSandbox")
+SANDBOXES.register_lazy("e2b", "evsys.sandbox.e2b.sandbox:E2BSandbox")
 
 
 def register_sandbox(name: str, backend: type[Sandbox] | str, *, replace: bool = False) -> None:

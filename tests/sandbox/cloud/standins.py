@@ -48,3 +48,17 @@ def daytona_standin() -> Iterator[object]:
         ),
     ):
         yield standin
+
+
+@pytest.fixture(scope="session")
+def e2b_standin() -> Iterator[object]:
+    """The E2B stand-in, served for the session; E2B_API_KEY, E2B_API_URL and E2B_SANDBOX_URL point at it."""
+    pytest.importorskip("e2b", reason="the e2b extra is not installed")
+    from e2b_standin import E2BStandin, serve_standin
+
+    standin = E2BStandin(api_key=f"e2b_{secrets.token_hex(16)}")
+    with (
+        serve_standin(standin) as (api_url, sandbox_url),
+        environment(E2B_API_KEY=standin.api_key, E2B_API_URL=api_url, E2B_SANDBOX_URL=sandbox_url),
+    ):
+        yield standin

@@ -1,0 +1,114 @@
+"""`E2BSandbox`: a sandbox on E2B (https://e2b.dev) through the official `e2b` SDK (the `e2b` extra), imported
+only when such a sandbox is used.
+
+Credentials and the service come from the SDK's own environment variables (`E2B_API_KEY`, `E2B_DOMAIN`, and
+for a self-hosted or test service `E2B_API_URL`/`E2B_SANDBOX_URL`); evsys never reads or records them. E2B
+runs templates, not images: the sandbox starts from the template named by `$EVSYS_E2B_TEMPLATE` (default
+`base`), whose build fixes its CPUs and memory (`e2b template build --cpu-count --memory-mb`), so a task's
+`docker_image` is refused with a hint to build a template from it. `no-network` is E2B's
+`allow_internet_access=False`. Commands run through envd's process service as root, files move through its
+file calls (see `evsys.sandbox.remote`). E2B has no pids limit, pods, reset in place, network switch or
+private verifier places: those are refused up front (docs/cloud.md).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, ClassVar
+
+from evsys.records import NetworkMode, SandboxSpec
+from evsys.sandbox.base import Capability, SandboxError
+from evsys.sandbox.remote.sandbox import RemoteSandbox
+
+TEMPLATE_VAR = "EVSYS_E2B_TEMPLATE"
+DEFAULT_TEMPLATE = "base"
+LABEL_SANDBOX = "evsys.sandbox"
+LIFETIME_SEC = 3600  # E2B kills a sandbox after this long (an orchestrator that died leaves nothing billed)
+
+
+def sdk() -> Any:
+    """The `e2b` module, or `SandboxError` telling how to install it."""
+    try:
+        import e2b
+    except ImportError:
+        raise SandboxError("the e2b backend needs the E2B SDK: pip install 'evsys[e2b]'") from None
+    return e2b
+
+
+def template() -> str:
+    """The E2B template sandboxes start from."""
+    return os.environ.get(TEMPLATE_VAR) or DEFAULT_TEMPLATE
+
+
+class E2BSandbox(RemoteSandbox):
+    """A sandbox on E2B (see the module docstring)."""
+
+    capabilities: ClassVar[frozenset[Capability]] = frozenset()
+    network_modes: ClassVar[frozenset[NetworkMode]] = frozenset({"no-network", "public"})
+
+    def __init__(self, spec: SandboxSpec) -> None:
+        super().__init__(spec)
+        self._box: Any = None
+
+    @classmethod
+    def unsupported(cls, spec: SandboxSpec) -> str | None:
+        """Besides the base checks: an image needs an E2B template built from it first."""
+        if spec.image is not None:
+            return (
+                f"E2B runs templates, not images: build a template from {spec.image.ref!r} "
+                f"(e2b template build) and name it in ${TEMPLATE_VAR}"
+            )
+        return super().unsupported(spec)
+
+    @classmethod
+    async def unavailable(cls) -> str | None:
+        """Why no E2B sandbox can be made from here: the SDK or the API key missing."""
+        try:
+            e2b = sdk()
+        except SandboxError as exc:
+            return str(exc)
+        if not e2b.ConnectionConfig().api_key:
+            return "the E2B SDK has no API key (set E2B_API_KEY)"
+        return None
+
+    async def _create(self) -> None:
+        e2b = sdk()
+        try:
+            self._box = await e2b.AsyncSandbox.create(
+                template=template(),
+                timeout=LIFETIME_SEC,
+                metadata={LABEL_SANDBOX: self.spec.name},
+                envs=dict(self.spec.env),
+                allow_internet_access=self.spec.network == "public",
+            )
+        except Exception as exc:
+            raise SandboxError(f"sandbox {self.spec.name}: E2B could not create it: {exc}") from None
+
+    async def _delete(self) -> None:
+        box, self._box = self._box, None
+        try:
+            if box is not None:
+                await box.kill()
+        except Exception as exc:
+            raise SandboxError(f"sandbox {self.spec.name}: E2B could not kill it: {exc}") from None
+
+    async def _run(self, command: str, timeout: float) -> tuple[int, str]:  # noqa: ASYNC109
+        e2b = sdk()
+        try:
+            result = await self._box.commands.run(command, user="root", cwd="/", timeout=timeout)
+        except e2b.CommandExitException as exc:
+            result = exc
+        return int(result.exit_code), (result.stdout or "") + (result.stderr or "")
+
+    async def _put(self, path: str, data: bytes) -> None:
+        try:
+            await self._box.files.write(path, data, user="root")
+        except Exception as exc:
+            raise SandboxError(f"sandbox {self.spec.name}: writing {path} failed: {exc}") from None
+
+    async def _get(self, path: str) -> bytes:
+        try:
+            data = await self._box.files.read(path, format="bytes", user="root")
+        except Exception as exc:
+            raise SandboxError(f"sandbox {self.spec.name}: reading {path} failed: {exc}") from None
+        return bytes(data)

@@ -1,0 +1,85 @@
+"""The E2B backend through the real `e2b` SDK against the E2B stand-in (e2b_standin.py): what it asks the
+service for, what it refuses up front, and that the service's credentials stay out of the sandbox. The
+conformance suite (tests/sandbox/conformance) checks the rest of the contract through that stand-in."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from standins import environment
+
+from evsys.records import Bind, ImageSpec, PodSpec, SandboxSpec
+from evsys.sandbox import create_sandbox
+from evsys.sandbox.base import SandboxError, SandboxUnsupported
+from evsys.sandbox.e2b.sandbox import TEMPLATE_VAR, E2BSandbox
+
+pytestmark = pytest.mark.asyncio
+
+
+def spec(**fields: object) -> SandboxSpec:
+    """A spec for these tests (unique name)."""
+    fields.setdefault("name", f"e2b-test-{os.getpid()}-{id(fields)}")
+    return SandboxSpec(**fields)  # type: ignore[arg-type]
+
+
+async def test_the_sandbox_is_asked_for_with_the_template_env_and_network(e2b_standin):
+    box = create_sandbox(spec(env={"TASK": "yes"}, network="public"), "e2b")
+    async with box:
+        assert (await box.exec('echo "$TASK"; id -un')).stdout == "yes\nagent\n"
+        box_id = box._box.sandbox_id
+        assert box_id in e2b_standin.boxes
+    asked = e2b_standin.created[-1]
+    assert (asked["templateID"], asked["allow_internet_access"], asked["envVars"]) == (
+        "base",
+        True,
+        {"TASK": "yes"},
+    )
+    assert asked["metadata"] == {"evsys.sandbox": box.spec.name}
+    assert box_id not in e2b_standin.boxes  # killed on stop
+    async with E2BSandbox(spec()) as closed:
+        assert (await closed.exec("echo up")).stdout == "up\n"
+    assert e2b_standin.created[-1]["allow_internet_access"] is False
+
+
+async def test_an_unknown_template_fails_with_the_services_reason(e2b_standin):
+    with environment(**{TEMPLATE_VAR: "no-such-template"}):
+        box = E2BSandbox(spec())
+        with pytest.raises(SandboxError, match="template 'no-such-template' not found"):
+            await box.start()
+    await box.stop()
+
+
+async def test_what_e2b_cannot_do_is_refused_up_front(tmp_path: Path):
+    refusals = {
+        "network mode 'allowlist'": spec(network="allowlist", allowed_hosts=["example.com"]),
+        "bind mounts": spec(binds=[Bind(src=tmp_path, dst="/mnt/host")]),
+        "pods": spec(pod=PodSpec(name="p", hostname="a", hosts=["a"])),
+        "E2B runs templates, not images": spec(image=ImageSpec(ref="python:3.13-slim")),
+    }
+    for reason, refused in refusals.items():
+        with pytest.raises(SandboxUnsupported, match=reason):
+            E2BSandbox(refused)
+    assert not E2BSandbox.capabilities
+    box = E2BSandbox(spec())  # never started: each is refused before any call to the service
+    for call in (box.reset(), box.set_network("public"), box.spawn(["cat"])):
+        with pytest.raises(SandboxUnsupported):
+            await call
+
+
+async def test_the_service_credentials_never_reach_the_sandbox(e2b_standin):
+    key = os.environ["E2B_API_KEY"]
+    assert key == e2b_standin.api_key  # positive control: the orchestrator holds the key
+    async with E2BSandbox(spec()) as box:
+        seen = await box.exec("env; cat /proc/1/environ 2>/dev/null | tr '\\0' '\\n'", user="root")
+        assert seen.ok and "PATH=" in seen.stdout
+        assert key not in seen.stdout and "E2B_" not in seen.stdout
+    assert all(key not in repr(body) for body in e2b_standin.created)
+
+
+async def test_without_an_api_key_the_backend_says_how_to_configure_it():
+    with environment(E2B_API_KEY=""):
+        os.environ.pop("E2B_API_KEY")
+        reason = await E2BSandbox.unavailable()
+    assert reason is not None and "E2B_API_KEY" in reason

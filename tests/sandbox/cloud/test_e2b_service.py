@@ -1,0 +1,38 @@
+"""The E2B backend against the real E2B service: runs only when E2B_API_KEY is set (the SDK's own variables
+choose the service: E2B_DOMAIN; $EVSYS_E2B_TEMPLATE the template, default `base`); costs a cent or so."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from evsys.records import SandboxSpec
+
+pytestmark = [
+    pytest.mark.asyncio,
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not os.environ.get("E2B_API_KEY"),
+        reason="E2B_API_KEY is not set: the real E2B service is not checked",
+    ),
+]
+
+
+async def test_a_real_e2b_sandbox_runs_commands_and_moves_files(tmp_path):
+    pytest.importorskip("e2b", reason="the e2b extra is not installed")
+    from evsys.sandbox.e2b.sandbox import E2BSandbox
+
+    (tmp_path / "in.txt").write_text("from the host\n")
+    async with E2BSandbox(SandboxSpec(name=f"evsys-service-check-{os.getpid()}")) as box:
+        result = await box.exec("id -un; cat; echo err >&2; exit 7", stdin=b"piped\n")
+        assert (result.stdout, result.stderr, result.exit_code) == ("agent\npiped\n", "err\n", 7)
+        slow = await box.exec("sleep 600", timeout=2)
+        assert slow.timed_out
+        await box.upload(tmp_path / "in.txt", "/app/in.txt")
+        await box.download("/app/in.txt", tmp_path / "back.txt")
+        assert (tmp_path / "back.txt").read_text() == "from the host\n"
+        net = await box.exec(
+            "timeout 5 bash -c 'exec 3<>/dev/tcp/1.1.1.1/80' && echo reached || echo blocked"
+        )
+        assert net.stdout == "blocked\n"
