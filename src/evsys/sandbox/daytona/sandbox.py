@@ -22,7 +22,7 @@ from evsys.sandbox.base import Capability, SandboxError
 from evsys.sandbox.remote.sandbox import RemoteSandbox
 
 LABEL_SANDBOX = "evsys.sandbox"
-AUTO_STOP_MINUTES = 60  # a sandbox whose orchestrator died stops after an hour without activity (no billing)
+AUTO_STOP_MINUTES = 60  # a sandbox whose orchestrator died stops (and is deleted) after an idle hour
 CREATE_TIMEOUT_SEC = 600.0
 # The image of a sandbox with resources but no task image (Daytona sizes only sandboxes built from an image).
 BASE_IMAGE_VAR = "EVSYS_DAYTONA_BASE_IMAGE"
@@ -93,6 +93,7 @@ class DaytonaSandbox(RemoteSandbox):
             "labels": {LABEL_SANDBOX: self.spec.name},
             "network_block_all": self.spec.network == "no-network",
             "auto_stop_interval": AUTO_STOP_MINUTES,
+            "auto_delete_interval": 0,  # deleted as soon as it stops
         }
         if self.spec.image is not None:
             return daytona.CreateSandboxFromImageParams(
