@@ -172,7 +172,10 @@ def test_run_checks_the_sandbox_backend_before_creating_the_job(tmp_path):
         env={**os.environ, "COLUMNS": "200"},
     )
     assert done.returncode == 2, done.stderr
-    assert "unknown sandbox backend 'lcoal' (did you mean 'local'?); available: daytona, docker, e2b, local" in done.stderr
+    assert (
+        "unknown sandbox backend 'lcoal' (did you mean 'local'?); available: daytona, docker, e2b, local"
+        in done.stderr
+    )
     assert not (jobs / "never").exists()
 
 

@@ -1,10 +1,13 @@
-"""A stand-in for E2B's service, written for evsys's tests: the REST calls the `e2b` SDK makes to create and
+"""A stand-in for E2B's service, written for evsys's tests: the REST calls the `e2b` SDK makes to build a
+template (`POST /v3/templates`, `POST /v2/templates/{id}/builds/{build}`, `GET .../status`), to create and
 kill a sandbox (`POST /v2/sandboxes`, `DELETE /sandboxes/{id}`, `X-API-KEY`), and the envd calls it makes
 inside one: the Connect RPC `process.Process/Start` (served by the SDK's own generated Connect server classes,
 protobuf or JSON as the client chooses) and the file API (`GET`/`POST /files`). As E2B's client proxy does
 for a sandbox URL, it routes envd calls by the `E2b-Sandbox-Id` header and checks the sandbox's
 `X-Access-Token`; the user is the Basic-auth name (`root`, else the unprivileged user). Each sandbox is one of
-evsys's local sandboxes sized like its template (`TEMPLATES`); `allow_internet_access` picks its network.
+evsys's local sandboxes sized like its template (`base`, or a built one's `cpuCount`/`memoryMB`);
+`allow_internet_access` picks its network. It builds no images: a template from an image it was not told to
+serve from the host's root file system fails its build, with E2B's error status and reason.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from evsys.sandbox.base import SandboxError
 from evsys.sandbox.local.sandbox import LocalSandbox
 
 ENVD_VERSION = "0.6.4"
-TEMPLATES = {"base": {"cpus": 2.0, "memory_mb": 512}}  # E2B's default template's size
+BASE_TEMPLATE = {"cpus": 2.0, "memory_mb": 512}  # E2B's default template (`base`): its size
 _names = itertools.count()
 
 
@@ -44,14 +47,20 @@ class E2BStandin:
     """The stand-in's state: its API key, its sandboxes (by id), what it was asked to create."""
 
     api_key: str
+    host_images: frozenset[str] = frozenset()
     boxes: dict[str, tuple[str, LocalSandbox]] = field(default_factory=dict)  # id -> (access token, sandbox)
     created: list[dict[str, Any]] = field(default_factory=list)
+    templates: dict[str, dict[str, Any]] = field(default_factory=lambda: {"base": {"size": BASE_TEMPLATE}})
+    builds: dict[str, dict[str, Any]] = field(default_factory=dict)  # build id -> what was asked, its status
 
     def api(self) -> FastAPI:
         """The REST API (E2B_API_URL)."""
         app = FastAPI()
         app.post("/v2/sandboxes")(self.create)
         app.delete("/sandboxes/{box_id}")(self.kill)
+        app.post("/v3/templates")(self.request_build)
+        app.post("/v2/templates/{template_id}/builds/{build_id}")(self.start_build)
+        app.get("/templates/{template_id}/builds/{build_id}/status")(self.build_status)
         return app
 
     def envd(self) -> Any:
@@ -71,14 +80,47 @@ class E2BStandin:
     def _authorized(self, request: Request) -> bool:
         return request.headers.get("x-api-key") == self.api_key
 
+    async def request_build(self, request: Request) -> JSONResponse:
+        """POST /v3/templates: a template (by name) and a build of it, waiting for its steps."""
+        if not self._authorized(request):
+            return JSONResponse({"code": 401, "message": "Invalid API key"}, status_code=401)
+        body = await request.json()
+        template_id, build_id = f"tpl{uuid.uuid4().hex[:12]}", str(uuid.uuid4())
+        size = {"cpus": float(body.get("cpuCount", 2)), "memory_mb": int(body.get("memoryMB", 512))}
+        self.builds[build_id] = {"name": body["name"], "size": size, "status": "waiting", "asked": body}
+        answer = {"templateID": template_id, "buildID": build_id, "public": False, "tags": []}
+        return JSONResponse({**answer, "names": [body["name"]], "aliases": [body["name"]]}, status_code=202)
+
+    async def start_build(self, template_id: str, build_id: str, request: Request) -> Response:
+        """POST /v2/templates/{id}/builds/{build}: the steps (`fromImage`); only host images build."""
+        build = self.builds[build_id]
+        build["steps"] = body = await request.json()
+        if body.get("fromImage") in self.host_images:
+            build["status"] = "ready"
+            self.templates[build["name"]] = build
+        else:
+            build["status"], build["reason"] = (
+                "error",
+                f"the stand-in cannot build from {body.get('fromImage')!r}",
+            )
+        return Response(status_code=202)
+
+    async def build_status(self, template_id: str, build_id: str) -> JSONResponse:
+        """GET /templates/{id}/builds/{build}/status: ready, or error with its reason."""
+        build = self.builds[build_id]
+        answer = {"templateID": template_id, "buildID": build_id, "status": build["status"]}
+        if "reason" in build:
+            answer["reason"] = {"message": build["reason"]}
+        return JSONResponse({**answer, "logs": [], "logEntries": []})
+
     async def create(self, request: Request) -> JSONResponse:
         """POST /v2/sandboxes: a sandbox from a known template; 201 with its id and envd access token."""
         if not self._authorized(request):
             return JSONResponse({"code": 401, "message": "Invalid API key"}, status_code=401)
         body = await request.json()
         self.created.append(body)
-        size = TEMPLATES.get(body.get("templateID", ""))
-        if size is None:
+        known = self.templates.get(body.get("templateID", ""))
+        if known is None:
             return JSONResponse(
                 {"code": 404, "message": f"template '{body.get('templateID')}' not found"}, 404
             )
@@ -90,7 +132,7 @@ class E2BStandin:
             env=body.get("envVars") or {},
             network="public" if body.get("allow_internet_access", True) else "no-network",
             max_output_bytes=256 << 20,
-            **size,
+            **known["size"],
         )
         local = LocalSandbox(spec)
         try:

@@ -56,7 +56,7 @@ def e2b_standin() -> Iterator[object]:
     pytest.importorskip("e2b", reason="the e2b extra is not installed")
     from e2b_standin import E2BStandin, serve_standin
 
-    standin = E2BStandin(api_key=f"e2b_{secrets.token_hex(16)}")
+    standin = E2BStandin(api_key=f"e2b_{secrets.token_hex(16)}", host_images=frozenset({STANDIN_IMAGE}))
     with (
         serve_standin(standin) as (api_url, sandbox_url),
         environment(E2B_API_KEY=standin.api_key, E2B_API_URL=api_url, E2B_SANDBOX_URL=sandbox_url),

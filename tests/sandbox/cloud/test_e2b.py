@@ -8,11 +8,11 @@ import os
 from pathlib import Path
 
 import pytest
-from standins import environment
+from standins import STANDIN_IMAGE, environment
 
 from evsys.records import Bind, ImageSpec, PodSpec, SandboxSpec
 from evsys.sandbox import create_sandbox
-from evsys.sandbox.base import SandboxError, SandboxUnsupported
+from evsys.sandbox.base import Capability, SandboxError, SandboxUnsupported
 from evsys.sandbox.e2b.sandbox import TEMPLATE_VAR, E2BSandbox
 
 pytestmark = pytest.mark.asyncio
@@ -43,6 +43,23 @@ async def test_the_sandbox_is_asked_for_with_the_template_env_and_network(e2b_st
     assert e2b_standin.created[-1]["allow_internet_access"] is False
 
 
+async def test_an_image_becomes_a_template_built_with_the_specs_resources(e2b_standin):
+    sized = spec(image=ImageSpec(ref=STANDIN_IMAGE), cpus=1.5, memory_mb=1024)
+    async with E2BSandbox(sized) as box:
+        assert (await box.exec("id -un")).stdout == "agent\n"
+        name = e2b_standin.created[-1]["templateID"]
+    builds = [b for b in e2b_standin.builds.values() if b["name"] == name]
+    assert len(builds) == 1 and builds[0]["steps"]["fromImage"] == STANDIN_IMAGE
+    assert (builds[0]["asked"]["cpuCount"], builds[0]["asked"]["memoryMB"]) == (2, 1024)
+    async with E2BSandbox(sized.model_copy(update={"name": sized.name + "-again"})):
+        pass
+    assert len([b for b in e2b_standin.builds.values() if b["name"] == name]) == 1  # built once
+    unbuildable = E2BSandbox(spec(image=ImageSpec(ref="registry.invalid/no-such:image")))
+    with pytest.raises(SandboxError, match=r"cannot build from 'registry\.invalid/no-such:image'"):
+        await unbuildable.start()
+    await unbuildable.stop()
+
+
 async def test_an_unknown_template_fails_with_the_services_reason(e2b_standin):
     with environment(**{TEMPLATE_VAR: "no-such-template"}):
         box = E2BSandbox(spec())
@@ -56,12 +73,12 @@ async def test_what_e2b_cannot_do_is_refused_up_front(tmp_path: Path):
         "network mode 'allowlist'": spec(network="allowlist", allowed_hosts=["example.com"]),
         "bind mounts": spec(binds=[Bind(src=tmp_path, dst="/mnt/host")]),
         "pods": spec(pod=PodSpec(name="p", hostname="a", hosts=["a"])),
-        "E2B runs templates, not images": spec(image=ImageSpec(ref="python:3.13-slim")),
+        "was built locally": spec(image=ImageSpec(ref="sha256-local", source="containers-storage:[x]y")),
     }
     for reason, refused in refusals.items():
         with pytest.raises(SandboxUnsupported, match=reason):
             E2BSandbox(refused)
-    assert not E2BSandbox.capabilities
+    assert E2BSandbox.capabilities == {Capability.IMAGES}
     box = E2BSandbox(spec())  # never started: each is refused before any call to the service
     for call in (box.reset(), box.set_network("public"), box.spawn(["cat"])):
         with pytest.raises(SandboxUnsupported):

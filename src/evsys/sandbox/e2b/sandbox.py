@@ -3,16 +3,18 @@ only when such a sandbox is used.
 
 Credentials and the service come from the SDK's own environment variables (`E2B_API_KEY`, `E2B_DOMAIN`, and
 for a self-hosted or test service `E2B_API_URL`/`E2B_SANDBOX_URL`); evsys never reads or records them. E2B
-runs templates, not images: the sandbox starts from the template named by `$EVSYS_E2B_TEMPLATE` (default
-`base`), whose build fixes its CPUs and memory (`e2b template build --cpu-count --memory-mb`), so a task's
-`docker_image` is refused with a hint to build a template from it. `no-network` is E2B's
-`allow_internet_access=False`. Commands run through envd's process service as root, files move through its
-file calls (see `evsys.sandbox.remote`). E2B has no pids limit, pods, reset in place, network switch or
-private verifier places: those are refused up front (docs/cloud.md).
+runs templates: a task's `docker_image` becomes a template E2B builds from it (`from_image`, named after the
+image and the spec's CPUs and memory, which a template fixes; built once per process, the service caches its
+layers); a task without one starts from `$EVSYS_E2B_TEMPLATE` (default `base`), sized as that template was
+built. `no-network` is E2B's `allow_internet_access=False`. Commands run through envd's process service as
+root, files move through its file calls (see `evsys.sandbox.remote`). E2B has no pids limit, pods, reset in
+place, network switch or private verifier places: those are refused up front (docs/cloud.md).
 """
 
 from __future__ import annotations
 
+import hashlib
+import math
 import os
 from typing import Any, ClassVar
 
@@ -24,6 +26,7 @@ TEMPLATE_VAR = "EVSYS_E2B_TEMPLATE"
 DEFAULT_TEMPLATE = "base"
 LABEL_SANDBOX = "evsys.sandbox"
 LIFETIME_SEC = 3600  # E2B kills a sandbox after this long (an orchestrator that died leaves nothing billed)
+_built: set[str] = set()  # the templates this process has built
 
 
 def sdk() -> Any:
@@ -36,14 +39,38 @@ def sdk() -> Any:
 
 
 def template() -> str:
-    """The E2B template sandboxes start from."""
+    """The E2B template sandboxes without an image start from."""
     return os.environ.get(TEMPLATE_VAR) or DEFAULT_TEMPLATE
+
+
+def template_name(spec: SandboxSpec) -> str:
+    """The name of the template built for `spec`'s image and resources (the same for the same ones)."""
+    assert spec.image is not None
+    key = f"{spec.image.ref}|{spec.cpus}|{spec.memory_mb}"
+    return f"evsys-{hashlib.sha256(key.encode()).hexdigest()[:20]}"
+
+
+async def build_template(spec: SandboxSpec) -> str:
+    """Build (once per process) the template for `spec`'s image with its CPUs and memory; its name."""
+    e2b = sdk()
+    name = template_name(spec)
+    if name in _built:
+        return name
+    assert spec.image is not None
+    await e2b.AsyncTemplate.build(
+        e2b.AsyncTemplate().from_image(spec.image.ref),
+        name,
+        cpu_count=math.ceil(spec.cpus) if spec.cpus is not None else None,
+        memory_mb=spec.memory_mb,
+    )
+    _built.add(name)
+    return name
 
 
 class E2BSandbox(RemoteSandbox):
     """A sandbox on E2B (see the module docstring)."""
 
-    capabilities: ClassVar[frozenset[Capability]] = frozenset()
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.IMAGES})
     network_modes: ClassVar[frozenset[NetworkMode]] = frozenset({"no-network", "public"})
 
     def __init__(self, spec: SandboxSpec) -> None:
@@ -52,13 +79,11 @@ class E2BSandbox(RemoteSandbox):
 
     @classmethod
     def unsupported(cls, spec: SandboxSpec) -> str | None:
-        """Besides the base checks: an image needs an E2B template built from it first."""
-        if spec.image is not None:
-            return (
-                f"E2B runs templates, not images: build a template from {spec.image.ref!r} "
-                f"(e2b template build) and name it in ${TEMPLATE_VAR}"
-            )
-        return super().unsupported(spec)
+        """Besides the base checks: an image only Docker on this machine has cannot be pulled by E2B."""
+        problem = super().unsupported(spec)
+        if problem is None and spec.image is not None and spec.image.source is not None:
+            return f"image {spec.image.ref!r} was built locally; push it to a registry E2B can pull from"
+        return problem
 
     @classmethod
     async def unavailable(cls) -> str | None:
@@ -74,8 +99,12 @@ class E2BSandbox(RemoteSandbox):
     async def _create(self) -> None:
         e2b = sdk()
         try:
+            name = template() if self.spec.image is None else await build_template(self.spec)
+        except Exception as exc:
+            raise SandboxError(f"sandbox {self.spec.name}: E2B could not build its template: {exc}") from None
+        try:
             self._box = await e2b.AsyncSandbox.create(
-                template=template(),
+                template=name,
                 timeout=LIFETIME_SEC,
                 metadata={LABEL_SANDBOX: self.spec.name},
                 envs=dict(self.spec.env),
