@@ -1,0 +1,42 @@
+"""Whole jobs on the cloud backends through their stand-ins: trials run, score and come back, and the
+service's API key appears nowhere in the job directory."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.asyncio
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+async def _run_job(backend: str, jobs_dir: Path, key: str) -> None:
+    from evsys.engine import Job, JobConfig
+
+    config = JobConfig(
+        datasets=[REPO / "examples" / "tasks"],
+        task_names=["create-file", "nop-must-fail"],
+        sandbox=backend,
+        jobs_dir=jobs_dir,
+        job_name=backend,
+    )
+    job = Job(config)
+    result = await job.run()
+    outcomes = sorted((t.task_name, t.failure, t.reward) for t in result.trials)
+    assert outcomes == [("create-file", None, 1.0), ("nop-must-fail", None, 1.0)]  # the oracle solves both
+    trial = next(t for t in result.trials if t.task_name == "create-file")
+    assert (job.store.trial_dir(trial.trial_name) / "agent" / "oracle.txt").is_file()  # copied out
+    written = [p for p in (jobs_dir / backend).rglob("*") if p.is_file()]
+    assert written  # positive control: the job wrote its records
+    assert not [p for p in written if key.encode() in p.read_bytes()], "the API key was written to the job"
+
+
+async def test_a_job_on_daytona_scores_trials_and_keeps_the_key_out_of_the_job(daytona_standin, tmp_path):
+    await _run_job("daytona", tmp_path, os.environ["DAYTONA_API_KEY"])
+
+
+async def test_a_job_on_e2b_scores_trials_and_keeps_the_key_out_of_the_job(e2b_standin, tmp_path):
+    await _run_job("e2b", tmp_path, os.environ["E2B_API_KEY"])
