@@ -1,6 +1,8 @@
 """Shell scripts a remote (cloud) backend runs as root inside its sandboxes, through the service's one
 "run this command" call: each command's output goes to files (kept apart and byte-exact, read back bounded and
-base64-encoded), its user is dropped with `setpriv`, and its process tree is recorded for a timeout's kill."""
+base64-encoded), its user is dropped with `setpriv` before anything of the command's environment applies (a
+PATH or LD_PRELOAD of the trial's never reaches a root process), and its process tree is recorded for a
+timeout's kill."""
 
 from __future__ import annotations
 
@@ -54,14 +56,14 @@ d=/run/evsys/$1 user=$2 cwd=$3 cap=$4; shift 4
 cmd=${!#}; set -- "${@:1:$#-1}"
 uid=$(id -u -- "$user" 2>/dev/null) || { echo "@@evsys-result no-user"; exit 0; }
 gid=$(id -g -- "$user") home=$(getent passwd "$user" | cut -d: -f6)
-drop=(); [ "$uid" = 0 ] || drop=(setpriv --reuid="$uid" --regid="$gid" --init-groups)
+drop=(); [ "$uid" = 0 ] || drop=("$(command -v setpriv)" --reuid="$uid" --regid="$gid" --init-groups)
 in=/dev/null; [ -f "$d.in" ] && in=$d.in
 [ -f "$d.cmd" ] && cmd=$(cat "$d.cmd")
 mkdir -m 700 "$d" || exit 1
 (
   cd -- "$cwd" || exit 1
   echo "$BASHPID" > "$d.pid"
-  exec setsid env PATH="$user_path" HOME="${home:-/}" USER="$user" LOGNAME="$user" "$@" "${drop[@]}" \
+  exec setsid "${drop[@]}" env PATH="$user_path" HOME="${home:-/}" USER="$user" LOGNAME="$user" "$@" \
     /bin/bash -c "$cmd"
 ) < "$in" > "$d/out" 2> "$d/err" &
 wait $!; s=$?
