@@ -15,10 +15,14 @@ STANDIN_IMAGE = "evsys-standin/host-rootfs:latest"
 
 
 @contextmanager
-def environment(**values: str) -> Iterator[None]:
-    """Set environment variables for the block, restoring the earlier values after it."""
+def environment(**values: str | None) -> Iterator[None]:
+    """Set (None: unset) environment variables for the block, restoring the earlier values after it."""
     saved = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
+    for name, value in values.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
     try:
         yield
     finally:
@@ -62,3 +66,8 @@ def e2b_standin() -> Iterator[object]:
         environment(E2B_API_KEY=standin.api_key, E2B_API_URL=api_url, E2B_SANDBOX_URL=sandbox_url),
     ):
         yield standin
+
+
+def real_service_environment(*names: str) -> dict[str, str | None]:
+    """The variables `names` as this process started with them (before any stand-in fixture replaced them)."""
+    return {name: os.environ.get(name) for name in names}

@@ -6,14 +6,25 @@ from __future__ import annotations
 import os
 
 import pytest
+from standins import environment, real_service_environment
 
 from evsys.records import SandboxSpec
+
+# Read at import, before the session's stand-in fixtures point the SDK's variables at the stand-in.
+REAL = real_service_environment(
+    "DAYTONA_API_KEY",
+    "DAYTONA_API_URL",
+    "DAYTONA_TARGET",
+    "DAYTONA_JWT_TOKEN",
+    "DAYTONA_ORGANIZATION_ID",
+    "EVSYS_DAYTONA_BASE_IMAGE",
+)
 
 pytestmark = [
     pytest.mark.asyncio,
     pytest.mark.slow,
     pytest.mark.skipif(
-        not os.environ.get("DAYTONA_API_KEY"),
+        not REAL["DAYTONA_API_KEY"],
         reason="DAYTONA_API_KEY is not set: the real Daytona service is not checked",
     ),
 ]
@@ -21,9 +32,15 @@ pytestmark = [
 
 async def test_a_real_daytona_sandbox_runs_commands_and_moves_files(tmp_path):
     pytest.importorskip("daytona", reason="the daytona extra is not installed")
+    (tmp_path / "in.txt").write_text("from the host\n")
+    with environment(**REAL):
+        await _check(tmp_path)
+
+
+async def _check(tmp_path):
+    """A command with stdin and exit code, a timeout, a file both ways, no network."""
     from evsys.sandbox.daytona.sandbox import DaytonaSandbox
 
-    (tmp_path / "in.txt").write_text("from the host\n")
     async with DaytonaSandbox(SandboxSpec(name=f"evsys-service-check-{os.getpid()}")) as box:
         result = await box.exec("id -un; cat; echo err >&2; exit 7", stdin=b"piped\n")
         assert (result.stdout, result.stderr, result.exit_code) == ("agent\npiped\n", "err\n", 7)

@@ -6,14 +6,20 @@ from __future__ import annotations
 import os
 
 import pytest
+from standins import environment, real_service_environment
 
 from evsys.records import SandboxSpec
+
+# Read at import, before the session's stand-in fixtures point the SDK's variables at the stand-in.
+REAL = real_service_environment(
+    "E2B_API_KEY", "E2B_DOMAIN", "E2B_API_URL", "E2B_SANDBOX_URL", "EVSYS_E2B_TEMPLATE"
+)
 
 pytestmark = [
     pytest.mark.asyncio,
     pytest.mark.slow,
     pytest.mark.skipif(
-        not os.environ.get("E2B_API_KEY"),
+        not REAL["E2B_API_KEY"],
         reason="E2B_API_KEY is not set: the real E2B service is not checked",
     ),
 ]
@@ -21,9 +27,15 @@ pytestmark = [
 
 async def test_a_real_e2b_sandbox_runs_commands_and_moves_files(tmp_path):
     pytest.importorskip("e2b", reason="the e2b extra is not installed")
+    (tmp_path / "in.txt").write_text("from the host\n")
+    with environment(**REAL):
+        await _check(tmp_path)
+
+
+async def _check(tmp_path):
+    """A command with stdin and exit code, a timeout, a file both ways, no network."""
     from evsys.sandbox.e2b.sandbox import E2BSandbox
 
-    (tmp_path / "in.txt").write_text("from the host\n")
     async with E2BSandbox(SandboxSpec(name=f"evsys-service-check-{os.getpid()}")) as box:
         result = await box.exec("id -un; cat; echo err >&2; exit 7", stdin=b"piped\n")
         assert (result.stdout, result.stderr, result.exit_code) == ("agent\npiped\n", "err\n", 7)
