@@ -4,5 +4,12 @@ runs every rollout as an evsys episode (sandbox, the loop agent's tools, the tas
 recorded token ids and logprobs. Importable without TRL; using it needs the `trl` extra."""
 
 from evsys.integrations.trl.environment import EnvironmentFactory, EvsysEnvironment, hermes_response_parsing
+from evsys.integrations.trl.rollout import EvsysRolloutFunc, evsys_reward
 
-__all__ = ["EnvironmentFactory", "EvsysEnvironment", "hermes_response_parsing"]
+__all__ = [
+    "EnvironmentFactory",
+    "EvsysEnvironment",
+    "EvsysRolloutFunc",
+    "evsys_reward",
+    "hermes_response_parsing",
+]
