@@ -8,7 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TASKS, changed, grpo_config, weights
+pytest.importorskip("trl", reason="TRL is not installed (pip install 'evsys[trl]')")
+
+from trl_grpo import TASKS, changed, grpo_config, weights
+
 from evsys.integrations.trl import EnvironmentFactory, EvsysEnvironment, hermes_response_parsing
 from evsys.records import TrialResult
 from evsys.testing.tiny_model import TinyModelRecipe, TrainingChat, build_tiny_model

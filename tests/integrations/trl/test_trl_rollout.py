@@ -10,7 +10,10 @@ from typing import Any
 
 import pytest
 
-from conftest import changed, grpo_config, weights
+pytest.importorskip("trl", reason="TRL is not installed (pip install 'evsys[trl]')")
+
+from trl_grpo import changed, grpo_config, weights
+
 from evsys.integrations.trl import EvsysRolloutFunc, evsys_reward
 from evsys.records import Trajectory, TrialResult
 from evsys.task.python import VerifiedTask

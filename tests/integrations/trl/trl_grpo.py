@@ -1,14 +1,10 @@
-"""Shared pieces of the TRL tests: the tiny policy TRL trains and a small CPU GRPO configuration."""
+"""Shared pieces of the TRL tests: a small CPU GRPO configuration and weight snapshots."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 from typing import Any
-
-import pytest
-
-pytest.importorskip("trl", reason="TRL is not installed (pip install 'evsys[trl]')")
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
