@@ -80,13 +80,14 @@ class EvsysEnvironment:
     def str_replace(self, path: str, old_str: str, new_str: str) -> str:
         return self._call("str_replace", {"path": path, "old_str": old_str, "new_str": new_str})
 
-    def get_reward(self) -> float:
-        """End the episode, run the task's verifier chain and return its reward (0.0 when none was given);
-        the sandbox is released either way."""
+    def get_reward(self) -> float | None:
+        """End the episode, run the task's verifier chain and return its reward; None when the trial gave
+        none (it failed before its verifier could score it: TRL leaves it out of the group's baseline rather
+        than punish it). The sandbox is released either way."""
         if self._client is None:
-            return 0.0
+            return None
         self.result = self._client.finish()
-        return float(self.result.reward or 0.0)
+        return None if self.result.reward is None else float(self.result.reward)
 
 
 class EnvironmentFactory:
