@@ -58,8 +58,23 @@ def test_grpo_trains_on_rollouts_evsys_runs(tmp_path: Path) -> None:
     model_dir = build_tiny_model(DEMO_RECIPE)
     task = VerifiedTask(id="hello", prompt=DEMO_GREETING[0]["content"], verifier="trl_test_greeting_prefix")
     jobs = tmp_path / "jobs"
+    synced: list[tuple[int, Path]] = []
+
+    def save_weights(trainer: Any) -> str:
+        """On-policy: the trainer's current weights, saved where the local engine loads them from."""
+        target = tmp_path / f"policy-step-{trainer.state.global_step}"
+        trainer.model.save_pretrained(target)
+        trainer.processing_class.save_pretrained(target)
+        synced.append((trainer.state.global_step, target))
+        return f"local:{target}"
+
     rollout = EvsysRolloutFunc(
-        [task], model=f"local:{model_dir}", max_tokens=12, temperature=TEMPERATURE, jobs_dir=jobs
+        [task],
+        model=f"local:{model_dir}",
+        max_tokens=12,
+        temperature=TEMPERATURE,
+        jobs_dir=jobs,
+        sync_weights=save_weights,
     )
     returned: list[dict[str, Any]] = []
 
@@ -104,3 +119,20 @@ def test_grpo_trains_on_rollouts_evsys_runs(tmp_path: Path) -> None:
     assert logged == pytest.approx([sum(r) / len(r) for r in rewards])
     assert any(len(set(r)) > 1 for r in rewards), rewards
     assert changed(before, trainer.model)
+    # the second batch was sampled from the weights after the first step: its recorded logprobs are those
+    # weights' (teacher-forced recompute), not the initial model's
+    assert [step for step, _ in synced] == [1]
+    second = returned[1]
+    with_synced = recompute(synced[0][1], second["prompt_ids"], second["completion_ids"])
+    with_initial = recompute(model_dir, second["prompt_ids"], second["completion_ids"])
+    recorded = [x for row in second["logprobs"] for x in row]
+    assert max(abs(a - b) for a, b in zip(recorded, with_synced, strict=True)) < 1e-3
+    assert max(abs(a - b) for a, b in zip(recorded, with_initial, strict=True)) > 1e-3
+
+
+def recompute(model_dir: Path, prompts: list[list[int]], completions: list[list[int]]) -> list[float]:
+    """Teacher-forced raw-distribution logprobs of every completion token under the weights in `model_dir`."""
+    from evsys.model.local.engine import LocalEngine
+
+    engine = LocalEngine.load(model_dir)
+    return [x for p, c in zip(prompts, completions, strict=True) for x in engine.score(p, c)]

@@ -13,7 +13,10 @@ completion (`env_mask` 0 on tool output and other context), the sampling logprob
 Every batch is an evsys job under `jobs_dir`, ready for `evsys view` and `evsys export`.
 
 TRL trains its own copy of the weights; to keep sampling on-policy, `sync_weights(trainer)` runs before every
-batch sampled after an optimiser step (e.g. save the trainer's model and load it into the serving engine).
+batch sampled after an optimiser step: load the trainer's weights into the serving engine there, or return
+the model to sample from from then on (a model string such as `local:<dir the weights were saved to>`, or a
+model client). evsys records the logprobs of the model's raw distribution (temperature 1), as TRL computes
+them at its default `temperature=1.0`.
 """
 
 from __future__ import annotations
@@ -54,14 +57,15 @@ class EvsysRolloutFunc:
 
     `tasks` are Python tasks (`VerifiedTask`s or rows) or repository rows; `options` go to `run_rollouts`
     (`model` is required; `max_turns`, `max_tokens`, `temperature`, `sandbox`, `agent`, `n_concurrent`,
-    `jobs_dir`, ...).
+    `jobs_dir`, ...). `sync_weights(trainer)` runs before each batch sampled after an optimiser step; what it
+    returns, unless None, is the model sampled from then on.
     """
 
     def __init__(
         self,
         tasks: Sequence[TaskItem],
         *,
-        sync_weights: Callable[[Any], None] | None = None,
+        sync_weights: Callable[[Any], Any] | None = None,
         **options: Any,
     ) -> None:
         if "model" not in options:
@@ -94,7 +98,9 @@ class EvsysRolloutFunc:
         """Roll out every group of identical prompts with evsys; one completion per prompt, in order."""
         step = int(trainer.state.global_step)
         if self.sync_weights is not None and step != self.synced_step:
-            self.sync_weights(trainer)
+            model = self.sync_weights(trainer)
+            if model is not None:
+                self.options["model"] = model
             self.synced_step = step
         keys = [_prompt_text(p) for p in prompts]
         unknown = sorted({k for k in keys if k not in self.items})
