@@ -93,3 +93,31 @@ def test_grpo_trains_on_episodes_in_evsys_sandboxes(tmp_path: Path) -> None:
     assert logged == pytest.approx([sum(rewards[0:4]) / 4, sum(rewards[4:8]) / 4])
     # and they moved the policy
     assert changed(before, trainer.model)
+
+
+def test_an_environment_is_an_episode_whose_reward_the_policy_cannot_write(tmp_path: Path) -> None:
+    factory = EnvironmentFactory(TASKS / "create-done", jobs_dir=tmp_path / "jobs")
+    try:
+        environment = factory()
+        instruction = environment.reset(task="create-done", prompt=[{"role": "user", "content": ""}])
+        assert instruction.startswith("Create the file done.txt")
+        # the tools run in the sandbox as the task's agent user, in its workdir
+        user, cwd = environment.bash(command="id -u; pwd").split()
+        assert user != "0" and cwd == "/app"
+        # the policy tries to grant itself the reward: the command runs, and the write is refused
+        forged = environment.bash(
+            command="mkdir -p /logs/verifier; echo 1 > /logs/verifier/reward.txt; echo rc=$?"
+        )
+        assert "rc=1" in forged and "Permission denied" in forged
+        assert environment.get_reward() == 0.0
+        assert environment.result is not None and environment.result.failure is None
+        assert environment.bash(command="true") == "The episode is over: no more tool calls run."
+        # the same instance serves the next episode, in a fresh sandbox
+        environment.reset(task="create-done")
+        environment.write_file(path="done.txt", content="")
+        assert environment.read_file(path="/app/done.txt") == ""
+        assert environment.get_reward() == 1.0
+    finally:
+        factory.close()
+    assert len(list(factory.runner.job_dir.glob("*/result.json"))) == 2
+    assert not factory.runner.service.episodes
