@@ -16,6 +16,7 @@ from trl_grpo import changed, grpo_config, weights
 
 from evsys.integrations.trl import EvsysRolloutFunc, evsys_reward
 from evsys.records import Trajectory, TrialResult
+from evsys.repo.rows import RepoTask
 from evsys.task.python import VerifiedTask
 from evsys.testing.tiny_model import DEMO_GREETING, DEMO_GREETING_REPLY, DEMO_RECIPE, build_tiny_model
 from evsys.trajectory.groups import flatten_tokens
@@ -50,6 +51,23 @@ def test_refuses_a_prompt_that_is_no_task() -> None:
 
     with pytest.raises(KeyError, match="no task"):
         rollout(["Say goodbye."] * 2, Trainer())
+
+
+def test_its_dataset_holds_the_prompts_of_python_tasks_and_repository_rows() -> None:
+    row = RepoTask(
+        instance_id="o__r-1",
+        repo="o/r",
+        base_commit="0" * 40,
+        FAIL_TO_PASS=["t"],
+        problem_statement="Fix the parser.",
+    )
+    rows = [{"id": "a", "prompt": "Say hello.", "verifier": "trl_test_greeting_prefix"}, row]
+    rollout = EvsysRolloutFunc(rows, model="local")
+    assert rollout.dataset(repeats=2)["prompt"] == ["Say hello.", "Fix the parser."] * 2
+    with pytest.raises(ValueError, match="share the prompt"):
+        EvsysRolloutFunc([rows[0], {**rows[0], "id": "b"}], model="local")
+    with pytest.raises(ValueError, match="model="):
+        EvsysRolloutFunc(rows)
 
 
 @pytest.mark.slow

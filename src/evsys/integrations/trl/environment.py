@@ -104,13 +104,10 @@ class EnvironmentFactory:
                 raise ValueError("pass a dataset (task directory, Python tasks, repository rows) or a runner")
             runner = EpisodeRunner(dataset, **options)
         self.runner = runner
-        self.environments: list[EvsysEnvironment] = []
 
     def __call__(self) -> EvsysEnvironment:
         """A new environment (TRL pools and resets them)."""
-        environment = EvsysEnvironment(self.runner)
-        self.environments.append(environment)
-        return environment
+        return EvsysEnvironment(self.runner)
 
     def dataset(self, tasks: Sequence[str] | None = None, repeats: int = 1) -> Any:
         """A Hugging Face `Dataset` with one row per task (`repeats` times each): an empty user message as

@@ -28,7 +28,7 @@ from typing import Any
 
 from evsys.repo.rows import RepoTask
 from evsys.rollouts import prepare_tasks, run_rollouts
-from evsys.task.python import PromptTask, VerifiedTask
+from evsys.task.python import VerifiedTask
 from evsys.trajectory.groups import RolloutTrajectory, TrajectoryGroup
 
 TaskItem = VerifiedTask | RepoTask | Mapping[str, Any]
@@ -73,16 +73,11 @@ class EvsysRolloutFunc:
         self.options = options
         self.sync_weights = sync_weights
         self.items: dict[str, VerifiedTask | RepoTask] = {}
-        python = prepare_tasks(
-            [t for t in tasks if not isinstance(t, RepoTask)], outcome_reward=True, sandbox=None
-        )
-        for item in [*python, *(t for t in tasks if isinstance(t, RepoTask))]:
-            if isinstance(item, PromptTask):  # pragma: no cover - prepare_tasks refuses them with rewards on
-                continue
+        for item in _tasks(tasks):
             text = item.problem_statement if isinstance(item, RepoTask) else item.prompt
             if text in self.items:
                 raise ValueError(
-                    f"two tasks share the prompt {text[:60]!r}: the trainer could not tell them apart"
+                    f"two tasks share the prompt {text[:60]!r}: the trainer cannot tell them apart"
                 )
             self.items[text] = item
         self.synced_step = 0
@@ -139,6 +134,18 @@ class EvsysRolloutFunc:
             for rollout in group.trajectories:
                 _append(out, rollout, group.prompt, tokenizer)
         return out
+
+
+def _tasks(tasks: Sequence[TaskItem]) -> list[VerifiedTask | RepoTask]:
+    """The Python tasks, validated as `run_rollouts` does (each with a verifier), then the repository rows."""
+    rows = [t for t in tasks if isinstance(t, RepoTask)]
+    python = [t for t in tasks if not isinstance(t, RepoTask)]
+    verified: list[VerifiedTask | RepoTask] = []
+    for task in prepare_tasks(python, outcome_reward=True, sandbox=None) if python else []:
+        if not isinstance(task, VerifiedTask):
+            raise ValueError(f"task {task.id!r} has no verifier: nothing to train on")
+        verified.append(task)
+    return [*verified, *rows]
 
 
 def _append(out: dict[str, list[Any]], rollout: RolloutTrajectory, prompt: str, tokenizer: Any) -> None:
