@@ -82,11 +82,12 @@ class EvsysSession(ResourceSession):
         return ToolResult(data=str(result.get("data", "")), done=done, metadata=metadata)
 
     def verify(self, transcript: list[Message], final_state: Any | None = None) -> VerifyResult:
-        """End the episode (if still running) and run the task's verifier chain: its reward, per-key rewards
-        and the trial's name and directory."""
+        """End the episode (if still running) and run the task's verifier chain: its reward (None when the
+        trial ended before its verifier scored it), per-key rewards, the failure, the trial's name and
+        directory."""
         result = self.client.finish()
         return VerifyResult(
-            env_reward=result.reward if result.failure is None else None,
+            env_reward=result.reward,  # None: the trial ended before its verifier scored it
             done=True,
             metrics={"rewards": dict(result.rewards or {}), "failure": _failure(result)},
             artifacts={
