@@ -181,6 +181,14 @@ def run(
     task: Annotated[
         list[str] | None, typer.Option("--task", help="Only tasks whose name matches (glob).")
     ] = None,
+    task_filter: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--filter",
+            help="KEY=VALUE: only tasks whose task.toml [metadata] KEY matches the glob VALUE (a list such "
+            "as tags matches when any element does); repeat to narrow (one key repeated: either value).",
+        ),
+    ] = None,
     log_limit: Annotated[
         list[str] | None,
         typer.Option(
@@ -249,6 +257,7 @@ def run(
         "network": network.value if network is not None else None,
         "reuse_sandboxes": reuse_sandboxes,
         "task_names": task or [],
+        "task_filters": task_filter or [],
         "log_limits": _log_limits(log_limit or []),
     }
     from evsys.engine import Job
