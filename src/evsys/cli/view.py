@@ -18,7 +18,9 @@ def view(
     tokenizer: Annotated[
         Path | None,
         typer.Option(
-            "--tokenizer", help="tokenizer.json (or a model dir) to show token text instead of ids."
+            "--tokenizer",
+            help="tokenizer.json (or a model dir) to show token text instead of ids; default: a local "
+            "model's own tokenizer for its trials (-m local, local:<dir>) when it is on this machine.",
         ),
     ] = None,
     open_browser: Annotated[
