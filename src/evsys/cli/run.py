@@ -27,6 +27,13 @@ from evsys.cli.checks import (
     save_traceback,
 )
 from evsys.cli.checks import fail as _fail
+from evsys.cli.complete import (
+    complete_agent,
+    complete_executor,
+    complete_job_dir,
+    complete_model,
+    complete_sandbox,
+)
 from evsys.cli.datasets import RegistryPath, RegistryUrl, dataset_paths
 from evsys.cli.executor_flags import ExecutorFlags, executor_spec, resume_hint
 from evsys.cli.markup import shown
@@ -116,7 +123,10 @@ def run(
     agent: Annotated[
         list[str] | None,
         typer.Option(
-            "-a", "--agent", help="oracle | nop | loop | a harness (evsys harness list) | module:Class"
+            "-a",
+            "--agent",
+            help="oracle | nop | loop | a harness (evsys harness list) | module:Class",
+            autocompletion=complete_agent,
         ),
     ] = None,
     dataset: Annotated[
@@ -127,7 +137,10 @@ def run(
     ] = None,
     registry_path: RegistryPath = None,
     registry_url: RegistryUrl = None,
-    model: Annotated[str | None, typer.Option("-m", "--model", help="Model for model-driven agents.")] = None,
+    model: Annotated[
+        str | None,
+        typer.Option("-m", "--model", help="Model for model-driven agents.", autocompletion=complete_model),
+    ] = None,
     base_url: Annotated[
         str | None, typer.Option("--base-url", help="OpenAI-compatible server URL for the model.")
     ] = None,
@@ -160,7 +173,12 @@ def run(
         ),
     ] = "missing",
     sandbox: Annotated[
-        str, typer.Option("--sandbox", help="Sandbox backend (local, or one a plugin registers).")
+        str,
+        typer.Option(
+            "--sandbox",
+            help="Sandbox backend (local, or one a plugin registers).",
+            autocompletion=complete_sandbox,
+        ),
     ] = "local",
     network: Annotated[
         NetworkChoice | None,
@@ -201,6 +219,7 @@ def run(
         Path | None,
         typer.Option(
             "--resume",
+            autocompletion=complete_job_dir,
             help="Resume the job in this directory; -n, --max-retries, the timeout multipliers and "
             "sandbox reuse may change, other flags are refused.",
         ),
@@ -218,6 +237,7 @@ def run(
         str,
         typer.Option(
             "--executor",
+            autocompletion=complete_executor,
             help="Where trials run: local (this process) or ray (a Ray cluster); a resume keeps the job's "
             "recorded executor unless this names one.",
         ),
