@@ -72,7 +72,12 @@ def _complete(words: str, cwd: Path, shell: str = "bash") -> list[str]:
         env["_TYPER_COMPLETE_ARGS"] = words
     script = "from evsys.cli.main import app; app(prog_name='evsys')"
     out = subprocess.run(
-        [sys.executable, "-c", script], env=env, cwd=cwd, capture_output=True, text=True, timeout=SAFETY_TIMEOUT
+        [sys.executable, "-c", script],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=SAFETY_TIMEOUT,
     )
     assert out.returncode == 0, out.stderr
     return out.stdout.split()
@@ -98,4 +103,9 @@ def test_the_shell_protocol_completes_values(jobs: Path, words: str, expected: l
 
 def test_zsh_gets_the_same_values(jobs: Path):
     out = " ".join(_complete("evsys export jobs/alpha --format ", jobs.parent, shell="zsh"))
-    assert re.findall(r'"([^"]+)"', out) == ["atif", "parquet", "rl", "sft"]  # _arguments '*: :(("atif" ...))'
+    assert re.findall(r'"([^"]+)"', out) == [
+        "atif",
+        "parquet",
+        "rl",
+        "sft",
+    ]  # _arguments '*: :(("atif" ...))'
