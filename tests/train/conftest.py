@@ -20,7 +20,11 @@ def tiny_model_dir() -> Path:
 
 @pytest.fixture(scope="session")
 def example() -> Path:
-    """examples/train, importable (`import grpo`, `import digits`) for the tests that drive the loop."""
+    """examples/train, importable (`import grpo`, `import digits`) for the tests that drive the loop; torch on
+    one thread, as the example runs (several intra-op threads on a busy 2-core machine are far slower)."""
+    import torch
+
+    torch.set_num_threads(1)
     if str(EXAMPLE) not in sys.path:
         sys.path.insert(0, str(EXAMPLE))
     return EXAMPLE
