@@ -37,6 +37,7 @@ class GRPOConfig:
     epochs: int = 2
     """Optimizer steps per batch of rollouts (after the first the importance ratio moves off 1)."""
     clip: float = 0.2
+    max_grad_norm: float = 1.0
     max_tokens: int = 4
     temperature: float = 1.0
     n_concurrent: int = 16
@@ -153,11 +154,14 @@ class GRPOLoop:
     def update(self, rollouts: list[RolloutTrajectory]) -> tuple[float, float]:
         """`epochs` AdamW steps on the GRPO loss; returns the last epoch's loss (the first one's is 0 up to
         rounding: the ratio is 1 and each group's advantages sum to 0) and the first epoch's logprob gap."""
+        import torch
+
         loss_value, first_gap = 0.0, None
         for _ in range(self.config.epochs):
             loss, gap = grpo_loss(self.model, rollouts, self.config.clip)
             self.optimizer.zero_grad()
             loss.backward()
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.config.max_grad_norm)
             self.optimizer.step()
             loss_value = float(loss.detach())
             first_gap = gap if first_gap is None else first_gap
