@@ -121,3 +121,15 @@ async def test_a_bad_state_dict_is_refused_and_the_engine_keeps_serving(own_clie
     assert policy.weights_version == 0
     done = await own_client.complete(DEMO_GREETING, params=LONG)
     assert done.weights_version == 0 and len(done.completion_token_ids) == LONG.max_tokens
+
+
+def test_step_metrics_keep_a_known_version_and_leave_out_an_unknown_one():
+    """A step from a model that reports no version serialises as before (ATIF has no such key)."""
+    from evsys.model.base import Completion
+    from evsys.records import StepMetrics
+
+    remote = StepMetrics.from_completion(Completion(text="hi", completion_token_ids=[1, 2]))
+    local = StepMetrics.from_completion(Completion(text="hi", completion_token_ids=[1, 2], weights_version=3))
+    assert "weights_version" not in remote.model_dump() and remote.weights_version is None
+    assert local.model_dump()["weights_version"] == 3
+    assert StepMetrics.model_validate_json(local.model_dump_json()).weights_version == 3
