@@ -1,6 +1,6 @@
 """On-policy GRPO on one machine: evsys rollouts from the local engine, a policy-gradient step, new weights.
 
-    python examples/train/grpo.py --steps 30 --tasks 16 --group-size 8
+    PYTHONPATH=src python examples/train/grpo.py --steps 40 --jobs-dir /tmp/grpo-jobs
 
 Each step: `run_rollouts` samples `group_size` answers per task from the running local engine and scores
 them with the task's verifier; evsys computes the group-relative advantages (`mean_std`, the GRPO form). The
