@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from evsys.agent.harness.process import ProcessLauncher
     from evsys.records import Bind
 
-Dialect = Literal["openai", "anthropic", "responses"]
+Dialect = Literal["openai", "anthropic", "responses", "google"]
 
 
 @dataclass
@@ -63,6 +63,7 @@ HARNESSES: Registry[HarnessDefinition] = Registry("harness", "evsys.harnesses", 
 HARNESSES.register_lazy("claude-code", "evsys.agent.harness.claude_code:DEFINITION")
 HARNESSES.register_lazy("codex", "evsys.agent.harness.codex:DEFINITION")
 HARNESSES.register_lazy("mini-swe-agent", "evsys.agent.harness.mini_swe_agent:DEFINITION")
+HARNESSES.register_lazy("gemini-cli", "evsys.agent.harness.gemini_cli:DEFINITION")
 
 
 def harness_names() -> list[str]:
