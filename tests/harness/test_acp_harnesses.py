@@ -20,6 +20,7 @@ HARNESSES = {
     # name: (the dialect it speaks, its name in ACP `initialize`, its config file under HOME)
     "gemini-cli": ("google", "gemini-cli", ".gemini/settings.json"),
     "opencode": ("openai", "OpenCode", ".config/opencode/opencode.json"),
+    "openclaw": ("openai", "openclaw-acp", ".openclaw/openclaw.json"),
 }
 
 

@@ -80,7 +80,12 @@ class AcpHarnessAdapter(ProcessHarnessAdapter):
     # -- hooks ---------------------------------------------------------------------------------------------
 
     async def prepare(self) -> None:
-        """Write the harness's configuration files before it starts (via `self.launcher.write_file`)."""
+        """Before the harness starts: write its configuration files (via `self.launcher.write_file`), start
+        what it needs beside it."""
+
+    def launch_argv(self) -> list[str]:
+        """The argv of the ACP harness process (`config.command` by default)."""
+        return list(self.config.command)
 
     def render_mcp_config(self) -> bytes | None:
         """Nothing to write: ACP passes MCP servers in `session/new`."""
@@ -107,9 +112,12 @@ class AcpHarnessAdapter(ProcessHarnessAdapter):
         name = self.config.name
         try:
             await self.prepare()
-            process = await self.launch(list(self.config.command))
-        except OSError as exc:
-            raise HarnessStartError(f"harness {name!r} could not be started: {exc}") from exc
+            process = await self.launch(self.launch_argv())
+        except BaseException as exc:
+            await self.stop()
+            if isinstance(exc, OSError):
+                raise HarnessStartError(f"harness {name!r} could not be started: {exc}") from exc
+            raise
         self.client = SandboxAcpClient(
             self.launcher, self._emit, lambda: self.turns, base_env=self.environment()
         )

@@ -65,6 +65,7 @@ HARNESSES.register_lazy("codex", "evsys.agent.harness.codex:DEFINITION")
 HARNESSES.register_lazy("mini-swe-agent", "evsys.agent.harness.mini_swe_agent:DEFINITION")
 HARNESSES.register_lazy("gemini-cli", "evsys.agent.harness.gemini_cli:DEFINITION")
 HARNESSES.register_lazy("opencode", "evsys.agent.harness.opencode:DEFINITION")
+HARNESSES.register_lazy("openclaw", "evsys.agent.harness.openclaw:DEFINITION")
 
 
 def harness_names() -> list[str]:
