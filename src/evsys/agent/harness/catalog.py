@@ -73,6 +73,16 @@ def harness_names() -> list[str]:
     return HARNESSES.names()
 
 
+def is_acp_command(name: str) -> bool:
+    """Whether `name` is an `acp:<command>` harness (any ACP agent, by its command line)."""
+    return name.startswith("acp:")
+
+
 def get_definition(name: str) -> HarnessDefinition:
-    """The definition of harness `name`; `UnknownNameError` (a ValueError) listing the known ones."""
+    """The definition of harness `name` (a catalog name or `acp:<command>`); `UnknownNameError` (a
+    ValueError) listing the known ones."""
+    if is_acp_command(name):
+        from evsys.agent.harness.acp_command import command_definition
+
+        return command_definition(name)
     return HARNESSES.get(name)
