@@ -32,7 +32,9 @@ def harness_processes() -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("harness", ["claude-code", "codex", "mini-swe-agent"])
+@pytest.mark.parametrize(
+    "harness", ["claude-code", "codex", "mini-swe-agent", "gemini-cli", "opencode", "openclaw"]
+)
 async def test_harness_runs_a_trial_through_the_proxy(tmp_path, long_context_client, harness):
     config = JobConfig(
         datasets=[EXAMPLES],
@@ -40,6 +42,8 @@ async def test_harness_runs_a_trial_through_the_proxy(tmp_path, long_context_cli
         task_names=["create-file"],
         jobs_dir=tmp_path,
         job_name=harness,
+        # OpenClaw starts its Gateway (about 30-60 s here) within the task's 60 s agent timeout
+        agent_timeout_multiplier=5.0 if harness == "openclaw" else 1.0,
     )
     events: list[dict] = []
     job = Job(

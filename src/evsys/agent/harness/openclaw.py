@@ -148,6 +148,10 @@ class OpenClawAdapter(AcpHarnessAdapter):
         if not ready.done():
             ready.set_result(False)
 
+    def mcp_servers(self) -> list[Any]:
+        """None: the bridge refuses per-session MCP servers (OpenClaw reads them from its own config)."""
+        return []
+
     def launch_argv(self) -> list[str]:
         """The bridge, pointed at the Gateway with the token file."""
         url = f"ws://127.0.0.1:{GATEWAY_PORT}"
