@@ -62,6 +62,19 @@ async def run_agent(proxy, *args: str, messages: list[str]):
         return hs.session, adapter, turns, listing.stdout.strip()
 
 
+async def test_the_session_updates_become_native_steps(proxy):
+    """`native_steps()`: per turn the prompt as a user step, then an agent step with the streamed text, the
+    announced tool call and its reported result as the observation."""
+    session, adapter, _, _ = await run_agent(proxy, messages=["Say hello.", "Again."])
+    steps = await adapter.native_steps()
+    assert [s.source for s in steps] == ["user", "agent", "user", "agent"]
+    assert steps[0].message == "Say hello." and steps[1].message == session.calls[0].completion.text
+    [call] = steps[1].tool_calls
+    assert call.function_name == "write hello.txt" and call.arguments == {"path": "hello.txt"}
+    [result] = steps[1].observation.results
+    assert result.source_call_id == call.tool_call_id and "hi from acp" in result.content
+
+
 def tool_result(turn) -> dict:
     [result] = turn.of_type(HarnessEventType.TOOL_RESULT)
     return result.data["output"]

@@ -27,10 +27,12 @@ from acp import PROTOCOL_VERSION, connect_to_agent, text_block
 from acp.schema import ClientCapabilities, FileSystemCapabilities, HttpHeader, HttpMcpServer, Implementation
 
 from evsys.agent.harness.acp_client import SandboxAcpClient
+from evsys.agent.harness.acp_steps import MAX_KEPT_EVENTS, events_to_steps
 from evsys.agent.harness.adapter import HarnessStartError, HarnessStateError
 from evsys.agent.harness.events import HarnessEvent, HarnessEventType
 from evsys.agent.harness.process import HarnessProcess
 from evsys.agent.harness.turns import ProcessHarnessAdapter, describe_exit, json_object
+from evsys.records import Step
 
 CLIENT_INFO = Implementation(name="evsys", title="evsys", version="1")
 ERROR_STOP_REASONS = frozenset({"cancelled"})
@@ -76,6 +78,8 @@ class AcpHarnessAdapter(ProcessHarnessAdapter):
         self.agent_info: dict[str, Any] = {}
         self.stopped = False
         self._queue: asyncio.Queue[HarnessEvent] | None = None
+        self.history: list[tuple[str, list[HarnessEvent]]] = []  # (prompt, its session-update events)
+        self._kept = 0
 
     # -- hooks ---------------------------------------------------------------------------------------------
 
@@ -101,8 +105,16 @@ class AcpHarnessAdapter(ProcessHarnessAdapter):
     # -- lifecycle -----------------------------------------------------------------------------------------
 
     def _emit(self, event: HarnessEvent) -> None:
-        if self._queue is not None:
-            self._queue.put_nowait(event)
+        if self._queue is None:
+            return
+        self._queue.put_nowait(event)
+        if self.history and self._kept < MAX_KEPT_EVENTS:
+            self.history[-1][1].append(event)
+            self._kept += 1
+
+    async def native_steps(self) -> list[Step]:
+        """The session as the harness reported it over ACP (prompts, text, thoughts, tool calls, results)."""
+        return events_to_steps(self.history)
 
     async def start(self) -> None:
         """Prepare, launch the harness, initialize ACP and open the session; HarnessStartError on failure."""
@@ -175,6 +187,7 @@ class AcpHarnessAdapter(ProcessHarnessAdapter):
             turn = self.turns
             queue: asyncio.Queue[HarnessEvent] = asyncio.Queue()
             self._queue = queue
+            self.history.append((message, []))
             runner = asyncio.create_task(self._prompt(message, turn, queue))
 
             async def abandon() -> None:
