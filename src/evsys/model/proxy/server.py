@@ -1,14 +1,15 @@
-"""`ModelProxy`: an OpenAI- and Anthropic-compatible HTTP endpoint in front of any `ModelClient`, recording
-calls.
+"""`ModelProxy`: an OpenAI-, Anthropic- and Google-compatible HTTP endpoint in front of any `ModelClient`,
+recording calls.
 
 Every trial gets a session (`open_session`) whose key the harness uses as its API key (OpenAI:
-`Authorization: Bearer <key>`; Anthropic: `x-api-key: <key>`, Bearer accepted too). A request with an
-unknown or closed key is refused with 401 in the dialect's error shape. A session may also get its own
-unix socket (`open_session(uds=...)`): requests arriving there are accepted only with that session's key,
+`Authorization: Bearer <key>`; Anthropic: `x-api-key: <key>`, Bearer accepted too; Google: `x-goog-api-key`
+or `?key=`). A request with an unknown or closed key is refused with 401 in the dialect's error shape. A
+session may also get its own unix socket (`open_session(uds=...)`): requests arriving there are accepted only with that session's key,
 so a harness in a sandbox that can see only its own socket cannot use another session even if it learns
 that session's key.
 
-Endpoints: `POST /v1/chat/completions`, `POST /v1/messages`, `POST /v1/responses`, `GET /v1/models`,
+Endpoints: `POST /v1/chat/completions`, `POST /v1/messages`, `POST /v1/responses`, `POST
+/v1beta/models/<model>:generateContent` (and `:streamGenerateContent`, `:countTokens`), `GET /v1/models`,
 `GET /health` (no key needed), and `/mcp` (MCP Streamable HTTP: the environment tools attached to the
 session with `evsys.agent.harness.mcp_server.serve_tools`; same key rules). Streaming responses are
 produced from the finished completion (the `ModelClient` contract is request/response), so
