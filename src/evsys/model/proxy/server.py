@@ -4,9 +4,9 @@ recording calls.
 Every trial gets a session (`open_session`) whose key the harness uses as its API key (OpenAI:
 `Authorization: Bearer <key>`; Anthropic: `x-api-key: <key>`, Bearer accepted too; Google: `x-goog-api-key`
 or `?key=`). A request with an unknown or closed key is refused with 401 in the dialect's error shape. A
-session may also get its own unix socket (`open_session(uds=...)`): requests arriving there are accepted only with that session's key,
-so a harness in a sandbox that can see only its own socket cannot use another session even if it learns
-that session's key.
+session may also get its own unix socket (`open_session(uds=...)`): requests arriving there are accepted
+only with that session's key, so a harness in a sandbox that can see only its own socket cannot use another
+session even if it learns that session's key.
 
 Endpoints: `POST /v1/chat/completions`, `POST /v1/messages`, `POST /v1/responses`, `POST
 /v1beta/models/<model>:generateContent` (and `:streamGenerateContent`, `:countTokens`), `GET /v1/models`,
