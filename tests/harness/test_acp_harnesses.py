@@ -16,6 +16,9 @@ from evsys.task.loader import load_task
 
 TASK_DIR = Path(__file__).parents[2] / "examples" / "tasks" / "create-file"
 SECOND = "Second: say hi."
+# a turn that ended normally; the untrained model's text can end one early (Gemini CLI's loop detection
+# answers max_turn_requests when the random text repeats itself)
+FINISHED = ("end_turn", "max_tokens", "max_turn_requests")
 HARNESSES = {
     # name: (the dialect it speaks, its name in ACP `initialize`, its config file under HOME)
     "gemini-cli": ("google", "gemini-cli", ".gemini/settings.json"),
@@ -55,7 +58,7 @@ async def test_acp_harness_runs_turns_through_the_proxy(harness_proxy, name):
     assert adapter.agent_info["agentInfo"]["name"] == agent_name
     for turn in turns:
         assert turn.events[-1].type == HarnessEventType.TURN_COMPLETE and turn.ok, turn.error
-        assert turn.events[-1].data["stop_reason"] in ("end_turn", "max_tokens")
+        assert turn.events[-1].data["stop_reason"] in FINISHED
         assert turn.of_type(HarnessEventType.LLM_RESPONSE) and turn.text
     calls = session.calls
     assert calls and all(c.dialect == dialect and c.requested_model == "tiny" for c in calls)
