@@ -17,6 +17,7 @@ from evsys.rollouts import BorrowedModelClient
 
 EXAMPLES = Path(__file__).parents[2] / "examples" / "tasks"
 HARNESS_ROOT = b"/opt/evsys-harness/"
+ACP_HARNESSES = ("gemini-cli", "opencode", "openclaw")
 
 
 def harness_processes() -> list[str]:
@@ -32,9 +33,7 @@ def harness_processes() -> list[str]:
     return found
 
 
-@pytest.mark.parametrize(
-    "harness", ["claude-code", "codex", "mini-swe-agent", "gemini-cli", "opencode", "openclaw"]
-)
+@pytest.mark.parametrize("harness", ["claude-code", "codex", "mini-swe-agent", *ACP_HARNESSES])
 async def test_harness_runs_a_trial_through_the_proxy(tmp_path, long_context_client, harness):
     config = JobConfig(
         datasets=[EXAMPLES],
@@ -62,3 +61,6 @@ async def test_harness_runs_a_trial_through_the_proxy(tmp_path, long_context_cli
     assert trial.agent_metadata["model_calls"] == len(agent_steps)
     assert [e["type"] for e in events][-1] == "turn_complete"
     assert harness_processes() == []
+    if harness in ACP_HARNESSES:  # their ACP session updates, as ATIF beside the proxy's view
+        native = json.loads((trial_dir / "agent" / "native-trajectory.json").read_text())["steps"]
+        assert native[0]["source"] == "user" and any(s["source"] == "agent" for s in native)
