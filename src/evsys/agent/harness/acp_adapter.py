@@ -29,6 +29,7 @@ from acp.schema import ClientCapabilities, FileSystemCapabilities, HttpHeader, H
 from evsys.agent.harness.acp_client import SandboxAcpClient
 from evsys.agent.harness.acp_steps import MAX_KEPT_EVENTS, events_to_steps
 from evsys.agent.harness.adapter import HarnessStartError, HarnessStateError
+from evsys.agent.harness.config import HarnessConfig
 from evsys.agent.harness.events import HarnessEvent, HarnessEventType
 from evsys.agent.harness.process import HarnessProcess
 from evsys.agent.harness.turns import ProcessHarnessAdapter, describe_exit, json_object
@@ -70,7 +71,7 @@ class AcpHarnessAdapter(ProcessHarnessAdapter):
 
     auth_method: str | None = None  # an `authenticate` method id to call after `initialize`, if any
 
-    def __init__(self, config: Any, **kwargs: Any) -> None:
+    def __init__(self, config: HarnessConfig, **kwargs: Any) -> None:
         super().__init__(config, **kwargs)
         self.client: SandboxAcpClient | None = None
         self.conn: Any = None
