@@ -32,9 +32,7 @@ app.command("doctor", short_help="Check bwrap, overlayfs, cgroups, seccomp, user
 app.command("export", short_help="Export a job: RL rows, SFT chats or ATIF copies.")(export)
 app.command("serve", short_help="Serve tasks to OpenEnv trainers (WebSocket, HTTP, MCP).")(serve)
 app.command("view", short_help="Browse jobs and trials in a local web viewer.")(view)
-app.add_typer(
-    tasks_app, name="tasks", help="Check, scaffold, validate and export tasks (directories, SWE rows)."
-)
+app.add_typer(tasks_app, name="tasks", help="Check, scaffold, validate and export tasks and SWE rows.")
 app.add_typer(image_app, name="image", help="Build, list, inspect and prune task environment images.")
 app.add_typer(model_app, name="model", help="Serve and inspect models.")
 app.add_typer(harness_app, name="harness", help="List and install agent harnesses (Claude Code, Codex, ...).")

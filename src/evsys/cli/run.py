@@ -27,6 +27,13 @@ from evsys.cli.checks import (
     save_traceback,
 )
 from evsys.cli.checks import fail as _fail
+from evsys.cli.complete import (
+    complete_agent,
+    complete_executor,
+    complete_job_dir,
+    complete_model,
+    complete_sandbox,
+)
 from evsys.cli.datasets import RegistryPath, RegistryUrl, dataset_paths
 from evsys.cli.executor_flags import ExecutorFlags, executor_spec, resume_hint
 from evsys.cli.markup import shown
@@ -116,7 +123,10 @@ def run(
     agent: Annotated[
         list[str] | None,
         typer.Option(
-            "-a", "--agent", help="oracle | nop | loop | a harness (evsys harness list) | module:Class"
+            "-a",
+            "--agent",
+            help="oracle | nop | loop | a harness (evsys harness list) | module:Class",
+            autocompletion=complete_agent,
         ),
     ] = None,
     dataset: Annotated[
@@ -127,7 +137,10 @@ def run(
     ] = None,
     registry_path: RegistryPath = None,
     registry_url: RegistryUrl = None,
-    model: Annotated[str | None, typer.Option("-m", "--model", help="Model for model-driven agents.")] = None,
+    model: Annotated[
+        str | None,
+        typer.Option("-m", "--model", help="Model for model-driven agents.", autocompletion=complete_model),
+    ] = None,
     base_url: Annotated[
         str | None, typer.Option("--base-url", help="OpenAI-compatible server URL for the model.")
     ] = None,
@@ -160,7 +173,12 @@ def run(
         ),
     ] = "missing",
     sandbox: Annotated[
-        str, typer.Option("--sandbox", help="Sandbox backend (local, or one a plugin registers).")
+        str,
+        typer.Option(
+            "--sandbox",
+            help="Sandbox backend (local, or one a plugin registers).",
+            autocompletion=complete_sandbox,
+        ),
     ] = "local",
     network: Annotated[
         NetworkChoice | None,
@@ -190,6 +208,14 @@ def run(
     task: Annotated[
         list[str] | None, typer.Option("--task", help="Only tasks whose name matches (glob).")
     ] = None,
+    task_filter: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--filter",
+            help="KEY=VALUE: only tasks whose task.toml [metadata] KEY matches the glob VALUE (a list such "
+            "as tags matches when any element does); repeat to narrow (one key repeated: either value).",
+        ),
+    ] = None,
     log_limit: Annotated[
         list[str] | None,
         typer.Option(
@@ -202,6 +228,7 @@ def run(
         Path | None,
         typer.Option(
             "--resume",
+            autocompletion=complete_job_dir,
             help="Resume the job in this directory; -n, --max-retries, the timeout multipliers and "
             "sandbox reuse may change, other flags are refused.",
         ),
@@ -219,6 +246,7 @@ def run(
         str,
         typer.Option(
             "--executor",
+            autocompletion=complete_executor,
             help="Where trials run: local (this process) or ray (a Ray cluster); a resume keeps the job's "
             "recorded executor unless this names one.",
         ),
@@ -259,6 +287,7 @@ def run(
         "reuse_sandboxes": reuse_sandboxes,
         "warm_sandboxes": warm_sandboxes,
         "task_names": task or [],
+        "task_filters": task_filter or [],
         "log_limits": _log_limits(log_limit or []),
     }
     from evsys.engine import Job

@@ -107,6 +107,16 @@ class StepMetrics(_Open):
     completion_token_ids: list[int] | None = None
     logprobs: list[float] | None = None
     loss_mask: list[int] | None = None
+    weights_version: int | None = Field(
+        None, description="Version of the policy weights that sampled this step, when the model reports one."
+    )
+
+    @model_serializer(mode="wrap")
+    def _omit_unknown_version(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        if data.get("weights_version", 0) is None:  # left out unless known: ATIF has no such field
+            del data["weights_version"]
+        return data
 
     @classmethod
     def from_completion(cls, completion: Any, **extra: Any) -> StepMetrics:
@@ -122,6 +132,7 @@ class StepMetrics(_Open):
             completion_token_ids=ids,
             logprobs=completion.logprobs,
             loss_mask=[1] * len(ids) if ids is not None else None,
+            weights_version=completion.weights_version,
             **extra,
         )
 
