@@ -116,3 +116,11 @@ def test_durations():
     assert duration(5, "f") == 5.0
     with pytest.raises(ValueError, match="not a duration"):
         duration("5 s", "f")
+
+
+def test_mains_environment_is_the_trials_over_the_dockerfiles(make_task):
+    compose = 'services:\n  main:\n    environment: ["TOOL_URL=http://tool:8080", "MODE=${MODE:-t}"]\n'
+    dockerfile = "FROM python:3.11-slim-bookworm\nENV MODE=image TOOL_URL=unset KEEP=1\n"
+    task = load_task(make_task(dockerfile=dockerfile, files={"environment/docker-compose.yaml": compose}))
+    assert task.environment.env["TOOL_URL"] == "http://tool:8080" and task.environment.env["MODE"] == "t"
+    assert task.environment.env["KEEP"] == "1"

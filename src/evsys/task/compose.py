@@ -8,8 +8,9 @@ environment is never passed into a sandbox), `command` and `entrypoint` (string 
 `user`, `depends_on` (list or mapping with `condition`: service_started, service_healthy,
 service_completed_successfully) and `healthcheck` (`test` as CMD / CMD-SHELL / string, `interval`, `timeout`,
 `retries`, `start_period`, `disable`). Port publishing (`ports`, `expose`) needs nothing: the services share a
-network. For `main` only `depends_on` is read (its image, limits and network come from task.toml). Other keys
-are reported as ignored warnings; a malformed file is an error naming the file and the field.
+network. For `main` only `depends_on` and `environment` are read (its image, limits and network come from
+task.toml; its environment is set for every command of the trial, the verifier's too, as in the container).
+Other keys are reported as ignored warnings; a malformed file is an error naming the file and the field.
 """
 
 from __future__ import annotations
@@ -66,6 +67,9 @@ class ComposeProject(BaseModel):
     file: str
     services: dict[str, ComposeService] = Field(default_factory=dict)
     main_depends_on: dict[str, Condition] = Field(default_factory=dict)
+    main_environment: dict[str, str] = Field(
+        default_factory=dict, description="`main`'s `environment`: set for every command of the trial."
+    )
 
     def start_order(self) -> list[str]:
         """The sidecars, each after the services it depends on."""
@@ -173,6 +177,8 @@ def _service(
     if "depends_on" in raw:
         service.depends_on = _depends_on(raw["depends_on"], f"{field}.depends_on", names - {name})
     if name == MAIN:
+        if "environment" in raw:
+            service.environment = _environment(raw["environment"], f"{field}.environment")
         return service
     for key in sorted(set(raw) - KNOWN_KEYS):
         warn(f"{field}.{key}", "not applied by evsys (ignored)")
@@ -226,6 +232,7 @@ def parse_compose(path: Path) -> tuple[ComposeProject, list[tuple[str, str]]]:
         service = _service(str(name), raw, path.parent, names, warn)
         if service.name == MAIN:
             project.main_depends_on = service.depends_on
+            project.main_environment = service.environment
         else:
             project.services[service.name] = service
     _check_cycles(project)

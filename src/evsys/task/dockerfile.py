@@ -397,5 +397,6 @@ def resolve_environment_dir(env_dir: Path) -> tuple[ResolvedEnvironment, list[Pr
                 Problem(file=f"environment/{name}", field=f, message=m, severity="warning")
                 for f, m in warnings
             ]
+            result.env = {**result.env, **result.compose.main_environment}  # compose's env beats ENV
             break
     return result, problems

@@ -74,14 +74,16 @@ async def task_image(
 
 
 def image_spec(spec: SandboxSpec, task: Task, image: ImageSpec) -> SandboxSpec:
-    """`spec` on an image: the image brings the Dockerfile's files, ENV, WORKDIR and USER; task.toml's
-    `[environment] env` and `workdir` still apply on top. A sandbox with network also gets the host's CA
-    bundle and the variables pointing tools at it (the host rootfs has it already; an image does not), unless
-    the task sets them itself."""
+    """`spec` on an image: the image brings the Dockerfile's files, ENV, WORKDIR and USER; the compose file's
+    `main` environment and task.toml's `[environment] env` and `workdir` still apply on top. A sandbox with
+    network also gets the host's CA bundle and the variables pointing tools at it (the host rootfs has it
+    already; an image does not), unless the task sets them itself."""
     env = task.config.environment
     user = image.config.user or ""
     files: list[FileCopy] = []
     variables: dict[str, str] = {}
+    compose = task.environment.compose
+    compose_environment = dict(compose.main_environment) if compose is not None else {}
     bundle = host_ca_bundle()
     if spec.network != "no-network" and bundle is not None:
         files.append(FileCopy(src=bundle, dst=SANDBOX_CA_PATH))
@@ -90,7 +92,7 @@ def image_spec(spec: SandboxSpec, task: Task, image: ImageSpec) -> SandboxSpec:
         update={
             "image": image,
             "files": files,
-            "env": variables | dict(env.env),
+            "env": variables | compose_environment | dict(env.env),
             "workdir": env.workdir or image.config.workdir or task.environment.workdir,
             "user": "root" if user.split(":")[0] in ("root", "0") else spec.user,
         }
