@@ -1,4 +1,5 @@
-"""`evsys export JOB_DIR --format rl|sft|atif|parquet -o OUT`: trainer-ready files from a job directory."""
+"""`evsys export JOB_DIR --format rl|sft|atif|parquet|sequences|openenv -o OUT`: trainer-ready files from a
+job directory."""
 
 from __future__ import annotations
 
@@ -12,7 +13,12 @@ from rich.console import Console
 def export(
     job_dir: Annotated[Path, typer.Argument(help="A job directory, e.g. jobs/<name>.")],
     fmt: Annotated[
-        str, typer.Option("--format", "-f", help="rl (JSONL) | parquet | sft (chat JSONL) | atif (copies)")
+        str,
+        typer.Option(
+            "--format",
+            "-f",
+            help="rl (JSONL) | parquet | sft (chat JSONL) | atif (copies) | sequences | openenv",
+        ),
     ] = "rl",
     out: Annotated[Path, typer.Option("-o", "--out", help="Output directory.")] = Path("out"),
     successful_only: Annotated[
