@@ -19,8 +19,8 @@ elision is recorded on the step (`context_events`) and counted. When nothing is 
 Malformed tool calls (invalid JSON, unknown tool, bad arguments) become error observations for the model and
 are counted in the result's metadata.
 
-A task's stdio MCP servers (`[environment] mcp_servers`) run in the sandbox and their tools are offered beside
-the built-in ones as `mcp__<server>__<tool>` (evsys.agent.mcp_client).
+A task's MCP servers (`[environment] mcp_servers`) are reached from inside the sandbox and their tools are
+offered beside the built-in ones as `mcp__<server>__<tool>` (evsys.agent.mcp_client).
 """
 
 from __future__ import annotations
@@ -80,7 +80,6 @@ class LoopStats(BaseModel):
     prefix_breaks: int = 0
     context_elisions: int = 0
     mcp_tools: list[str] = Field(default_factory=list)
-    mcp_skipped: list[str] = Field(default_factory=list)
     completion_tokens: int = 0
     model_time_s: float = 0.0
     tool_time_s: float = 0.0
@@ -136,9 +135,7 @@ class LoopAgent(Agent):
         ctx.trajectory.agent.tool_definitions = list(schemas)  # what SFT exports need
         ctx.trajectory.add("system", system_prompt)
         ctx.trajectory.add("user", instruction)
-        stats = LoopStats(
-            mcp_tools=[s["function"]["name"] for s in mcp.schemas()], mcp_skipped=list(mcp.skipped)
-        )
+        stats = LoopStats(mcp_tools=[s["function"]["name"] for s in mcp.schemas()])
         previous: Completion | None = None
         for turn in range(cfg.max_turns):
             remaining = None if cfg.token_budget is None else cfg.token_budget - stats.completion_tokens

@@ -2,17 +2,22 @@
 
 Each `stdio` server of the task's `[environment] mcp_servers` is started inside the trial's sandbox (as the
 sandbox's default user, in the task's working directory) and spoken to over its stdin/stdout, so it sees
-exactly what the agent sees and the task's network mode applies to it. Its tools are offered to the model as
+exactly what the agent sees and the task's network mode applies to it. An HTTP server (`streamable-http`,
+`sse`) is reached the same way through a stdlib relay started inside the sandbox (evsys.agent.mcp_relay): the
+requests leave from the sandbox's network namespace. Every server's tools are offered to the model as
 `mcp__<server>__<tool>` (the names Claude Code gives them) beside the loop agent's own. A call goes to the
 server with `tools/call`; its text content becomes the observation, an error result or a failed call an error
-observation. HTTP servers (`streamable-http`, `sse`) reach harnesses, which connect from inside the sandbox;
-the loop agent skips them and says so in its result's metadata."""
+observation."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
+import json
 import logging
+import os
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 from evsys.agent.tools import ToolOutcome, clip
@@ -23,6 +28,7 @@ from evsys.task.models import McpServerConfig
 log = logging.getLogger(__name__)
 
 TOOL_PREFIX = "mcp__"
+SANDBOX_PYTHON = "/usr/bin/python3"  # what runs the relay (the harness forwarder needs it too)
 START_TIMEOUT = 60.0
 STDERR_KEEP = 4000
 
@@ -30,6 +36,23 @@ STDERR_KEEP = 4000
 def exposed_name(server: str, tool: str) -> str:
     """The name the model calls a server's tool by: `mcp__<server>__<tool>`."""
     return f"{TOOL_PREFIX}{server}__{tool}"
+
+
+@functools.cache
+def relay_source() -> str:
+    """The source of the in-sandbox HTTP relay (evsys.agent.mcp_relay), run with `python3 -I -c`."""
+    from evsys.agent import mcp_relay
+
+    return Path(mcp_relay.__file__).read_text()
+
+
+def server_argv(server: McpServerConfig) -> list[str]:
+    """What to start in the sandbox for `server`: its own command, or the relay to its URL (the headers'
+    `${VAR}`s resolved from evsys's environment)."""
+    if server.transport == "stdio":
+        return [server.command or "", *server.args]
+    headers = json.dumps(server.resolved_headers(os.environ))
+    return [SANDBOX_PYTHON, "-I", "-c", relay_source(), server.transport, server.url or "", headers]
 
 
 def _missing_extra() -> RuntimeError:
@@ -87,7 +110,6 @@ class TaskMcpTools:
         self.sandbox = sandbox
         self.workdir = workdir
         self.call_timeout = call_timeout
-        self.skipped: list[str] = []  # "<server>: why", for the agent's metadata
         self._routes: dict[str, tuple[Any, str]] = {}  # exposed name -> (client session, tool name)
         self._schemas: list[dict[str, Any]] = []
         self._stack = contextlib.AsyncExitStack()
@@ -95,9 +117,6 @@ class TaskMcpTools:
     async def __aenter__(self) -> TaskMcpTools:
         try:
             for server in self.servers:
-                if server.transport != "stdio":
-                    self.skipped.append(f"{server.name}: {server.transport} servers reach harnesses only")
-                    continue
                 await self._connect(server)
         except BaseException:
             await self._stack.aclose()
@@ -113,7 +132,7 @@ class TaskMcpTools:
             from mcp.client.session import ClientSession
         except ImportError as exc:
             raise _missing_extra() from exc
-        argv = [server.command or "", *server.args]
+        argv = server_argv(server)
         process = await self.sandbox.spawn(argv, cwd=self.workdir)
         self._stack.push_async_callback(process.kill)
         streams = await self._stack.enter_async_context(process_streams(process))
@@ -125,7 +144,7 @@ class TaskMcpTools:
         except Exception as exc:
             stderr = await _stderr_tail(process)
             raise RuntimeError(
-                f"task MCP server {server.name!r} ({' '.join(argv)}) did not start: {exc!r}"
+                f"task MCP server {server.name!r} ({server.url or ' '.join(argv)}) did not start: {exc!r}"
                 + (f"; its stderr: {stderr}" if stderr else "")
             ) from exc
         for tool in listed.tools:

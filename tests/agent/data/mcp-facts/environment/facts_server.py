@@ -41,8 +41,13 @@ def answer(request: dict) -> dict | None:
     return {"jsonrpc": "2.0", "id": request["id"], "result": result}
 
 
-for line in sys.stdin:
-    if line.strip():
-        reply = answer(json.loads(line))
-        if reply is not None:
-            print(json.dumps(reply), flush=True)
+def main() -> None:
+    for line in sys.stdin:
+        if line.strip():
+            reply = answer(json.loads(line))
+            if reply is not None:
+                print(json.dumps(reply), flush=True)
+
+
+if __name__ == "__main__":
+    main()
