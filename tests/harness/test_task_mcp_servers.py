@@ -17,10 +17,14 @@ from evsys.agent.harness.claude_code import build as build_claude_code
 from evsys.agent.harness.codex import build as build_codex
 from evsys.agent.harness.config import ModelEndpoint
 from evsys.agent.harness.process import HostProcessLauncher
+from evsys.agent.harness.sandbox_tools import SandboxToolService
+from evsys.agent.tools import SandboxTools
 from evsys.engine import Job
 from evsys.engine.config import AgentSpec, JobConfig
 from evsys.model.local.client import LocalModelClient
+from evsys.records import SandboxSpec
 from evsys.rollouts import BorrowedModelClient
+from evsys.sandbox.registry import create_sandbox
 from evsys.task.models import McpServerConfig
 from evsys.testing.tiny_model import build_tiny_model
 
@@ -137,3 +141,24 @@ async def test_harness_mcp_tools_injects_the_sandbox_tools(tmp_path, mcp_client)
         f"mcp__evsys-env__{n}" for n in ("env_bash", "read_file", "str_replace", "write_file")
     ]
     assert "mcp_tool_calls" in trial.agent_metadata
+
+
+async def test_injected_sandbox_tools_run_in_the_sandbox_and_are_recorded(proxy, tmp_path):
+    """What `--harness-mcp-tools` serves: `env_bash` (Claude Code has a `Bash`) runs in the trial's sandbox
+    as the loop agent's bash would, `submit` is never offered, and each call is on the session's record."""
+    box = create_sandbox(SandboxSpec(name="env-tools", workdir="/app"))
+    await box.start()
+    try:
+        session = proxy.open_session()
+        adapter = build_claude_code(host_setup())
+        service = SandboxToolService(SandboxTools(box, workdir="/app"))
+        server = service.attach(adapter, session)
+        assert sorted(server.tool_mapping()) == ["env_bash", "read_file", "str_replace", "write_file"]
+        output = await server.call("env_bash", {"command": "echo hi > made.txt && id -un && cat made.txt"})
+        await service.close()
+        made = await box.exec("cat /app/made.txt")
+    finally:
+        await box.stop()
+    assert (output.text.split(), output.is_error) == (["agent", "hi"], False)
+    assert made.stdout == "hi\n"
+    assert [(c.name, c.tool) for c in session.tool_calls] == [("env_bash", "bash")]
