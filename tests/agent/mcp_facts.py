@@ -1,11 +1,11 @@
 """The `mcp-facts` task (it ships a stdio MCP server with one tool, `lookup_fact`) and a tiny model scripted
 to call that tool, from the loop agent and from Claude Code.
 
-The model is the long-context tiny model (real harnesses send long prompts) trained on the loop agent's first
+The model (a long context window: Claude Code's prompts are long) is trained on the loop agent's first
 request (its system prompt, the instruction, its tools and the task's tool) answered with the call, then
 `submit` after the tool's answer; and on Claude Code's first request (captured from Claude Code 2.1.330 run
-with `--system-prompt` and `--tools=`, so only the task's tool is offered) answered with the same call, under
-a few dates, since Claude Code tells the model today's date."""
+with `--system-prompt` and `--tools=`, so only the task's tool is offered) answered with the same call,
+under a few dates, since Claude Code tells the model today's date."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 from evsys.agent.loop import LoopAgent
 from evsys.agent.tools import TOOL_SCHEMAS
-from evsys.testing.tiny_model import LONG_CONTEXT_RECIPE, TinyModelRecipe, TrainingChat
+from evsys.testing.tiny_model import TinyModelRecipe, TrainingChat
 
 TASK_DIR = Path(__file__).with_name("data") / "mcp-facts"
 CLAUDE_REQUEST = Path(__file__).parents[1] / "harness" / "data" / "claude-code-mcp-request.json"
@@ -68,7 +68,7 @@ def _claude_chats() -> list[TrainingChat]:
 
 
 def mcp_recipe() -> TinyModelRecipe:
-    """The long-context tiny model, scripted to call the task's MCP tool (see the module docstring)."""
-    return LONG_CONTEXT_RECIPE.model_copy(
-        update={"chats": [*_loop_chats(), *_claude_chats()], "train_steps": 300, "seed": 3}
-    )
+    """The tiny model scripted to call the task's MCP tool (see the module docstring); its tokenizer learns
+    the chats' text, so Claude Code's prompt stays short."""
+    chats = [*_loop_chats(), *_claude_chats()]
+    return TinyModelRecipe(chats=chats, vocab_size=2048, context_window=32768, train_steps=300, seed=3)
