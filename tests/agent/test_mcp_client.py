@@ -62,7 +62,7 @@ async def test_every_transport_lists_and_calls_the_tool(sandbox, monkeypatch):
         for name in names:
             outcome = await mcp.call(lookup(name), max_chars=1000)
             assert (outcome.content, outcome.is_error) == (ANSWER, False)
-    log = await box.exec("cat /tmp/facts-calls.jsonl")
+    log = await box.exec("cat /app/facts-calls.jsonl")
     assert log.stdout.count("kumquat") == 3
 
 

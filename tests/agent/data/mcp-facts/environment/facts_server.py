@@ -1,6 +1,6 @@
 """A tiny MCP server over stdio (JSON-RPC lines, standard library only) with one tool, `lookup_fact`.
 
-Every call it serves is appended to /tmp/facts-calls.jsonl, which the task's test reads."""
+Every call it serves is appended to /app/facts-calls.jsonl, which the task's test reads."""
 
 import json
 import sys
@@ -27,7 +27,7 @@ def answer(request: dict) -> dict | None:
         result = {"tools": [TOOL]}
     elif method == "tools/call" and params.get("name") == "lookup_fact":
         topic = str((params.get("arguments") or {}).get("topic", ""))
-        with open("/tmp/facts-calls.jsonl", "a") as log:
+        with open("/app/facts-calls.jsonl", "a") as log:
             log.write(json.dumps({"topic": topic}) + "\n")
         result = {
             "content": [{"type": "text", "text": f"A {topic} is a small citrus fruit."}],
