@@ -79,7 +79,8 @@ class McpServerConfig(_Section):
 
     `stdio` servers are started inside the sandbox (`command` + `args`, in the task's working directory);
     `streamable-http` (also spelt `http`) and `sse` servers are reached at `url` from inside the sandbox, so
-    the task's network mode applies. Header values may name host variables as `${VAR}`."""
+    the task's network mode applies. Without `transport`, a server with a `command` and no `url` is `stdio`
+    (else `sse`, Harbor's default). Header values may name host variables as `${VAR}`."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,47}$")
     transport: Literal["stdio", "sse", "streamable-http"] = "sse"
@@ -92,6 +93,14 @@ class McpServerConfig(_Section):
     @classmethod
     def _http_alias(cls, value: object) -> object:
         return "streamable-http" if value == "http" else value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _stdio_when_only_a_command(cls, data: Any) -> Any:
+        """No `transport`, a `command` and no `url`: stdio (Harbor's default, `sse`, needs a url)."""
+        if isinstance(data, dict) and "transport" not in data and data.get("command") and not data.get("url"):
+            return {**data, "transport": "stdio"}
+        return data
 
     @model_validator(mode="after")
     def _fields_for_transport(self) -> McpServerConfig:
