@@ -58,7 +58,9 @@ class SequenceBreak(BaseModel):
         "continued; new_root: extends no earlier call (sub-agent, compaction, rewritten history)."
     )
     closest_node: int | None = Field(
-        None, description="The earlier call whose prompt + completion shares the most leading tokens."
+        None,
+        description="The earlier call whose prompt + completion shares the most leading tokens (None: none "
+        "shares any).",
     )
     common_prefix_tokens: int = Field(0, description="How many leading tokens the two share.")
 
@@ -127,10 +129,10 @@ def _parent(node: CallNode, earlier: list[CallNode]) -> int | None:
 
 
 def _break(node: CallNode, earlier: list[CallNode], kind: BreakKind) -> SequenceBreak:
-    closest, shared = None, -1
-    for candidate in earlier:
+    closest, shared = None, 0
+    for candidate in earlier:  # the latest of the earlier calls sharing the most leading tokens, if any
         common = _common_prefix(candidate.end, node.prompt_token_ids)
-        if common >= shared:
+        if common and common >= shared:
             closest, shared = candidate.node, common
     if any(c.prompt_token_ids == node.prompt_token_ids for c in earlier):
         kind = "retry"
@@ -140,7 +142,7 @@ def _break(node: CallNode, earlier: list[CallNode], kind: BreakKind) -> Sequence
         call_index=node.call_index,
         kind=kind,
         closest_node=closest,
-        common_prefix_tokens=max(shared, 0),
+        common_prefix_tokens=shared,
     )
 
 
