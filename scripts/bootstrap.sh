@@ -12,7 +12,7 @@ APT_PACKAGES=(bubblewrap slirp4netns nftables python3 gcc libc6-dev iproute2 uti
     docker-registry apache2-utils)  # the image tests' loopback registry with htpasswd auth
 PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}
-EXTRAS=${EXTRAS:-local,rl,harness,viewer,serve,docker,repo,ray,dev}
+EXTRAS=${EXTRAS:-local,rl,harness,viewer,serve,docker,repo,ray,trl,dev}
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
@@ -96,6 +96,21 @@ if [ ! -f "$tc_stamp" ] || [ pyproject.toml -nt "$tc_stamp" ]; then
         pip_install --no-deps "tinker-cookbook>=0.6,<0.7"
     fi
     touch "$tc_stamp"
+fi
+# OpenEnv 0.10 (evsys.integrations.openenv) ships the `openenv` module that openenv-core (the dev extra's client
+# for `evsys serve`'s tests) ships too: it goes into a directory of its own, without dependencies (its session
+# API needs only what evsys's venv has); tests/integrations/test_openenv.py puts it first on the path.
+OPENENV_SITE=.openenv-site
+OPENENV_REQUIREMENT="openenv==0.10.*"
+oe_stamp="$OPENENV_SITE/.evsys-installed"
+if [ ! -f "$oe_stamp" ] || [ "$(cat "$oe_stamp")" != "$OPENENV_REQUIREMENT" ]; then
+    echo "evsys bootstrap: installing $OPENENV_REQUIREMENT into $OPENENV_SITE"
+    rm -rf "$OPENENV_SITE"
+    if pip_install --no-deps --target "$OPENENV_SITE" "$OPENENV_REQUIREMENT"; then
+        echo "$OPENENV_REQUIREMENT" > "$oe_stamp"
+    else
+        echo "evsys bootstrap: could not install $OPENENV_REQUIREMENT; OpenEnv's session tests will be skipped" >&2
+    fi
 fi
 # Harbor's integration tests (tests/integrations/harbor) run Harbor itself, which needs Python >= 3.12: a
 # virtualenv of its own with Harbor and this checkout of evsys (core dependencies only), made only when such a

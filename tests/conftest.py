@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -17,3 +18,18 @@ EXAMPLES = REPO_ROOT / "examples"
 def examples_dir() -> Path:
     """The bundled example datasets (examples/tasks, ...)."""
     return EXAMPLES
+
+
+async def _eventually(condition, what: str, limit: float = 120.0) -> None:
+    deadline = asyncio.get_running_loop().time() + limit
+    while not condition():
+        if asyncio.get_running_loop().time() > deadline:
+            pytest.fail(f"never happened: {what}")
+        await asyncio.sleep(0.02)
+
+
+@pytest.fixture
+def eventually():
+    """`await eventually(condition, what)`: wait until `condition()` holds (checked every 20 ms); the test
+    fails naming `what` after two minutes (a bound on hanging, never a speed assertion)."""
+    return _eventually

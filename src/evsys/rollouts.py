@@ -159,6 +159,7 @@ async def run_rollouts(
     advantage: AdvantageMethod = "mean",
     executor: str = "local",
     executor_options: BaseModel | Mapping[str, Any] | None = None,
+    warm_sandboxes: int = 0,
 ) -> list[TrajectoryGroup]:
     """Roll out every item `num_samples` times; one `TrajectoryGroup` per item, in input order.
 
@@ -169,7 +170,8 @@ async def run_rollouts(
     fails stays in its group with its error. The job directory is `<jobs_dir>/<job_name>` (default `jobs/`).
     `executor` names where the trials run (evsys.engine.executors: `local`, `ray`), `executor_options` its
     settings (for `ray`: `{"address": "auto"}`, see RayOptions); a lent client works in-process only, so
-    another executor needs a model string (each worker builds its own client from it).
+    another executor needs a model string (each worker builds its own client from it). `warm_sandboxes=N`
+    keeps N started sandboxes per environment ready while the job runs (evsys.sandbox.warm).
     """
     if num_samples < 1:
         raise ValueError(f"num_samples must be >= 1, got {num_samples}")
@@ -189,6 +191,7 @@ async def run_rollouts(
     repo_tasks = [item for item in items if isinstance(item, RepoTask)]
     if items and len(repo_tasks) == len(items):
         settings = {"n_attempts": num_samples, "n_concurrent": n_concurrent, "max_retries": max_retries}
+        settings["warm_sandboxes"] = warm_sandboxes
         return await run_repo_rollouts(
             repo_tasks,
             spec,
@@ -209,6 +212,7 @@ async def run_rollouts(
         n_concurrent=n_concurrent,
         max_retries=max_retries,
         executor=where,
+        warm_sandboxes=warm_sandboxes,
     )
     job = Job(config, model_client_factory=factory, python_tasks=tasks, keep_trajectories=True)
     result = await job.run()

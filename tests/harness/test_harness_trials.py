@@ -17,6 +17,7 @@ from evsys.rollouts import BorrowedModelClient
 
 EXAMPLES = Path(__file__).parents[2] / "examples" / "tasks"
 HARNESS_ROOT = b"/opt/evsys-harness/"
+ACP_HARNESSES = ("gemini-cli", "opencode", "openclaw")
 
 
 def harness_processes() -> list[str]:
@@ -32,7 +33,7 @@ def harness_processes() -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("harness", ["claude-code", "codex", "mini-swe-agent"])
+@pytest.mark.parametrize("harness", ["claude-code", "codex", "mini-swe-agent", *ACP_HARNESSES])
 async def test_harness_runs_a_trial_through_the_proxy(tmp_path, long_context_client, harness):
     config = JobConfig(
         datasets=[EXAMPLES],
@@ -40,6 +41,8 @@ async def test_harness_runs_a_trial_through_the_proxy(tmp_path, long_context_cli
         task_names=["create-file"],
         jobs_dir=tmp_path,
         job_name=harness,
+        # OpenClaw starts its Gateway (about 30-60 s here) within the task's 60 s agent timeout
+        agent_timeout_multiplier=5.0 if harness == "openclaw" else 1.0,
     )
     events: list[dict] = []
     job = Job(
@@ -58,3 +61,6 @@ async def test_harness_runs_a_trial_through_the_proxy(tmp_path, long_context_cli
     assert trial.agent_metadata["model_calls"] == len(agent_steps)
     assert [e["type"] for e in events][-1] == "turn_complete"
     assert harness_processes() == []
+    if harness in ACP_HARNESSES:  # their ACP session updates, as ATIF beside the proxy's view
+        native = json.loads((trial_dir / "agent" / "native-trajectory.json").read_text())["steps"]
+        assert native[0]["source"] == "user" and any(s["source"] == "agent" for s in native)

@@ -37,7 +37,7 @@ async def run_tasks(tmp_path: Path, names: list[str], **kw):
 
 
 @pytest.mark.parametrize(
-    "name", ["debian-run", "env-path", "multi-stage", "arg", "user-workdir", "dockerignore"]
+    "name", ["debian-run", "env-path", "multi-stage", "arg", "user-workdir", "dockerignore", "uv-stage"]
 )
 async def test_a_dockerfile_feature_builds_and_the_oracle_reaches_one(image_storage, tmp_path, name):
     result, _ = await run_tasks(tmp_path, [name])

@@ -78,3 +78,13 @@ async def test_a_bad_docker_image_names_the_field(tmp_path: Path):
     service = ImageService(Storage(tmp_path / "images"), pull_policy="never")
     with pytest.raises(ImageError, match=r"task.toml:environment.docker_image: .*'Bad/Name'"):
         await service.task_image(tmp_path, docker_image="Bad/Name:1")
+
+
+def test_uv_tool_images_are_synthesised_from_the_pypi_wheel_of_their_version():
+    from evsys.images.toolimages import tool_image_plan
+
+    plan = tool_image_plan(parse_ref("ghcr.io/astral-sh/uv:0.9.7"))
+    assert plan is not None and plan.version == "0.9.7" and "uv==0.9.7 wheel from PyPI" in plan.describe()
+    assert tool_image_plan(parse_ref("ghcr.io/astral-sh/uv:0.9.7-python3.12-bookworm")) is None  # whole image
+    assert tool_image_plan(parse_ref("ghcr.io/astral-sh/uv:latest")) is None  # no version to pin
+    assert tool_image_plan(parse_ref("docker.io/astral/uv:0.9.7")) is None

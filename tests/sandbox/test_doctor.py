@@ -18,7 +18,8 @@ def _app() -> typer.Typer:
 def test_checks_find_what_this_machine_has():
     found = {c.name: c for c in checks.run_checks(smoke=False)}
     assert found["bubblewrap"].ok and "bubblewrap" in found["bubblewrap"].detail
-    assert found["cgroup memory"].ok and found["cgroup pids"].ok
+    assert found["memory_mb limit"].ok and found["pids_max limit"].ok  # cgroup v1 on this machine
+    assert "enforced by cgroup v1 memory" in found["memory_mb limit"].detail
     assert found["seccomp"].ok and "syscalls denied" in found["seccomp"].detail
 
 

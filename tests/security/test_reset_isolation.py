@@ -1,5 +1,6 @@
 """A reset sandbox (a slot reused by the next trial) keeps nothing of the previous trial: files anywhere,
-/tmp and /dev, processes, IPC objects, lingering connections; and the sandbox's limits still hold."""
+/tmp and /dev, processes, IPC objects, lingering connections; and the sandbox's limits still hold. Each test
+runs twice: the sandbox reset in place, and handed to the next trial through a warm pool."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import pytest
 
 from evsys.records import FileCopy, SandboxSpec
 from evsys.sandbox import LocalSandbox, SandboxError
+from evsys.sandbox.pool import SandboxPool
 
 MQ = (
     "python3 -c \"import ctypes, os; rt = ctypes.CDLL('librt.so.1', use_errno=True); "
@@ -14,20 +16,69 @@ MQ = (
 )
 
 
-@pytest.fixture
-async def sb(tmp_path):
+class Handover:
+    """How the next trial gets a used sandbox: `reset()` in place, or released to a warm pool
+    (evsys.sandbox.warm) and acquired again for the next trial of the same spec, as the engine does."""
+
+    def __init__(self, mode: str, spec: SandboxSpec) -> None:
+        self.mode = mode
+        self.spec = spec
+        self.pool = SandboxPool.for_backend("local", max_idle=2, warm=1) if mode == "warm-pool" else None
+        self.current: LocalSandbox | None = None
+        self._trials = 0
+
+    async def start(self) -> LocalSandbox:
+        """The first trial's sandbox."""
+        if self.pool is None:
+            self.current = LocalSandbox(self.spec)
+            await self.current.start()
+        else:
+            self.current = await self.pool.acquire(self._trial_spec())  # type: ignore[assignment]
+        return self.current
+
+    def _trial_spec(self) -> SandboxSpec:
+        self._trials += 1
+        return self.spec.model_copy(update={"name": f"{self.spec.name}-t{self._trials}"})
+
+    async def next(self, sb: LocalSandbox) -> LocalSandbox:
+        """The next trial's sandbox after `sb`'s trial: `sb` itself, reset (SandboxError if it cannot be)."""
+        if self.pool is None:
+            await sb.reset()
+            return sb
+        await self.pool.release(sb)
+        self.current = await self.pool.acquire(self._trial_spec())  # type: ignore[assignment]
+        if self.current is not sb:
+            raise SandboxError(f"the pool stopped {sb.spec.name} instead of resetting it")
+        assert self.pool.was_reused(sb)  # positive control: the pool handed the used sandbox back, reset
+        return sb
+
+    async def close(self) -> None:
+        """Stop what is left."""
+        if self.pool is not None:
+            if self.current is not None:
+                await self.pool.release(self.current, reusable=False)
+            await self.pool.close()
+        elif self.current is not None:
+            await self.current.stop()
+
+
+@pytest.fixture(params=["reset", "warm-pool"])
+async def handover(request, tmp_path):
     (tmp_path / "given.txt").write_text("from the task\n")
-    box = LocalSandbox(
-        SandboxSpec(
-            name=f"reset-{tmp_path.name}"[:60],
-            files=[FileCopy(src=tmp_path / "given.txt", dst="/app/given.txt")],
-        )
+    spec = SandboxSpec(
+        name=f"reset-{tmp_path.name}"[:50],
+        files=[FileCopy(src=tmp_path / "given.txt", dst="/app/given.txt")],
     )
-    await box.start()
+    made = Handover(request.param, spec)
     try:
-        yield box
+        yield made
     finally:
-        await box.stop()
+        await made.close()
+
+
+@pytest.fixture
+async def sb(handover):
+    return await handover.start()
 
 
 async def root(sb: LocalSandbox, cmd: str) -> str:
@@ -42,7 +93,7 @@ SNAPSHOT = (
 )
 
 
-async def test_files_written_changed_or_deleted_anywhere_are_back_to_the_start(sb):
+async def test_files_written_changed_or_deleted_anywhere_are_back_to_the_start(sb, handover):
     before = await root(sb, SNAPSHOT)
     await root(
         sb,
@@ -55,64 +106,61 @@ async def test_files_written_changed_or_deleted_anywhere_are_back_to_the_start(s
     await sb.exec("echo mine > /home/agent/mine", user="agent")
     changed = (await sb.exec(SNAPSHOT, user="root")).stdout
     assert "evil" in changed and "mine" in changed  # positive control: the trial's changes are there
-    await sb.reset()
+    sb = await handover.next(sb)
     assert await root(sb, SNAPSHOT) == before
 
 
-async def test_no_process_of_the_previous_trial_survives(sb):
+async def test_no_process_of_the_previous_trial_survives(sb, handover):
     await root(sb, "sleep 1000 & setsid sleep 1001 & nohup sleep 1002 >/dev/null 2>&1 & true")
     await sb.exec("(sleep 1003 &) ; sleep 1004 & true", user="agent")
     assert (await root(sb, "pgrep -c -f 'sleep 100[0-4]'")).split() == ["5"]  # positive control
-    await sb.reset()
+    sb = await handover.next(sb)
     ps = await root(sb, "ps -eo pid=,args=")
     assert "sleep" not in ps
     assert [line.split()[1] for line in ps.splitlines()] == ["/.evsys/daemon/evsysd", "ps"]
 
 
-async def test_ipc_objects_are_gone(sb):
+async def test_ipc_objects_are_gone(sb, handover):
     await root(sb, "ipcmk -M 4096 && ipcmk -Q && ipcmk -S 2")
     created = await root(sb, MQ.format(flags="os.O_CREAT | os.O_RDWR"))
     assert int(created.split()[0]) >= 0
     assert (await root(sb, "ipcs -m -q -s | grep -c '^0x'")).strip() == "3"  # positive control
-    await sb.reset()
+    sb = await handover.next(sb)
     ipcs = await root(sb, "ipcs -m -q -s | grep -c '^0x' || true")
     assert ipcs.strip() == "0"
     reopened = await root(sb, MQ.format(flags="os.O_RDWR"))
     assert reopened.split() == ["-1", "2"]  # ENOENT: the POSIX message queue is gone
 
 
-async def test_a_lingering_tcp_connection_refuses_the_reset(sb):
+async def test_a_lingering_tcp_connection_refuses_the_reset(sb, handover):
     await root(
         sb,
         "python3 -c \"import socket; s = socket.create_server(('127.0.0.1', 8000)); "
         "c = socket.create_connection(('127.0.0.1', 8000)); a, _ = s.accept(); a.close(); c.close()\"",
     )
-    with pytest.raises(SandboxError, match="TCP socket"):
-        await sb.reset()
+    with pytest.raises(SandboxError, match="TCP socket" if handover.pool is None else "stopped"):
+        await handover.next(sb)
     with pytest.raises(SandboxError, match="not running"):
         await sb.exec("true")
 
 
-async def test_storage_of_the_previous_trial_is_freed(sb):
+async def test_storage_of_the_previous_trial_is_freed(sb, handover):
     usage = sb._cgroup.dirs["memory"] / "memory.usage_in_bytes"
     base = int(usage.read_text())
     await root(sb, "head -c 300000000 /dev/zero > /app/big && head -c 100000000 /dev/zero > /tmp/big")
     assert int(usage.read_text()) > base + 350_000_000
-    await sb.reset()
+    sb = await handover.next(sb)
     assert int(usage.read_text()) < base + 50_000_000
 
 
-async def test_limits_still_hold_after_resets(tmp_path):
-    box = LocalSandbox(SandboxSpec(name=f"reset-limits-{tmp_path.name}"[:60], storage_mb=64, pids_max=64))
-    await box.start()
-    try:
-        for _ in range(3):
-            await box.reset()
-        full = await box.exec("head -c 100000000 /dev/zero > /app/big", user="root")
-        assert full.exit_code != 0 and "storage" in full.limits_hit
-        forks = await box.exec("for i in $(seq 200); do sleep 5 & done; wait", user="root", timeout=20)
-        assert "pids" in forks.limits_hit
-        await box.reset()
-        assert (await box.exec("df -m /app | tail -1 | awk '{print $2}'")).stdout.strip() == "64"
-    finally:
-        await box.stop()
+async def test_limits_still_hold_after_resets(handover):
+    handover.spec = SandboxSpec(name=f"{handover.spec.name}-limits"[:60], storage_mb=64, pids_max=64)
+    box = await handover.start()
+    for _ in range(3):
+        box = await handover.next(box)
+    full = await box.exec("head -c 100000000 /dev/zero > /app/big", user="root")
+    assert full.exit_code != 0 and "storage" in full.limits_hit
+    forks = await box.exec("for i in $(seq 200); do sleep 5 & done; wait", user="root", timeout=20)
+    assert "pids" in forks.limits_hit
+    box = await handover.next(box)
+    assert (await box.exec("df -m /app | tail -1 | awk '{print $2}'")).stdout.strip() == "64"

@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -158,11 +159,26 @@ def make_handmade_job(jobs_dir: Path, name: str = "handmade") -> Path:
     return job_dir
 
 
-def start_viewer(path: Path) -> tuple[subprocess.Popen, str]:
-    """`evsys view PATH --port 0 --no-open` in a subprocess; the process and the URL it printed."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+def make_cancelled_job(jobs_dir: Path, name: str = "cancelled-job") -> Path:
+    """The hand-made job as Ctrl-C leaves it: one trial recorded `cancelled`, result.json finished but not
+    complete."""
+    job_dir = make_handmade_job(jobs_dir, name)
+    path = job_dir / "count__loop-local__2/result.json"
+    trial = TrialResult.model_validate_json(path.read_text())
+    trial.failure = TrialFailure(cause=FailureCause.CANCELLED, message="the job was cancelled")
+    _write(path, trial.model_dump_json(indent=2))
+    result = JobResult.model_validate_json((job_dir / "result.json").read_text())
+    _write(job_dir / "result.json", result.model_copy(update={"n_cancelled": 1}).model_dump_json(indent=2))
+    return job_dir
+
+
+def start_viewer(path: Path, *args: str, cache_dir: Path | None = None) -> tuple[subprocess.Popen, str]:
+    """`evsys view PATH --port 0 --no-open ARGS` in a subprocess; the process and the URL it printed. Its
+    evsys cache is `cache_dir` (default: an empty one, so no local model's tokenizer is found)."""
+    cache = cache_dir or Path(tempfile.mkdtemp(prefix="evsys-viewer-cache-"))
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "EVSYS_CACHE_DIR": str(cache)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "evsys.cli.main", "view", str(path), "--port", "0", "--no-open"],
+        [sys.executable, "-m", "evsys.cli.main", "view", str(path), "--port", "0", "--no-open", *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

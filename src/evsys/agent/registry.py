@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from pydantic import ValidationError
 
 from evsys.agent.base import Agent, ModelUse
-from evsys.agent.harness.catalog import HARNESSES
+from evsys.agent.harness.catalog import HARNESSES, is_acp_command
 from evsys.util.registry import Registry, did_you_mean
 
 AgentFactory = Callable[..., Agent]
@@ -119,6 +119,8 @@ def agent_plugin(name: str) -> AgentPlugin:
     """How to build the agent called `name` and what model it needs; `AgentNotFoundError` when unknown."""
     if name in AGENTS:
         return AGENTS.get(name)
+    if is_acp_command(name):  # before module:Class, which it would look like
+        return _harness_plugin(name)
     if ":" in name:
         try:
             return _plugin(name, _import_class(name, name))

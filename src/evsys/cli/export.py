@@ -9,22 +9,32 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from evsys.cli.complete import complete_advantage, complete_export_format, complete_job_dir
+
 
 def export(
-    job_dir: Annotated[Path, typer.Argument(help="A job directory, e.g. jobs/<name>.")],
+    job_dir: Annotated[
+        Path, typer.Argument(help="A job directory, e.g. jobs/<name>.", autocompletion=complete_job_dir)
+    ],
     fmt: Annotated[
         str,
         typer.Option(
             "--format",
             "-f",
             help="rl (JSONL) | parquet | sft (chat JSONL) | atif (copies) | sequences | openenv",
+            autocompletion=complete_export_format,
         ),
     ] = "rl",
     out: Annotated[Path, typer.Option("-o", "--out", help="Output directory.")] = Path("out"),
     successful_only: Annotated[
         bool, typer.Option("--successful-only", help="SFT: only samples without error and reward >= 1.")
     ] = False,
-    advantage: Annotated[str, typer.Option("--advantage", help="mean | mean_std | leave_one_out")] = "mean",
+    advantage: Annotated[
+        str,
+        typer.Option(
+            "--advantage", help="mean | mean_std | leave_one_out", autocompletion=complete_advantage
+        ),
+    ] = "mean",
 ) -> None:
     """Export a job: RL rows (tokens, masks, logprobs, rewards, advantages), SFT chats, ATIF copies."""
     from evsys.trajectory.advantages import ADVANTAGE_METHODS

@@ -30,9 +30,12 @@ def list_harnesses() -> None:
             continue
         install = definition.install
         packages = f"{install.manager}: {' '.join(install.packages)}" if install else "(nothing)"
+        if install is not None and install.node is not None:
+            packages += f" (on Node {install.node} from npm)"
         cached = "yes" if install is None or installer.is_cached(install) else "no"
         table.add_row(name, definition.dialect, packages, cached)
     Console().print(table)
+    Console().print("and acp:<command>: any ACP agent already in the sandbox (nothing installed)")
 
 
 @harness_app.command("install")

@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from evsys.cli.complete import complete_job_dir
 from evsys.cli.markup import shown
 
 if TYPE_CHECKING:
@@ -44,7 +45,10 @@ def _load(path: Path) -> LoadedJob:
 @jobs_app.command("list", short_help="Every job: when, agents, models, trials, mean, pass@k.")
 def list_jobs(
     jobs_dir: Annotated[
-        Path, typer.Argument(help="The directory holding job directories.", show_default=True)
+        Path,
+        typer.Argument(
+            help="The directory holding job directories.", show_default=True, autocompletion=complete_job_dir
+        ),
     ] = Path("jobs"),
 ) -> None:
     """Every job under JOBS_DIR, newest first: when, agents, models, trials, mean, pass@k, errors."""
@@ -80,7 +84,11 @@ def list_jobs(
 
 
 @jobs_app.command("show", short_help="A job's summary and its failed trials.")
-def show(job_dir: Annotated[Path, typer.Argument(help="A job directory (jobs/<name>).")]) -> None:
+def show(
+    job_dir: Annotated[
+        Path, typer.Argument(help="A job directory (jobs/<name>).", autocompletion=complete_job_dir)
+    ],
+) -> None:
     """The job's summary as `evsys run` printed it, then every failed trial with its cause and first error."""
     from evsys.cli.run import print_summary
     from evsys.viewer.jobdata import first_line
@@ -109,8 +117,12 @@ def show(job_dir: Annotated[Path, typer.Argument(help="A job directory (jobs/<na
 
 @jobs_app.command("diff", short_help="Per-task reward changes between two jobs.")
 def diff(
-    job_a: Annotated[Path, typer.Argument(help="The job to compare from (jobs/<a>).")],
-    job_b: Annotated[Path, typer.Argument(help="The job to compare to (jobs/<b>).")],
+    job_a: Annotated[
+        Path, typer.Argument(help="The job to compare from (jobs/<a>).", autocompletion=complete_job_dir)
+    ],
+    job_b: Annotated[
+        Path, typer.Argument(help="The job to compare to (jobs/<b>).", autocompletion=complete_job_dir)
+    ],
     changed_only: Annotated[
         bool, typer.Option("--changed", help="Show only tasks whose reward changed.")
     ] = False,

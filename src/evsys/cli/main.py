@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from evsys.cli.datasets import datasets_app
 from evsys.cli.doctor import doctor
 from evsys.cli.export import export
 from evsys.cli.harness import harness_app
@@ -31,12 +32,13 @@ app.command("doctor", short_help="Check bwrap, overlayfs, cgroups, seccomp, user
 app.command("export", short_help="Export a job: RL rows, SFT chats or ATIF copies.")(export)
 app.command("serve", short_help="Serve tasks to OpenEnv trainers (WebSocket, HTTP, MCP).")(serve)
 app.command("view", short_help="Browse jobs and trials in a local web viewer.")(view)
-app.add_typer(
-    tasks_app, name="tasks", help="Check, scaffold, validate and export tasks (directories, SWE rows)."
-)
+app.add_typer(tasks_app, name="tasks", help="Check, scaffold, validate and export tasks and SWE rows.")
 app.add_typer(image_app, name="image", help="Build, list, inspect and prune task environment images.")
 app.add_typer(model_app, name="model", help="Serve and inspect models.")
 app.add_typer(harness_app, name="harness", help="List and install agent harnesses (Claude Code, Codex, ...).")
+app.add_typer(
+    datasets_app, name="datasets", help="List and fetch datasets by name from a Harbor-format registry."
+)
 app.add_typer(jobs_app, name="jobs", help="List, summarise and compare job directories.")
 app.add_typer(trial_app, name="trial", help="Show one trial of a job.")
 

@@ -27,6 +27,14 @@ from evsys.cli.checks import (
     save_traceback,
 )
 from evsys.cli.checks import fail as _fail
+from evsys.cli.complete import (
+    complete_agent,
+    complete_executor,
+    complete_job_dir,
+    complete_model,
+    complete_sandbox,
+)
+from evsys.cli.datasets import RegistryPath, RegistryUrl, dataset_paths
 from evsys.cli.executor_flags import ExecutorFlags, executor_spec, resume_hint
 from evsys.cli.markup import shown
 
@@ -115,10 +123,24 @@ def run(
     agent: Annotated[
         list[str] | None,
         typer.Option(
-            "-a", "--agent", help="oracle | nop | loop | a harness (evsys harness list) | module:Class"
+            "-a",
+            "--agent",
+            help="oracle | nop | loop | a harness (evsys harness list) | module:Class",
+            autocompletion=complete_agent,
         ),
     ] = None,
-    model: Annotated[str | None, typer.Option("-m", "--model", help="Model for model-driven agents.")] = None,
+    dataset: Annotated[
+        list[str] | None,
+        typer.Option(
+            "-d", "--dataset", help="A dataset by name (NAME@VERSION) from the registry; repeatable."
+        ),
+    ] = None,
+    registry_path: RegistryPath = None,
+    registry_url: RegistryUrl = None,
+    model: Annotated[
+        str | None,
+        typer.Option("-m", "--model", help="Model for model-driven agents.", autocompletion=complete_model),
+    ] = None,
     base_url: Annotated[
         str | None, typer.Option("--base-url", help="OpenAI-compatible server URL for the model.")
     ] = None,
@@ -158,7 +180,12 @@ def run(
         ),
     ] = "missing",
     sandbox: Annotated[
-        str, typer.Option("--sandbox", help="Sandbox backend (local, or one a plugin registers).")
+        str,
+        typer.Option(
+            "--sandbox",
+            help="Sandbox backend (local, or one a plugin registers).",
+            autocompletion=complete_sandbox,
+        ),
     ] = "local",
     network: Annotated[
         NetworkChoice | None,
@@ -176,8 +203,25 @@ def run(
             "fresh sandbox for every trial.",
         ),
     ] = True,
+    warm_sandboxes: Annotated[
+        int,
+        typer.Option(
+            "--warm-sandboxes",
+            min=0,
+            help="Keep N started sandboxes per environment ready ahead of demand (bounded by memory; stopped "
+            "when idle and when the job ends).",
+        ),
+    ] = 0,
     task: Annotated[
         list[str] | None, typer.Option("--task", help="Only tasks whose name matches (glob).")
+    ] = None,
+    task_filter: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--filter",
+            help="KEY=VALUE: only tasks whose task.toml [metadata] KEY matches the glob VALUE (a list such "
+            "as tags matches when any element does); repeat to narrow (one key repeated: either value).",
+        ),
     ] = None,
     log_limit: Annotated[
         list[str] | None,
@@ -191,6 +235,7 @@ def run(
         Path | None,
         typer.Option(
             "--resume",
+            autocompletion=complete_job_dir,
             help="Resume the job in this directory; -n, --max-retries, the timeout multipliers and "
             "sandbox reuse may change, other flags are refused.",
         ),
@@ -208,6 +253,7 @@ def run(
         str,
         typer.Option(
             "--executor",
+            autocompletion=complete_executor,
             help="Where trials run: local (this process) or ray (a Ray cluster); a resume keeps the job's "
             "recorded executor unless this names one.",
         ),
@@ -246,7 +292,9 @@ def run(
         "sandbox": sandbox,
         "network": network.value if network is not None else None,
         "reuse_sandboxes": reuse_sandboxes,
+        "warm_sandboxes": warm_sandboxes,
         "task_names": task or [],
+        "task_filters": task_filter or [],
         "log_limits": _log_limits(log_limit or []),
     }
     from evsys.engine import Job
@@ -266,8 +314,9 @@ def run(
         job.tasksets = run_preflight(job.config, probe=model_probe, strict=False).tasksets
     else:
         settings["executor"] = executor_spec(where.name, where.options)
+        paths = [*(paths or []), *dataset_paths(dataset or [], registry_path, registry_url)]
         kwargs = [*(agent_kwarg or []), *(["mcp_tools=true"] if harness_mcp_tools else [])]
-        config = _build_job(paths or [], agent or [], model, base_url, kwargs, settings)
+        config = _build_job(paths, agent or [], model, base_url, kwargs, settings)
         report = run_preflight(config, probe=model_probe, strict=strict)
         job = Job(config, retry_errors=retry_errors, tasksets=report.tasksets)
     if stream:
@@ -448,7 +497,7 @@ def print_summary(out: Console, result: JobResult, job_dir: Path | str) -> None:
             shown(keys),
             passk,
             f"{group.usage.prompt_tokens}/{group.usage.completion_tokens}",
-            _fmt(group.usage.cost_usd, 4),
+            "unknown" if group.usage.cost_usd is None else _fmt(group.usage.cost_usd, 4),
             _fmt(group.wall_time_sec, 1),
         )
     out.print(table)

@@ -45,6 +45,15 @@ def serve(
         int, typer.Option("--max-message-bytes", min=1024, help="Largest request accepted.")
     ] = 1024 * 1024,
     sandbox: Annotated[str, typer.Option("--sandbox", help="Sandbox backend.")] = "local",
+    warm_sandboxes: Annotated[
+        int,
+        typer.Option(
+            "--warm-sandboxes",
+            min=0,
+            help="Keep this many started sandboxes per task environment ready ahead of resets (bounded by "
+            "memory; stopped after 5 idle minutes).",
+        ),
+    ] = 0,
     jobs_dir: Annotated[
         Path, typer.Option("--jobs-dir", help="Where the serving job's directory goes.")
     ] = Path("jobs"),
@@ -72,6 +81,7 @@ def serve(
         idle_timeout_sec=idle_timeout,
         limits=EpisodeLimits(max_steps=max_steps, step_timeout_sec=step_timeout),
         max_message_bytes=max_message_bytes,
+        warm_sandboxes=warm_sandboxes,
     )
     name = job_name or datetime.now(UTC).strftime("serve-%Y-%m-%d__%H-%M-%S")
     try:

@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.panel import Panel
 
+from evsys.cli.complete import complete_trial_dir
 from evsys.cli.markup import shown
 
 if TYPE_CHECKING:
@@ -29,7 +30,10 @@ def _clip(text: str, full: bool) -> str:
 
 @trial_app.command("show", short_help="One trial's steps, tool calls and verifier output.")
 def show(
-    trial_dir: Annotated[Path, typer.Argument(help="A trial directory (jobs/<job>/<trial>).")],
+    trial_dir: Annotated[
+        Path,
+        typer.Argument(help="A trial directory (jobs/<job>/<trial>).", autocompletion=complete_trial_dir),
+    ],
     full: Annotated[bool, typer.Option("--full", help="Do not shorten long messages and output.")] = False,
 ) -> None:
     """Outcome, timing, every step (messages, tool calls, observations) and the verifier's output."""

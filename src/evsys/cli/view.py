@@ -9,16 +9,25 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from evsys.cli.complete import complete_job_dir
+
 
 def view(
     path: Annotated[
-        Path, typer.Argument(help="A jobs directory, or one job's directory.", show_default=True)
+        Path,
+        typer.Argument(
+            help="A jobs directory, or one job's directory.",
+            show_default=True,
+            autocompletion=complete_job_dir,
+        ),
     ] = Path("jobs"),
     port: Annotated[int, typer.Option("--port", help="Port on 127.0.0.1 (0: any free port).")] = 8765,
     tokenizer: Annotated[
         Path | None,
         typer.Option(
-            "--tokenizer", help="tokenizer.json (or a model dir) to show token text instead of ids."
+            "--tokenizer",
+            help="tokenizer.json (or a model dir) to show token text instead of ids; default: a local "
+            "model's own tokenizer for its trials (-m local, local:<dir>) when it is on this machine.",
         ),
     ] = None,
     open_browser: Annotated[

@@ -10,6 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, field_validator, model_validator
 
 from evsys.records import DEFAULT_LIMITS, CopyOutLimits, NetworkMode
+from evsys.task.select import TaskFilter, parse_filter
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -34,6 +35,7 @@ RESUME_SAFE_FIELDS = (
     "verifier_timeout_multiplier",
     "setup_timeout_multiplier",
     "reuse_sandboxes",
+    "warm_sandboxes",
     "executor",
 )
 """JobConfig fields a resume may change: how trials run, never which trials there are or what they do."""
@@ -122,7 +124,17 @@ class JobConfig(BaseModel):
         description="Keep sandboxes between trials of the same environment and reset them (every process "
         "killed, a fresh root, /tmp, /dev and IPC namespace) instead of stopping and starting one per trial.",
     )
+    warm_sandboxes: int = Field(
+        0,
+        ge=0,
+        description="Keep this many started sandboxes per environment spec ready ahead of demand "
+        "(evsys.sandbox.warm): bounded by memory, stopped when idle and when the job ends.",
+    )
     task_names: list[str] = Field(default_factory=list, description="Glob patterns; empty = every task.")
+    task_filters: list[str] = Field(
+        default_factory=list,
+        description="`KEY=GLOB` filters on task `[metadata]` (`evsys run --filter`, evsys.task.select).",
+    )
     network: NetworkMode | None = Field(
         None,
         description="Every phase of every trial gets this network instead of what its task says "
@@ -149,6 +161,13 @@ class JobConfig(BaseModel):
                 self.job_name, n = f"{base}-{n}", n + 1
         return self
 
+    @field_validator("task_filters")
+    @classmethod
+    def _parsable_filters(cls, value: list[str]) -> list[str]:
+        for text in value:
+            parse_filter(text)
+        return value
+
     @field_validator("job_name")
     @classmethod
     def _safe_job_name(cls, value: str) -> str:
@@ -160,6 +179,11 @@ class JobConfig(BaseModel):
     def job_dir(self) -> Path:
         """Where this job's files live: `<jobs_dir>/<job_name>`."""
         return self.jobs_dir / self.job_name
+
+    @property
+    def metadata_filters(self) -> list[TaskFilter]:
+        """`task_filters` parsed."""
+        return [parse_filter(text) for text in self.task_filters]
 
 
 class StepTimeouts(BaseModel):

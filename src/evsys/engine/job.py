@@ -171,7 +171,8 @@ class Job:
         try:
             await self._prepare()
             max_idle = self.config.n_concurrent if self.config.reuse_sandboxes else 0
-            self._slots = SlotPool.for_backend(self.config.sandbox, max_idle=max_idle)
+            warm = self.config.warm_sandboxes
+            self._slots = SlotPool.for_backend(self.config.sandbox, max_idle=max_idle, warm=warm)
             self._executor = create_executor(self.config.executor.name, self._executor_context())
             return await self._run_planned_trials()
         finally:

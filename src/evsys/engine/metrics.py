@@ -101,12 +101,7 @@ def wall_time(trials: list[TrialResult]) -> float:
 
 def total_usage(trials: list[TrialResult]) -> Usage:
     """The summed tokens and cost of `trials`."""
-    return Usage(
-        prompt_tokens=sum(t.usage.prompt_tokens for t in trials),
-        completion_tokens=sum(t.usage.completion_tokens for t in trials),
-        cached_tokens=sum(t.usage.cached_tokens for t in trials),
-        cost_usd=sum(t.usage.cost_usd for t in trials),
-    )
+    return sum((t.usage for t in trials), Usage())
 
 
 def group_metrics(

@@ -25,6 +25,7 @@ from evsys.records import FailureCause, TrialFailure
 from evsys.repo.cache import cache_root
 from evsys.repo.materialise import materialised_dir
 from evsys.repo.rows import RepoRowsError, is_repo_dataset, load_repo_rows
+from evsys.task.harbor_dataset import DatasetManifestError
 from evsys.task.loader import TaskLoadError, TaskSet, load_task, load_tasks
 from evsys.task.models import Task
 from evsys.task.python import (
@@ -35,6 +36,7 @@ from evsys.task.python import (
     load_python_tasks,
     read_dataset_config,
 )
+from evsys.task.select import metadata_selected
 from evsys.verify.functions import verifier_reference
 
 PythonTaskItem = VerifiedTask | PromptTask
@@ -54,6 +56,15 @@ def _load_error_message(error: TaskLoadError) -> str:
 
 def _selected(name: str, patterns: list[str]) -> bool:
     return not patterns or any(fnmatchcase(name, pattern) for pattern in patterns)
+
+
+def _wanted(name: str, task: Task | None, config: JobConfig) -> bool:
+    """Selected by the job's name globs (`--task`) and metadata filters (`--filter`); a task that did not
+    load has no metadata, so a filter never selects it."""
+    if not _selected(name, config.task_names):
+        return False
+    filters = config.metadata_filters
+    return not filters or (task is not None and metadata_selected(task.config.metadata, filters))
 
 
 def invalid_task_lines(taskset: TaskSet, patterns: list[str]) -> list[str]:
@@ -81,11 +92,12 @@ def _python_entries(
     path: Path, tasks: Sequence[PythonTaskItem], config: JobConfig, imports: list[str] | None = None
 ) -> list[Entry]:
     """Entries of Python tasks, in their input order (the order run_rollouts returns groups in)."""
-    return [
-        (task.id, path, python_task_as_task(task, path), None, TaskRef.python(_portable(task), path, imports))
-        for task in tasks
-        if _selected(task.id, config.task_names)
-    ]
+    entries: list[Entry] = []
+    for task in tasks:
+        as_task = python_task_as_task(task, path)
+        if _wanted(task.id, as_task, config):
+            entries.append((task.id, path, as_task, None, TaskRef.python(_portable(task), path, imports)))
+    return entries
 
 
 def _dataset_imports(path: Path) -> list[str]:
@@ -118,10 +130,11 @@ def _repo_entries(path: Path, config: JobConfig) -> list[Entry]:
         except TaskLoadError as exc:
             message = _load_error_message(exc)
             task, failure = None, TrialFailure(cause=FailureCause.TASK_INVALID, message=message)
-        entries.append((row.instance_id, task_dir, task, failure, TaskRef.directory(task_dir)))
+        if _wanted(row.instance_id, task, config):
+            entries.append((row.instance_id, task_dir, task, failure, TaskRef.directory(task_dir)))
     for error in rows.errors:
         name = error.instance_id or f"row-{error.row}"
-        if _selected(name, config.task_names):
+        if _wanted(name, None, config):
             failure = TrialFailure(cause=FailureCause.TASK_INVALID, message=str(error))
             entries.append((name, path.resolve(), None, failure, TaskRef.directory(path.resolve())))
     return entries
@@ -130,7 +143,11 @@ def _repo_entries(path: Path, config: JobConfig) -> list[Entry]:
 def _dataset_entries(path: Path, config: JobConfig, loaded: Mapping[Path, TaskSet]) -> list[Entry]:
     if is_repo_dataset(path):
         return _repo_entries(path, config)
-    if is_python_dataset(path):
+    try:
+        python_dataset = is_python_dataset(path)
+    except DatasetManifestError as exc:
+        raise PlanError(str(exc)) from None
+    if python_dataset:
         try:
             tasks = load_python_tasks(path)
         except PythonTaskLoadError as exc:
@@ -139,11 +156,11 @@ def _dataset_entries(path: Path, config: JobConfig, loaded: Mapping[Path, TaskSe
     taskset = loaded.get(path.resolve()) or load_tasks(path)
     entries: list[Entry] = []
     for task in taskset.tasks:
-        if not _selected(task.name, config.task_names):
+        if not _wanted(task.name, task, config):
             continue
         entries.append((task.name, task.path, task, None, TaskRef.directory(task.path)))
     for error in taskset.errors:
-        if _selected(error.task_name, config.task_names):
+        if _wanted(error.task_name, None, config):
             failure = TrialFailure(cause=FailureCause.TASK_INVALID, message=_load_error_message(error))
             ref = TaskRef.directory(error.path.resolve())
             entries.append((error.task_name, error.path.resolve(), None, failure, ref))
@@ -215,7 +232,8 @@ def plan_trials(
             for p in config.datasets
         ]
     if not any(entries for _, entries in datasets):
-        wanted = f" matching {', '.join(config.task_names)}" if config.task_names else ""
+        selection = [*config.task_names, *config.task_filters]
+        wanted = f" matching {', '.join(selection)}" if selection else ""
         raise PlanError(f"no tasks{wanted} in {', '.join(str(p) for p in config.datasets)}")
     counts: dict[str, int] = {}
     for _, entries in datasets:

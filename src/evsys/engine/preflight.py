@@ -165,9 +165,11 @@ def _check_tasks(config: JobConfig, report: PreflightReport) -> None:
     from evsys.task.python import is_python_dataset
 
     for path in config.datasets:
-        if not Path(path).is_dir() or is_python_dataset(Path(path)):
+        if not Path(path).is_dir():
             continue
         try:
+            if is_python_dataset(Path(path)):
+                continue
             taskset = load_tasks(path)
         except (OSError, ValueError):
             continue

@@ -11,12 +11,12 @@ storage under the requested name, labelled `org.evsys.synthesised`, so `FROM` re
 from __future__ import annotations
 
 import re
-import shlex
 import tempfile
 from pathlib import Path
 
 from evsys.images.refs import SynthesisPlan
 from evsys.images.storage import ImageError, LineCallback, Storage, run_tool, tool
+from evsys.images.toolimages import SYNTH_LABEL, commit_rootfs
 
 DEBIAN_MIRROR = "http://deb.debian.org/debian"
 UBUNTU_MIRROR = "http://archive.ubuntu.com/ubuntu"
@@ -25,10 +25,9 @@ BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # python3-venv brings pip's own wheel; pip is installed from it (below), not Debian's python3-pip, so no
 # Debian-packaged Python modules (packaging, setuptools...) sit where `pip install` must replace them.
 PYTHON_PACKAGES = ("ca-certificates", "netbase", "tzdata", "python3", "python3-venv")
-SYNTH_LABEL = "org.evsys.synthesised"
 SYNTH_TIMEOUT = 1800.0
 # Bumped when a distribution's recipe changes: stored images made by an older recipe are synthesised again.
-RECIPE_VERSION = {"debian": 1, "ubuntu": 2, "python": 2}
+RECIPE_VERSION = {"debian": 1, "ubuntu": 2, "python": 2, "tool": 1}
 # On top of mmdebstrap's minbase, what the official image has (Ubuntu's minbase lacks apt and its keyring).
 EXTRA_PACKAGES = {"debian": (), "ubuntu": ("apt", "ubuntu-keyring")}
 
@@ -104,27 +103,5 @@ async def synthesise(
         if result.returncode != 0:
             tail = "\n".join(result.output.strip().splitlines()[-15:])
             raise ImageError(f"synthesising {name} ({plan.describe()}) with mmdebstrap failed:\n{tail}")
-        await _commit(storage, name, plan, tarball)
-
-
-async def _commit(storage: Storage, name: str, plan: SynthesisPlan, tarball: Path) -> None:
-    """Import the tarball as a one-layer image with the official image's config."""
-    run = storage.buildah
-    created = await run_tool(run("from", "--pull=never", "scratch"), timeout=120)
-    if created.returncode != 0:
-        raise ImageError(f"buildah from scratch failed: {created.output.strip()[-500:]}")
-    container = created.output.strip().splitlines()[-1]
-    try:
-        config = ["--env", f"PATH={BASE_PATH}", "--label", f"{SYNTH_LABEL}={plan.describe()}"]
-        config += ["--cmd", "bash"]
-        for argv in (
-            run("add", container, str(tarball), "/"),
-            run("config", *config, container),
-            run("commit", "-q", "--rm", container, name),
-        ):
-            done = await run_tool(argv, timeout=600)
-            if done.returncode != 0:
-                raise ImageError(f"importing {name}: {shlex.join(argv[-3:])} failed: {done.output[-500:]}")
-    except BaseException:
-        await run_tool(run("rm", container), timeout=60)
-        raise
+        config = ["--env", f"PATH={BASE_PATH}", "--cmd", "bash"]
+        await commit_rootfs(storage, name, tarball, config, plan.describe())

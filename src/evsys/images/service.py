@@ -26,6 +26,7 @@ from evsys.images import bases, pull
 from evsys.images.build import BuildContext, buildah_bud
 from evsys.images.refs import ImageRef, ImageRefError, SynthesisPlan, parse_ref, synthesis_plan
 from evsys.images.storage import ImageError, LineCallback, Storage, run_tool
+from evsys.images.toolimages import ToolImagePlan, synthesise_tool_image, tool_image_plan
 from evsys.records import ImageSpec
 from evsys.util.atomic import write_text_atomic
 
@@ -120,10 +121,13 @@ class ImageService:
                     error = exc
             if stored is not None:  # --pull always, registry unreachable: the stored copy will do
                 return name, self._synth_note(stored, ref)
+            tool_plan = tool_image_plan(ref)
+            if tool_plan is not None:
+                return name, await self._synthesise_tool(name, ref, tool_plan, log, on_line, notice)
             plan = synthesis_plan(ref)
             if plan is None:
                 why = str(error) if error else f"image {ref} is not stored and --pull never forbids pulling"
-                raise ImageError(f"{why}; evsys can synthesise only debian, ubuntu and python bases")
+                raise ImageError(f"{why}; evsys can synthesise only debian, ubuntu and python bases and uv")
             if notice is not None:
                 notice(f"{ref} cannot be pulled: synthesising it from package mirrors ({plan.describe()})")
             distro = str(parse_ref(f"{plan.distribution}:{plan.suite}"))
@@ -142,6 +146,25 @@ class ImageService:
                 version = bases.RECIPE_VERSION[recipe]
                 write_text_atomic(marker, f"{recipe}|{version}|{plan.describe()}")
             return name, plan.describe()
+
+    async def _synthesise_tool(
+        self,
+        name: str,
+        ref: ImageRef,
+        plan: ToolImagePlan,
+        log: Path | None,
+        on_line: LineCallback | None,
+        notice: Notice | None,
+    ) -> str:
+        """Synthesise a tool image from its package (evsys.images.toolimages); its description."""
+        if notice is not None:
+            notice(f"{ref} cannot be pulled: synthesising it from the package index ({plan.describe()})")
+        await synthesise_tool_image(self.storage, name, plan, log=log, on_line=on_line)
+        record = self.storage.find(name)
+        if record is not None:
+            marker = self._synth_path(record["id"])
+            write_text_atomic(marker, f"tool|{bases.RECIPE_VERSION['tool']}|{plan.describe()}")
+        return plan.describe()
 
     def _usable(self, name: str) -> dict | None:
         """The stored image `name`, unless evsys synthesised it with an older recipe."""

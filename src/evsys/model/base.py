@@ -56,6 +56,9 @@ class Completion(BaseModel):
     logprobs: list[float] | None = Field(None, description="Sampling logprob of each completion token.")
     usage: Usage = Field(default_factory=Usage)
     cost_usd: float | None = None
+    weights_version: int | None = Field(
+        None, description="Version of the weights that sampled it (the local engine counts its updates)."
+    )
     model: str = ""
     latency_s: float = 0.0
 

@@ -26,6 +26,7 @@ from evsys.model.errors import (
     UnknownModelError,
 )
 from evsys.model.openai_wire import parse_tool_call
+from evsys.model.pricing import price_usd
 from evsys.model.retry import RetryHook, RetryPolicy, call_with_retries, parse_retry_after
 from evsys.model.spec import ModelSpec
 from evsys.records import Usage
@@ -140,6 +141,11 @@ class OpenAIClient:
         finish: FinishReason = choice.finish_reason if choice.finish_reason in FINISH_REASONS else "stop"
         if calls and finish == "stop":
             finish = "tool_calls"
+        spent = Usage(
+            prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,
+            completion_tokens=getattr(usage, "completion_tokens", 0) or 0,
+            cached_tokens=cached,
+        )
         return Completion(
             text=message.content or "",
             tool_calls=calls,
@@ -147,10 +153,9 @@ class OpenAIClient:
             prompt_token_ids=prompt_ids,
             completion_token_ids=completion_ids,
             logprobs=logprobs,
-            usage=Usage(
-                prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,
-                completion_tokens=getattr(usage, "completion_tokens", 0) or 0,
-                cached_tokens=cached,
+            usage=spent,
+            cost_usd=price_usd(
+                self.model, spent, provider=self.spec.provider, base_url=str(self._client.base_url)
             ),
             model=response.model or self.model,
             latency_s=latency,

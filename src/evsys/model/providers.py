@@ -9,6 +9,7 @@
 | `sglang:Qwen/Qwen3-8B`            | an SGLang server (default http://localhost:30000/v1)              |
 | `llamacpp:model`                  | llama.cpp's llama-server (default http://localhost:8080/v1)       |
 | `litellm:anthropic/claude-...`    | any provider LiteLLM knows (pip install evsys[litellm])            |
+| `tinker:Qwen/Qwen3-8B`            | Tinker's sampling service (TINKER_API_KEY; pip install evsys[tinker]) |
 
 Each factory imports its backend when called, so listing or checking providers loads no SDK."""
 
@@ -42,6 +43,13 @@ def litellm(spec: ModelSpec, **options: Any) -> ModelClient:
     from evsys.model.litellm_client import LiteLLMClient
 
     return LiteLLMClient(spec, **options)
+
+
+def tinker(spec: ModelSpec, **options: Any) -> ModelClient:
+    """Tinker's sampling service through its SDK (the `tinker` extra; options: see `TinkerModelClient`)."""
+    from evsys.model.tinker_client import TinkerModelClient
+
+    return TinkerModelClient(spec, **options)
 
 
 def _server(url: str, what: str, token_ids: bool) -> ProviderDefaults:
@@ -79,5 +87,13 @@ register_model_provider(
     litellm,
     ProviderDefaults(
         probe_server=False, description="any provider LiteLLM knows (pip install 'evsys[litellm]')"
+    ),
+)
+register_model_provider(
+    "tinker",
+    tinker,
+    ProviderDefaults(
+        api_key_env="TINKER_API_KEY",
+        description="Tinker's sampling service, token-native (TINKER_API_KEY; pip install 'evsys[tinker]')",
     ),
 )

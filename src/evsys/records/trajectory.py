@@ -38,15 +38,20 @@ class Usage(_Open):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cached_tokens: int = 0
-    cost_usd: float = 0.0
+    cost_usd: float | None = Field(0.0, description="US dollars; None when a call's price is unknown.")
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
             prompt_tokens=self.prompt_tokens + other.prompt_tokens,
             completion_tokens=self.completion_tokens + other.completion_tokens,
             cached_tokens=self.cached_tokens + other.cached_tokens,
-            cost_usd=self.cost_usd + other.cost_usd,
+            cost_usd=add_costs(self.cost_usd, other.cost_usd),
         )
+
+
+def add_costs(first: float | None, second: float | None) -> float | None:
+    """The sum of two costs; unknown (None) when either is unknown."""
+    return None if first is None or second is None else first + second
 
 
 class ToolCall(_Open):
@@ -102,21 +107,32 @@ class StepMetrics(_Open):
     completion_token_ids: list[int] | None = None
     logprobs: list[float] | None = None
     loss_mask: list[int] | None = None
+    weights_version: int | None = Field(
+        None, description="Version of the policy weights that sampled this step, when the model reports one."
+    )
+
+    @model_serializer(mode="wrap")
+    def _omit_unknown_version(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data = handler(self)
+        if data.get("weights_version", 0) is None:  # left out unless known: ATIF has no such field
+            del data["weights_version"]
+        return data
 
     @classmethod
     def from_completion(cls, completion: Any, **extra: Any) -> StepMetrics:
-        """Metrics of one model call (an `evsys.model.Completion`): usage, cost (unknown counts 0), token ids,
+        """Metrics of one model call (an `evsys.model.Completion`): usage, cost (None: unknown), token ids,
         sampling logprobs and a loss mask covering exactly the generated tokens; `extra` adds fields."""
         ids = completion.completion_token_ids
         return cls(
             prompt_tokens=completion.usage.prompt_tokens,
             completion_tokens=completion.usage.completion_tokens,
             cached_tokens=completion.usage.cached_tokens,
-            cost_usd=completion.cost_usd or 0.0,
+            cost_usd=completion.cost_usd,
             prompt_token_ids=completion.prompt_token_ids,
             completion_token_ids=ids,
             logprobs=completion.logprobs,
             loss_mask=[1] * len(ids) if ids is not None else None,
+            weights_version=completion.weights_version,
             **extra,
         )
 
@@ -149,7 +165,7 @@ class FinalMetrics(_Open):
     total_prompt_tokens: int = 0
     total_completion_tokens: int = 0
     total_cached_tokens: int = 0
-    total_cost_usd: float = 0.0
+    total_cost_usd: float | None = Field(0.0, description="None when some call's price is unknown.")
     total_steps: int = 0
 
 
@@ -170,8 +186,15 @@ def _metrics_usage(metrics: StepMetrics | None) -> Usage:
         prompt_tokens=metrics.prompt_tokens or 0,
         completion_tokens=metrics.completion_tokens or 0,
         cached_tokens=metrics.cached_tokens or 0,
-        cost_usd=metrics.cost_usd or 0.0,
+        cost_usd=_step_cost(metrics),
     )
+
+
+def _step_cost(metrics: StepMetrics) -> float | None:
+    """A step's cost: unknown for a model call with no price, 0 for a step that called no model."""
+    if metrics.cost_usd is not None:
+        return metrics.cost_usd
+    return None if metrics.completion_tokens else 0.0
 
 
 class TrajectoryRecorder:

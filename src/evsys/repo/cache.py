@@ -19,7 +19,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -136,9 +136,9 @@ class RepoCache:
         finally:
             remove_checkout(base)
 
-    def archive(self, source: str, commit: str) -> bytes:
+    def archive(self, source: str, commit: str, paths: Sequence[str] = ()) -> bytes:
         """A tar of the tree at `commit` (no `.git`) straight from the mirror's objects: what a checkout
-        holds, without writing it anywhere (a trial extracts it inside its sandbox)."""
+        holds, without writing it anywhere (a trial extracts it inside its sandbox); just `paths` if given."""
         mirror = self.ensure(source, commit)
         attributes = mirror / "info" / "attributes"
         if not attributes.is_file() or attributes.read_text() != ARCHIVE_ATTRIBUTES:  # a mirror made before
@@ -148,7 +148,11 @@ class RepoCache:
             os.replace(tmp, attributes)
         env = {**os.environ, **_GIT_ENV}
         proc = subprocess.run(
-            ["git", "archive", "--format=tar", commit], cwd=mirror, env=env, capture_output=True, check=False
+            ["git", "archive", "--format=tar", commit, "--", *paths],
+            cwd=mirror,
+            env=env,
+            capture_output=True,
+            check=False,
         )
         if proc.returncode != 0:
             raise RepoCacheError(

@@ -6,12 +6,12 @@ released: reset (every process killed, a fresh root, /tmp, /dev and IPC namespac
 for the next trial of the same spec, or stopped when it cannot be reset, when the trial went wrong in the
 sandbox, or when enough sandboxes are idle already. Only backends declaring `Capability.RESET` (the local
 one) are kept; with any other backend every trial gets a newly started sandbox and the old one is stopped.
+With `warm=N` the pool also keeps N started sandboxes per spec ready ahead of demand (warm.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 from collections.abc import Callable
@@ -19,6 +19,7 @@ from collections.abc import Callable
 from evsys.records import SandboxSpec
 from evsys.sandbox.base import Capability, Sandbox, SandboxError
 from evsys.sandbox.registry import create_sandbox
+from evsys.sandbox.warm import IDLE_TIMEOUT_SEC, WarmKeeper, fit_warm_count, stop_all
 
 log = logging.getLogger(__name__)
 
@@ -34,9 +35,21 @@ def reuse_key(spec: SandboxSpec) -> str | None:
 class SandboxPool:
     """Idle sandboxes by spec; `acquire` / `release` around each trial, `close` at the end of a job."""
 
-    def __init__(self, factory: Callable[[SandboxSpec], Sandbox], *, max_idle: int = 8) -> None:
+    def __init__(
+        self,
+        factory: Callable[[SandboxSpec], Sandbox],
+        *,
+        max_idle: int = 8,
+        warm: int = 0,
+        idle_timeout_sec: float = IDLE_TIMEOUT_SEC,
+    ) -> None:
         self.factory = factory
         self.max_idle = max_idle
+        # warm.py: `warm` started sandboxes per spec kept ready beside the reset ones, as many as memory holds
+        warm, shrunk = fit_warm_count(warm)
+        if shrunk is not None:
+            log.warning("warm pool: %s", shrunk)
+        self.warm = WarmKeeper(warm, self.start_new, idle_timeout_sec=idle_timeout_sec) if warm > 0 else None
         self._idle: dict[str, list[Sandbox]] = {}
         self._keys: dict[int, str | None] = {}  # id(sandbox) -> its reuse key
         self._reused: set[int] = set()
@@ -46,18 +59,27 @@ class SandboxPool:
         self.reused = 0
 
     @classmethod
-    def for_backend(cls, backend: str, *, max_idle: int) -> SandboxPool:
-        """A pool starting sandboxes with `create_sandbox(spec, backend)`; `max_idle=0` keeps none."""
+    def for_backend(
+        cls, backend: str, *, max_idle: int, warm: int = 0, idle_timeout_sec: float = IDLE_TIMEOUT_SEC
+    ) -> SandboxPool:
+        """A pool starting sandboxes with `create_sandbox(spec, backend)`; `max_idle=0` keeps none, `warm=N`
+        keeps N started ones per spec ready (warm.py)."""
 
-        def start_new(spec: SandboxSpec) -> Sandbox:
+        def make(spec: SandboxSpec) -> Sandbox:
             return create_sandbox(spec, backend=backend)
 
-        return cls(start_new, max_idle=max_idle)
+        return cls(make, max_idle=max_idle, warm=warm, idle_timeout_sec=idle_timeout_sec)
 
     @property
     def idle_count(self) -> int:
-        """Sandboxes waiting for their next trial."""
-        return sum(len(v) for v in self._idle.values())
+        """Sandboxes waiting for their next trial (reset ones and warm ones)."""
+        warm = self.warm.ready_count if self.warm is not None else 0
+        return sum(len(v) for v in self._idle.values()) + warm
+
+    def prewarm(self, spec: SandboxSpec) -> None:
+        """Start the warm sandboxes of `spec` now, ahead of its first trial (no-op without `warm`)."""
+        if self.warm is not None:
+            self.warm.want(spec)
 
     async def acquire(self, spec: SandboxSpec) -> Sandbox:
         """A running sandbox for `spec`: an idle one of an equal spec, renamed, or a newly started one
@@ -92,10 +114,25 @@ class SandboxPool:
         idle sandbox is handed over at once."""
         key = reuse_key(spec)
         sandbox = self._take_idle(spec, key)
+        if self.warm is not None:  # a reset sandbox first; a warm one (fresh) next
+            if sandbox is not None:
+                self.warm.want(spec)
+                return sandbox
+            sandbox = self.warm.take(spec)
+            if sandbox is not None:
+                self._keys[id(sandbox)] = key
+                return sandbox
         if sandbox is not None:
             return sandbox
-        if timeout is None:
-            return await self._start(spec, key)
+        return await self._start_within(spec, key, timeout)
+
+    async def start_new(self, spec: SandboxSpec) -> Sandbox:
+        """A newly started sandbox of this pool (what warm sandboxes are), never lost to a cancellation."""
+        sandbox = await self._start_within(spec, reuse_key(spec), None)
+        self._keys.pop(id(sandbox), None)  # set again when a trial takes it
+        return sandbox
+
+    async def _start_within(self, spec: SandboxSpec, key: str | None, timeout: float | None) -> Sandbox:  # noqa: ASYNC109
         starting = asyncio.ensure_future(self._start(spec, key))
         try:
             return await asyncio.wait_for(asyncio.shield(starting), timeout)
@@ -129,7 +166,7 @@ class SandboxPool:
         self._reused.discard(id(sandbox))
         if not reusable or key is None or not sandbox.supports(Capability.RESET) or self._closed:
             return False
-        if self.idle_count >= self.max_idle:
+        if sum(len(group) for group in self._idle.values()) >= self.max_idle:  # warm ones not counted
             return False
         try:
             await sandbox.reset()
@@ -144,13 +181,11 @@ class SandboxPool:
     async def close(self) -> None:
         """Wait for releases in flight, then stop every idle sandbox; later releases stop theirs."""
         self._closed = True
+        if self.warm is not None:
+            await self.warm.close()
         pending = self._releasing - {asyncio.current_task()}
         if pending:
             await asyncio.wait(pending)
         idle = [sb for group in self._idle.values() for sb in group]
         self._idle.clear()
-        results = await asyncio.gather(*(sb.stop() for sb in idle), return_exceptions=True)
-        for sandbox, result in zip(idle, results, strict=True):
-            if isinstance(result, BaseException):
-                with contextlib.suppress(Exception):
-                    log.warning("stopping idle sandbox %s failed: %s", sandbox.spec.name, result)
+        await stop_all(idle)

@@ -35,6 +35,7 @@ from evsys.records import ExecResult, SandboxSpec
 from evsys.sandbox.base import HELPER_ENV, Sandbox, SandboxError
 from evsys.sandbox.pool import SandboxPool
 from evsys.sandbox.tools import SANDBOX_TOOLS
+from evsys.sandbox.warm import IDLE_TIMEOUT_SEC
 
 SLOTS_DIR = "/slots"
 TOOLS = tuple(SANDBOX_TOOLS)  # bash, read_file, write_file (evsys.sandbox.tools)
@@ -146,9 +147,19 @@ class SlotPool:
         self._count = 0
 
     @classmethod
-    def for_backend(cls, backend: str, *, max_idle: int) -> SlotPool:
-        """One slot per sandbox on `backend`, keeping up to `max_idle` reset sandboxes (0: none)."""
-        return cls(backend=backend, max_idle=max_idle)
+    def for_backend(
+        cls, backend: str, *, max_idle: int, warm: int = 0, idle_timeout_sec: float = IDLE_TIMEOUT_SEC
+    ) -> SlotPool:
+        """One slot per sandbox on `backend`, keeping up to `max_idle` reset sandboxes (0: none) and `warm`
+        started ones per spec ready ahead of demand (evsys.sandbox.warm; `idle_timeout_sec`)."""
+        pool = SandboxPool.for_backend(
+            backend, max_idle=max_idle, warm=warm, idle_timeout_sec=idle_timeout_sec
+        )
+        return cls(backend=backend, sandboxes=pool)
+
+    def prewarm(self, spec: SandboxSpec) -> None:
+        """Start `spec`'s warm sandboxes now, ahead of its first slot (a pool made with `warm`)."""
+        self._pool.prewarm(spec)
 
     @property
     def idle_count(self) -> int:

@@ -48,6 +48,7 @@ class ServeSettings:
     max_message_bytes: int = 1024 * 1024
     harness: str | None = None  # harness mode: a catalog harness or a `module:Class` harness agent
     harness_options: dict[str, Any] = field(default_factory=dict)
+    warm_sandboxes: int = 0  # started sandboxes per task environment kept ready (evsys.sandbox.warm)
 
 
 class Session:
@@ -115,7 +116,9 @@ class ServeService:
         self.catalog = catalog
         self.settings = settings
         self.store = JobStore(catalog.job.job_dir)
-        self.pool = pool or SlotPool.for_backend(catalog.job.sandbox, max_idle=settings.max_sessions)
+        self.pool = pool or SlotPool.for_backend(
+            catalog.job.sandbox, max_idle=settings.max_sessions, warm=settings.warm_sandboxes
+        )
         self.sessions: dict[str, Session] = {}
         self.episodes: set[Episode] = set()
         self.results: list[TrialResult] = []

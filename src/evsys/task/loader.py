@@ -1,6 +1,8 @@
 """Load Harbor-compatible task directories into `Task` records, collecting every problem with file and field.
 
 A dataset is a directory of task directories, or one task directory (it has `task.toml` or `instruction.md`).
+A Harbor dataset directory's `dataset.toml` decides which of its task directories run
+(evsys.task.harbor_dataset).
 `load_tasks` returns the valid tasks and one `TaskLoadError` per invalid directory, so one bad task never
 hides the others; `load_task` raises `TaskLoadError` for one directory.
 """
@@ -14,6 +16,14 @@ from pydantic import BaseModel, Field
 
 from evsys.task.config import parse_task_toml
 from evsys.task.dockerfile import is_trivial_base, resolve_environment
+from evsys.task.harbor_dataset import (
+    MANIFEST_NAME,
+    HarborDatasetManifest,
+    HarborTaskRef,
+    is_harbor_dataset,
+    listed_task_dirs,
+    read_harbor_manifest,
+)
 from evsys.task.models import Problem, ResolvedEnvironment, Severity, Task, TaskConfig
 from evsys.task.steps import load_steps
 
@@ -55,6 +65,9 @@ class TaskSet(BaseModel):
     path: Path
     tasks: list[Task] = Field(default_factory=list)
     errors: list[TaskLoadError] = Field(default_factory=list)
+    manifest: HarborDatasetManifest | None = Field(
+        None, description="The Harbor dataset manifest the directory carries, if any."
+    )
 
     def __len__(self) -> int:
         return len(self.tasks)
@@ -202,11 +215,27 @@ def task_dirs(path: Path | str) -> list[Path]:
     return found
 
 
+def _missing_task(directory: Path, ref: HarborTaskRef) -> TaskLoadError:
+    problem = Problem(
+        file=MANIFEST_NAME,
+        field="tasks",
+        message=f"lists '{ref.name}' but no task directory here declares it (task.toml `[task] name`) "
+        f"or is called '{ref.short_name}'",
+    )
+    return TaskLoadError(ref.short_name, directory / ref.short_name, [problem])
+
+
 def load_tasks(path: Path | str, *, require_solution: bool = False) -> TaskSet:
-    """Load a dataset: every valid task (sorted by name) plus one `TaskLoadError` per invalid directory."""
+    """Load a dataset: every valid task (sorted by name) plus one `TaskLoadError` per invalid directory; a
+    Harbor dataset manifest's task list decides which directories load."""
     result = TaskSet(path=Path(path))
+    dirs = task_dirs(path)
+    if is_harbor_dataset(path):
+        result.manifest = read_harbor_manifest(path)
+        dirs, missing = listed_task_dirs(Path(path), result.manifest, dirs)
+        result.errors += [_missing_task(Path(path), ref) for ref in missing]
     seen: dict[str, Path] = {}
-    for task_dir in task_dirs(path):
+    for task_dir in dirs:
         try:
             task = load_task(task_dir, require_solution=require_solution)
         except TaskLoadError as exc:

@@ -29,6 +29,7 @@ from typing import Annotated, Any, Literal, NoReturn
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticSerializationError, to_json
 
+from evsys.task.harbor_dataset import manifest_kind
 from evsys.task.loader import DatasetNotFoundError
 from evsys.util.imports import import_module_or_file
 
@@ -144,8 +145,10 @@ class _DatasetFile(BaseModel):
 
 
 def is_python_dataset(path: Path | str) -> bool:
-    """True when `path` is a directory with a `dataset.toml`: `evsys run <dir>` loads it as Python tasks."""
-    return (Path(path) / DATASET_TOML).is_file()
+    """True when `path` is a directory with evsys's own `dataset.toml` (not a Harbor dataset manifest):
+    `evsys run <dir>` loads it as Python tasks. A `dataset.toml` of neither form raises
+    `DatasetManifestError`."""
+    return manifest_kind(path) == "python"
 
 
 def read_dataset_config(path: Path | str) -> PythonDatasetConfig:
@@ -360,7 +363,7 @@ def _consistency_problems(
 def _sibling_config(path: Path) -> PythonDatasetConfig | None:
     """The dataset.toml next to a data file, when it names that file."""
     toml = path.parent / DATASET_TOML
-    if path.is_dir() or not toml.is_file():
+    if path.is_dir() or manifest_kind(path.parent) != "python":
         return None
     config = read_dataset_config(toml)
     return config if (path.parent / config.data).resolve() == path.resolve() else None

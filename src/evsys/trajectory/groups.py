@@ -54,6 +54,11 @@ class RolloutTrajectory(BaseModel):
     loss_mask: list[int] = Field(default_factory=list)
     logprobs: list[float] = Field(default_factory=list)
     prefix_break: bool = False
+    weights_version: int | None = Field(
+        None,
+        description="The policy weights version that sampled every model turn; None when the model reports "
+        "none or turns were sampled by different versions (each step's metrics keep its own).",
+    )
     reward: float = 0.0
     rewards: dict[str, float] = Field(default_factory=dict)
     advantage: float = 0.0
@@ -146,6 +151,12 @@ def flatten_tokens(trajectory: Trajectory | None) -> TokenSequence:
     return seq
 
 
+def sampling_version(trajectory: Trajectory | None) -> int | None:
+    """The weights version shared by every model turn of `trajectory` (None when unknown or mixed)."""
+    versions = {m.weights_version for m in _agent_turns(trajectory)} if trajectory else set()
+    return versions.pop() if len(versions) == 1 else None
+
+
 def last_agent_message(trajectory: Trajectory | None) -> str:
     """The final agent message (what a verifier scores), or "" when there is none."""
     for step in reversed(trajectory.steps if trajectory else []):
@@ -170,6 +181,7 @@ def rollout_from_trial(result: TrialResult, trajectory: Trajectory | None, task_
         loss_mask=tokens.loss_mask,
         logprobs=tokens.logprobs,
         prefix_break=tokens.prefix_break,
+        weights_version=sampling_version(trajectory),
         reward=result.reward if error is None and result.reward is not None else 0.0,
         rewards=dict(result.rewards or {}) if error is None else {},
         error=error,

@@ -28,10 +28,11 @@ from evsys.viewer.jobdata import (
     diff_jobs,
     job_listing,
     job_names,
+    job_status,
     load_job,
     resolve_job,
 )
-from evsys.viewer.tokens import TokenDecoder
+from evsys.viewer.tokens import TokenDecoder, TokenizerFinder
 from evsys.viewer.trialdata import load_trial, read_trial_file
 
 if TYPE_CHECKING:
@@ -61,12 +62,20 @@ def _starlette() -> None:
 
 
 class JobSource:
-    """The jobs the viewer shows: every job under `jobs_dir`, or only the job named `only`."""
+    """The jobs the viewer shows: every job under `jobs_dir`, or only the job named `only`. Token ids are
+    decoded with `decoder` when given, else (with `find_tokenizers`) with each local model's own tokenizer."""
 
-    def __init__(self, jobs_dir: Path, only: str | None = None, decoder: TokenDecoder | None = None) -> None:
+    def __init__(
+        self,
+        jobs_dir: Path,
+        only: str | None = None,
+        decoder: TokenDecoder | None = None,
+        *,
+        find_tokenizers: bool = False,
+    ) -> None:
         self.jobs_dir = Path(jobs_dir)
         self.only = only
-        self.decoder = decoder
+        self.tokenizers = TokenizerFinder(decoder, find_local=find_tokenizers)
         self._cache: dict[str, tuple[tuple, LoadedJob]] = {}
 
     def job_dir(self, name: str) -> Path:
@@ -123,13 +132,15 @@ def create_app(source: JobSource) -> ASGIApp:
         body = loaded.model_dump(mode="json")
         body["running"] = loaded.running
         body["n_errors"] = loaded.n_errors
+        body["status"] = job_status(loaded)
         return body
 
     def trial(request: Request) -> dict[str, Any]:
         job_dir = source.job_dir(request.path_params["job"])
         loaded = load_trial(job_dir, request.path_params["trial"])
-        if source.decoder is not None:
-            loaded.token_texts = source.decoder.completion_texts(loaded.trajectory)
+        decoder = source.tokenizers.decoder_for(loaded.result.model if loaded.result else None)
+        if decoder is not None:
+            loaded.token_texts = decoder.completion_texts(loaded.trajectory)
         return loaded.model_dump(mode="json")
 
     def trial_file(request: Request) -> dict[str, Any]:

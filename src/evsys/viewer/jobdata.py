@@ -9,7 +9,7 @@ same definitions `evsys run` prints.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -80,6 +80,9 @@ class LoadedJob(BaseModel):
         )
 
 
+JobStatus = Literal["running", "done", "cancelled", "incomplete"]
+
+
 class JobListing(BaseModel):
     """One line of `evsys jobs list` and the viewer's job list."""
 
@@ -87,8 +90,14 @@ class JobListing(BaseModel):
     started_at: str | None
     finished_at: str | None
     running: bool
+    status: JobStatus = Field(
+        "running",
+        description="running (no finished result.json: running, or killed), done (complete), cancelled "
+        "(finished with cancelled trials), incomplete (finished without every planned trial's result).",
+    )
     agents: list[str]
     models: list[str]
+    datasets: list[str] = Field(default_factory=list)
     n_trials: int
     n_planned: int
     n_errors: int
@@ -193,8 +202,10 @@ def job_listing(job: LoadedJob) -> JobListing:
         started_at=job.started_at,
         finished_at=job.finished_at,
         running=job.running,
+        status=job_status(job),
         agents=agents,
         models=sorted({t.model for t in job.trials if t.model}) or _config_models(job),
+        datasets=sorted({t.dataset for t in job.trials}) or _config_datasets(job),
         n_trials=len(job.trials),
         n_planned=job.n_planned,
         n_errors=job.n_errors,
@@ -202,6 +213,22 @@ def job_listing(job: LoadedJob) -> JobListing:
         pass_at_k=mean_pass_at_k(scored, job.n_attempts),
         problem=job.config_error,
     )
+
+
+def job_status(job: LoadedJob) -> JobStatus:
+    """What became of the job: only a result.json saying `complete` is done; a finished job with cancelled
+    trials was cancelled, one missing results otherwise is incomplete."""
+    if job.running:
+        return "running"
+    if job.complete:
+        return "done"
+    if any(t.cause == FailureCause.CANCELLED for t in job.trials):
+        return "cancelled"
+    return "incomplete"
+
+
+def _config_datasets(job: LoadedJob) -> list[str]:
+    return sorted({Path(p).name for p in job.config.datasets}) if job.config else []
 
 
 def _config_agents(job: LoadedJob) -> list[str]:

@@ -19,14 +19,15 @@ HOST = "127.0.0.1"
 
 def source_for(path: Path, tokenizer: Path | None = None) -> JobSource:
     """What `evsys view PATH` shows: the job at PATH when it is one, else every job under PATH; token ids
-    decoded with `tokenizer` when given (`TokenizerError` when it cannot be loaded)."""
+    decoded with `tokenizer` when given (`TokenizerError` when it cannot be loaded), else with the tokenizer
+    of each trial's local model when it is on this machine."""
     path = Path(path).resolve()
     decoder = TokenDecoder(tokenizer) if tokenizer is not None else None
     if is_job_dir(path):
-        return JobSource(path.parent, only=path.name, decoder=decoder)
+        return JobSource(path.parent, only=path.name, decoder=decoder, find_tokenizers=True)
     if not path.is_dir():
         raise FileNotFoundError(f"{path} is not a directory (give a jobs directory or one job's directory)")
-    return JobSource(path, decoder=decoder)
+    return JobSource(path, decoder=decoder, find_tokenizers=True)
 
 
 def bind(port: int) -> socket.socket:

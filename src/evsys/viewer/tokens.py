@@ -2,7 +2,8 @@
 
 Trajectories record token ids only; with a tokenizer (a Hugging Face `tokenizer.json`, or a model directory
 holding one) each completion token is decoded on its own, so a person sees the text each id stands for.
-Without one the viewer shows the ids.
+Without `--tokenizer`, a trial of the local engine (`local`, `local:<dir or .gguf>`) is decoded with its
+model's own tokenizer when that model is on this machine (`TokenizerFinder`); otherwise the viewer shows ids.
 """
 
 from __future__ import annotations
@@ -10,7 +11,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from evsys.model.local.loader import existing_model_dir
 from evsys.records import Trajectory
+
+LOCAL_PROVIDER = "local"
 
 
 class TokenizerError(ValueError):
@@ -54,3 +58,30 @@ class TokenDecoder:
             if step.metrics is not None and step.metrics.completion_token_ids:
                 texts[step.step_id] = self.decode_each(step.metrics.completion_token_ids)
         return texts
+
+
+class TokenizerFinder:
+    """The decoder for a trial: the one given (`--tokenizer`) for every trial, else, when `find_local`, the
+    tokenizer of the trial's local model (found once per model directory; None when there is none)."""
+
+    def __init__(self, given: TokenDecoder | None = None, *, find_local: bool = False) -> None:
+        self.given = given
+        self.find_local = find_local
+        self._found: dict[Path, TokenDecoder | None] = {}
+
+    def decoder_for(self, model: str | None) -> TokenDecoder | None:
+        """The decoder for a trial whose model string is `model` (e.g. `local`, `local:/models/qwen`)."""
+        if self.given is not None or not self.find_local or not model:
+            return self.given
+        provider, _, name = model.partition(":")
+        if provider != LOCAL_PROVIDER:
+            return None
+        model_dir = existing_model_dir(name)
+        if model_dir is None:
+            return None
+        if model_dir not in self._found:
+            try:
+                self._found[model_dir] = TokenDecoder(model_dir)
+            except TokenizerError:
+                self._found[model_dir] = None
+        return self._found[model_dir]

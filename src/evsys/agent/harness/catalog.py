@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from evsys.records import Bind
     from evsys.task.models import McpServerConfig
 
-Dialect = Literal["openai", "anthropic", "responses"]
+Dialect = Literal["openai", "anthropic", "responses", "google"]
 
 
 @dataclass
@@ -65,6 +65,9 @@ HARNESSES: Registry[HarnessDefinition] = Registry("harness", "evsys.harnesses", 
 HARNESSES.register_lazy("claude-code", "evsys.agent.harness.claude_code:DEFINITION")
 HARNESSES.register_lazy("codex", "evsys.agent.harness.codex:DEFINITION")
 HARNESSES.register_lazy("mini-swe-agent", "evsys.agent.harness.mini_swe_agent:DEFINITION")
+HARNESSES.register_lazy("gemini-cli", "evsys.agent.harness.gemini_cli:DEFINITION")
+HARNESSES.register_lazy("opencode", "evsys.agent.harness.opencode:DEFINITION")
+HARNESSES.register_lazy("openclaw", "evsys.agent.harness.openclaw:DEFINITION")
 
 
 def harness_names() -> list[str]:
@@ -72,6 +75,16 @@ def harness_names() -> list[str]:
     return HARNESSES.names()
 
 
+def is_acp_command(name: str) -> bool:
+    """Whether `name` is an `acp:<command>` harness (any ACP agent, by its command line)."""
+    return name.startswith("acp:")
+
+
 def get_definition(name: str) -> HarnessDefinition:
-    """The definition of harness `name`; `UnknownNameError` (a ValueError) listing the known ones."""
+    """The definition of harness `name` (a catalog name or `acp:<command>`); `UnknownNameError` (a
+    ValueError) listing the known ones."""
+    if is_acp_command(name):
+        from evsys.agent.harness.acp_command import command_definition
+
+        return command_definition(name)
     return HARNESSES.get(name)

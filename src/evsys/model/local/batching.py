@@ -6,13 +6,17 @@ positions its own. Every decode step feeds the last token of all active sequence
 each row with its own parameters and generator, and drops finished rows. Logprobs stay the raw-distribution
 log-softmax of each row's logits, so teacher forcing reproduces them (differences are float rounding, ~1e-6).
 
-All model calls happen in the scheduler's own thread; callers get a concurrent.futures.Future.
+All model calls happen in the scheduler's own thread; callers get a concurrent.futures.Future. A weight
+update (`between_generations`) runs in that thread too, once the running batch has drained: requests that
+arrive meanwhile wait for it, so every generation is sampled by one weights version from its first token to
+its last, and records that version.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -40,6 +44,7 @@ class _Sequence:
     cancel: threading.Event | None
     future: Future
     generator: Any = None
+    version: int = 0
     ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     finish: Literal["stop", "length"] | None = None
@@ -52,6 +57,7 @@ class BatchingScheduler:
         self.engine = engine
         self.max_batch_size = max(1, max_batch_size)
         self._pending: deque[_Sequence] = deque()
+        self._updates: deque[tuple[Callable[[LocalEngine], Any], Future]] = deque()
         self._wakeup = threading.Condition()
         self._active: list[_Sequence] = []
         self._cache: Any = None
@@ -78,15 +84,33 @@ class BatchingScheduler:
             self._wakeup.notify()
         return seq.future
 
+    def between_generations(self, update: Callable[[LocalEngine], Any]) -> Future:
+        """Run `update(engine)` in the scheduler's thread as soon as no generation is in flight.
+
+        The running batch finishes first and no new request is admitted until the update is done; the
+        future holds its return value (or its exception)."""
+        future: Future = Future()
+        with self._wakeup:
+            self._updates.append((update, future))
+            self._wakeup.notify()
+        return future
+
     def _loop(self) -> None:
         while True:
             with self._wakeup:
-                while not self._pending and not self._active:
+                while not self._pending and not self._active and not self._updates:
                     self._wakeup.wait()
+                update = self._updates.popleft() if self._updates and not self._active else None
                 room = self.max_batch_size if self._batchable else 1
+                if self._updates or update is not None:
+                    room = 0  # drain the batch; new requests wait for the update
                 admitted = [
-                    self._pending.popleft() for _ in range(min(len(self._pending), room - len(self._active)))
+                    self._pending.popleft()
+                    for _ in range(max(0, min(len(self._pending), room - len(self._active))))
                 ]
+            if update is not None:
+                self._apply(*update)
+                continue
             try:
                 for seq in admitted:
                     self._admit(seq)
@@ -98,10 +122,17 @@ class BatchingScheduler:
                         seq.future.set_exception(exc)
                 self._active, self._cache, self._mask = [], None, None
 
+    def _apply(self, update: Callable[[LocalEngine], Any], future: Future) -> None:
+        try:
+            future.set_result(update(self.engine))
+        except BaseException as exc:  # reported to the caller; the scheduler keeps serving
+            future.set_exception(exc)
+
     def _admit(self, seq: _Sequence) -> None:
         """Prefill one request, sample its first token, and add it to the batch unless it is already done."""
         import torch
 
+        seq.version = self.engine.weights_version
         with torch.inference_mode():
             out = prefill(self.engine.model, seq.prompt_ids)
         self._record(seq, out.logits[0, -1])
@@ -199,7 +230,7 @@ class BatchingScheduler:
 
     def _resolve(self, seq: _Sequence) -> None:
         assert seq.finish is not None, "only finished sequences are resolved"
-        result = GenerationResult(seq.ids, seq.logprobs, seq.finish)
+        result = GenerationResult(seq.ids, seq.logprobs, seq.finish, seq.version)
         if not seq.future.done():
             seq.future.set_result(result)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -19,6 +19,7 @@ from evsys.model.base import Completion, FinishReason, Message, SamplingParams, 
 from evsys.model.local.batching import BatchingScheduler
 from evsys.model.local.engine import GenerationResult, LocalEngine, TokenCallback
 from evsys.model.local.loader import resolve_model_dir
+from evsys.model.local.policy import LocalPolicy
 from evsys.model.render import Renderer
 from evsys.records import Usage
 
@@ -56,6 +57,18 @@ class SharedEngine:
         assert self.scheduler is not None
         return await asyncio.wrap_future(self.scheduler.submit(prompt_ids, params, on_token, cancel))
 
+    async def load_weights(self, state_dict: Mapping[str, Any]) -> int:
+        """Copy `state_dict` into the running model between generations; returns the new weights version.
+
+        The batching scheduler drains its running batch, applies the weights in its own thread and only then
+        admits new requests; the worker thread waits meanwhile, so no rendering or scoring overlaps either."""
+
+        def swap(engine: LocalEngine) -> int:
+            assert self.scheduler is not None, "the engine is loaded before its weights are replaced"
+            return int(self.scheduler.between_generations(lambda e: e.replace_weights(state_dict)).result())
+
+        return int(await self.run(swap))
+
     async def run(self, fn: Callable[[LocalEngine], Any]) -> Any:
         """Run `fn(engine)` in the worker thread (loading the model first if needed)."""
         loop = asyncio.get_running_loop()
@@ -83,6 +96,16 @@ class LocalModelClient:
     async def engine(self) -> LocalEngine:
         """The loaded engine (loads the model on first use, in the worker thread)."""
         return await self.shared.run(lambda engine: engine)
+
+    async def policy(self) -> LocalPolicy:
+        """The running engine as a trainable policy: its torch model, tokenizer and weights version, and a way
+        to load new weights between rollout batches (loads the model on first use)."""
+        return LocalPolicy(self.shared, await self.engine())
+
+    async def load_weights(self, state_dict: Mapping[str, Any]) -> int:
+        """Load new weights into the running engine between generations; returns the new weights version."""
+        await self.engine()
+        return await self.shared.load_weights(state_dict)
 
     async def complete(
         self,
@@ -165,6 +188,7 @@ def build_completion(
         logprobs=result.logprobs if params.logprobs else None,
         usage=Usage(prompt_tokens=len(prompt_ids), completion_tokens=len(result.completion_ids)),
         cost_usd=0.0,
+        weights_version=result.weights_version,
         model=model,
         latency_s=latency,
     )

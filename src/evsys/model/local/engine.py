@@ -12,7 +12,7 @@ The engine is synchronous and not thread-safe; `LocalModelClient` runs it in one
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -28,11 +28,13 @@ TokenCallback = Callable[[int, float], None]
 @dataclass
 class GenerationResult:
     """What one generation produced: the sampled ids (a final end-of-sequence token included), the logprob of
-    each, and why it ended. `LocalEngine.renderer.parse` turns the ids into text and tool calls."""
+    each, why it ended and which weights version sampled it. `LocalEngine.renderer.parse` turns the ids into
+    text and tool calls."""
 
     completion_ids: list[int]
     logprobs: list[float]
     finish_reason: Literal["stop", "length"]
+    weights_version: int | None = None
 
 
 class LocalEngine:
@@ -45,6 +47,8 @@ class LocalEngine:
         self.context_window = _context_window(model.config)
         self.eos_ids = _eos_ids(model, tokenizer)
         self.renderer = ChatTemplateRenderer(tokenizer, self.eos_ids)
+        self.weights_version = 0
+        """Bumped by every `replace_weights`; each generation records the version that sampled it."""
 
     @property
     def template(self) -> str:
@@ -86,6 +90,18 @@ class LocalEngine:
             )
         return wanted
 
+    def replace_weights(self, state_dict: Mapping[str, Any]) -> int:
+        """Copy `state_dict` into the model in place (every key must match) and bump `weights_version`.
+
+        Not synchronised with generation: a running engine's weights are replaced through
+        `LocalModelClient.load_weights`, which waits until no generation is in flight."""
+        import torch
+
+        with torch.no_grad():
+            self.model.load_state_dict(state_dict, strict=True)
+        self.weights_version += 1
+        return self.weights_version
+
     def generate(
         self,
         prompt_ids: list[int],
@@ -98,6 +114,7 @@ class LocalEngine:
 
         limit = self.budget(len(prompt_ids), params.max_tokens)
         generator = make_generator(params.seed)
+        version = self.weights_version
         ids: list[int] = []
         logprobs: list[float] = []
         finish: Literal["stop", "length"] = "length"
@@ -121,7 +138,7 @@ class LocalEngine:
                 out = self.model(
                     input_ids=torch.tensor([[token]]), past_key_values=out.past_key_values, use_cache=True
                 )
-        return GenerationResult(ids, logprobs, finish)
+        return GenerationResult(ids, logprobs, finish, version)
 
     def score(self, prompt_ids: list[int], completion_ids: list[int]) -> list[float]:
         """Teacher forcing: the raw-distribution logprob of each completion token given all before it."""

@@ -64,6 +64,37 @@ def resolve_model_dir(model: str) -> Path:
     return path
 
 
+def existing_model_dir(model: str) -> Path | None:
+    """The HF directory `local[:model]` loads from when it exists already, without converting anything or
+    importing transformers (for tools that only read, like the viewer's tokenizer): a model directory as
+    given, else the cached conversion of the GGUF (the bundled one when `model` is empty); None otherwise."""
+    if not model:
+        try:
+            gguf = default_gguf_path()
+        except UnknownModelError:
+            return None
+    else:
+        path = Path(model).expanduser()
+        if path.is_dir():
+            return path
+        if not (path.is_file() and path.suffix == ".gguf"):
+            return None
+        gguf = path
+    return _cached_conversion(gguf)
+
+
+def _cached_conversion(gguf: Path) -> Path | None:
+    """A converted copy of `gguf` under the cache (any transformers version's: the tokenizer is the same)."""
+    for candidate in sorted((cache_dir() / "models").glob(f"{gguf.stem}-*"), reverse=True):
+        try:
+            source = json.loads((candidate / SOURCE_RECORD).read_text()).get("gguf")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if source and Path(source).resolve() == gguf.resolve():
+            return candidate
+    return None
+
+
 def gguf_cache_key(gguf: Path) -> str:
     """Key of a GGUF's converted copy: name, size, hash of its first MiB, transformers' version."""
     import transformers

@@ -12,7 +12,7 @@ from evsys.model.errors import (
     UnknownModelError,
 )
 from evsys.model.openai_wire import error_body
-from evsys.model.proxy import anthropic_dialect
+from evsys.model.proxy import anthropic_dialect, google_dialect
 from evsys.model.proxy.session import Dialect
 from evsys.util.bodylimit import Scope
 
@@ -58,6 +58,8 @@ def error_response(dialect: Dialect, status: int, message: str) -> Any:
 
     if dialect == "anthropic":
         body = anthropic_dialect.error_body(message, _ANTHROPIC_KINDS.get(status, "api_error"))
+    elif dialect == "google":
+        body = google_dialect.error_body(status, message)
     else:
         code = "invalid_api_key" if status == 401 else None
         body = error_body(message, _OPENAI_KINDS.get(status, "server_error"), code)  # Responses API too

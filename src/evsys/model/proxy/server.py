@@ -1,14 +1,15 @@
-"""`ModelProxy`: an OpenAI- and Anthropic-compatible HTTP endpoint in front of any `ModelClient`, recording
-calls.
+"""`ModelProxy`: an OpenAI-, Anthropic- and Google-compatible HTTP endpoint in front of any `ModelClient`,
+recording calls.
 
 Every trial gets a session (`open_session`) whose key the harness uses as its API key (OpenAI:
-`Authorization: Bearer <key>`; Anthropic: `x-api-key: <key>`, Bearer accepted too). A request with an
-unknown or closed key is refused with 401 in the dialect's error shape. A session may also get its own
-unix socket (`open_session(uds=...)`): requests arriving there are accepted only with that session's key,
-so a harness in a sandbox that can see only its own socket cannot use another session even if it learns
-that session's key.
+`Authorization: Bearer <key>`; Anthropic: `x-api-key: <key>`, Bearer accepted too; Google: `x-goog-api-key`
+or `?key=`). A request with an unknown or closed key is refused with 401 in the dialect's error shape. A
+session may also get its own unix socket (`open_session(uds=...)`): requests arriving there are accepted
+only with that session's key, so a harness in a sandbox that can see only its own socket cannot use another
+session even if it learns that session's key.
 
-Endpoints: `POST /v1/chat/completions`, `POST /v1/messages`, `POST /v1/responses`, `GET /v1/models`,
+Endpoints: `POST /v1/chat/completions`, `POST /v1/messages`, `POST /v1/responses`, `POST
+/v1beta/models/<model>:generateContent` (and `:streamGenerateContent`, `:countTokens`), `GET /v1/models`,
 `GET /health` (no key needed), and `/mcp` (MCP Streamable HTTP: the environment tools attached to the
 session with `evsys.agent.harness.mcp_server.serve_tools`; same key rules). Streaming responses are
 produced from the finished completion (the `ModelClient` contract is request/response), so
@@ -29,7 +30,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from evsys.model.base import ModelClient
-from evsys.model.proxy import anthropic_dialect, openai_dialect, responses_dialect
+from evsys.model.proxy import anthropic_dialect, google_dialect, openai_dialect, responses_dialect
 from evsys.model.proxy.replies import (
     NO_TOOLS,
     UNKNOWN_KEY,
@@ -237,13 +238,15 @@ class ModelProxy:
                 Route("/v1/chat/completions", self._openai, methods=["POST"]),
                 Route("/v1/messages", self._anthropic, methods=["POST"]),
                 Route("/v1/responses", self._responses, methods=["POST"]),
+                Route("/{version:str}/models/{target:str}", self._google, methods=["POST"]),
                 Route("/mcp", _RawAsgi(self._mcp), methods=["GET", "POST", "DELETE"]),
             ]
         )
         return BodyLimit(routes, self.max_body_bytes, refuse=refusal)
 
     def _authorise(self, request: Any) -> ProxySession | None:
-        key = request.headers.get("x-api-key", "")
+        key = request.headers.get("x-api-key", "") or request.headers.get("x-goog-api-key", "")
+        key = key or request.query_params.get("key", "")
         auth = request.headers.get("authorization", "")
         if not key and auth.lower().startswith("bearer "):
             key = auth[7:].strip()
@@ -294,7 +297,26 @@ class ModelProxy:
     async def _responses(self, request: Any) -> Any:
         return await self._serve(request, "responses")
 
-    async def _serve(self, request: Any, dialect: Dialect) -> Any:
+    async def _google(self, request: Any) -> Any:
+        """`/v1beta/models/<model>:generateContent`, `:streamGenerateContent` and `:countTokens`."""
+        from starlette.responses import JSONResponse
+
+        try:
+            model, method = google_dialect.parse_target(request.path_params["target"])
+        except ValueError as exc:
+            return error_response("google", 404, str(exc))
+        if method == "countTokens":
+            if self._authorise(request) is None:
+                return error_response("google", 401, UNKNOWN_KEY)
+            parsed, problem = await _parse(request, "google", unwrap="generateContentRequest")
+            if problem is not None:
+                return error_response("google", 400, problem)
+            return JSONResponse(google_dialect.count_tokens_response(parsed))
+        if method not in ("generateContent", "streamGenerateContent"):
+            return error_response("google", 404, f"method {method!r} is not served by the evsys proxy")
+        return await self._serve(request, "google", model=model, stream=method == "streamGenerateContent")
+
+    async def _serve(self, request: Any, dialect: Dialect, **from_path: Any) -> Any:
         from starlette.responses import JSONResponse, StreamingResponse
 
         session = self._authorise(request)
@@ -303,6 +325,8 @@ class ModelProxy:
         parsed, problem = await _parse(request, dialect)
         if problem is not None:
             return error_response(dialect, 400, problem)
+        for name, value in from_path.items():
+            setattr(parsed, name, value)
         try:
             messages, tools = parsed.chat()
             params = parsed.sampling(self.max_tokens_cap)
@@ -319,6 +343,10 @@ class ModelProxy:
             session.finish_call(call, None, f"{type(exc).__name__}: {exc}", time.perf_counter() - started)
             return error_response(dialect, status_for(exc), str(exc) or type(exc).__name__)
         session.finish_call(call, completion, None, time.perf_counter() - started)
+        if dialect == "google":
+            if parsed.stream:
+                return StreamingResponse(google_dialect.stream_events(parsed, completion), media_type=_SSE)
+            return JSONResponse(google_dialect.generate_response(parsed, completion))
         if dialect == "responses":
             cap = self.max_tokens_cap
             if parsed.stream:
@@ -351,16 +379,20 @@ _REQUEST_MODELS: dict[Dialect, type[BaseModel]] = {
     "openai": openai_dialect.OpenAIChatRequest,
     "anthropic": anthropic_dialect.AnthropicRequest,
     "responses": responses_dialect.ResponsesRequest,
+    "google": google_dialect.GoogleRequest,
 }
 
 
-async def _parse(request: Any, dialect: Dialect) -> tuple[Any, str | None]:
-    """Validate the JSON body; on failure return a message naming the offending fields."""
+async def _parse(request: Any, dialect: Dialect, *, unwrap: str | None = None) -> tuple[Any, str | None]:
+    """Validate the JSON body (the object under `unwrap`, when the body has it); on failure return a message
+    naming the offending fields."""
     model = _REQUEST_MODELS[dialect]
     try:
         body = loads_bounded(await request.body())
     except ValueError as exc:
         return None, f"request body is not valid JSON: {exc}"
+    if unwrap is not None and isinstance(body, dict) and isinstance(body.get(unwrap), dict):
+        body = body[unwrap]
     try:
         return model.model_validate(body), None
     except ValidationError as exc:

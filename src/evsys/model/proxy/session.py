@@ -21,7 +21,7 @@ from evsys.records import Observation, ObservationResult, Step, StepMetrics, Too
 
 log = logging.getLogger(__name__)
 
-Dialect = Literal["openai", "anthropic", "responses"]
+Dialect = Literal["openai", "anthropic", "responses", "google"]
 CallListener = Callable[[Literal["request", "response"], "ProxyCall"], None]
 KEY_PREFIX = "evsys-"
 

@@ -1,5 +1,6 @@
-"""cgroup limits for local sandboxes: memory, pids and cpu, on cgroup v2 where it has controllers, v1
-otherwise.
+"""cgroup limits for local sandboxes: memory, pids and cpu, on cgroup v2 where it is mounted (with the
+controllers delegated to evsys's own cgroup, delegation.py), v1 otherwise; a controller missing here leaves
+its limit to a fallback or unenforced (limits.py).
 
 Every sandbox gets one directory per controller named `evsys-<owner pid>-<sequence>-<sandbox name, cut>`
 (the sequence number makes it unique within its orchestrator however long the name), created below the
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from evsys.sandbox.base import SandboxError
+from evsys.sandbox.local import delegation
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PREFIX = "evsys-"
@@ -35,6 +37,7 @@ class CgroupLayout:
 
     version: int
     parents: dict[str, Path] = field(default_factory=dict)
+    missing: dict[str, str] = field(default_factory=dict)  # controller -> why evsys cannot use it here
 
     @property
     def controllers(self) -> list[str]:
@@ -52,27 +55,23 @@ def _own_paths() -> dict[str, str]:
     return paths
 
 
-def detect_layout() -> CgroupLayout:
-    """Prefer v2 when mounted at /sys/fs/cgroup with memory and pids available; else use v1 hierarchies."""
+def detect_layout(root: Path = CGROUP_ROOT) -> CgroupLayout:
+    """cgroup v2 when it is mounted at `root`: the controllers delegated to this process's own cgroup
+    (delegation.py; enabling them may move this process into a leaf). Else the v1 hierarchies this process
+    is in. `missing` says why each controller evsys wants is unusable."""
     own = _own_paths()
-    v2_root = CGROUP_ROOT if (CGROUP_ROOT / "cgroup.controllers").exists() else None
-    if v2_root is not None:
-        parent = v2_root / own.get("", "/").lstrip("/")
-        enabled = (parent / "cgroup.subtree_control").read_text().split() if parent.exists() else []
-        available = (v2_root / "cgroup.controllers").read_text().split()
-        if {"memory", "pids"} <= set(available):
-            names = [c for c in ("memory", "pids", "cpu") if c in available]
-            if not set(names) <= set(enabled):
-                with contextlib.suppress(OSError):
-                    (parent / "cgroup.subtree_control").write_text(" ".join(f"+{c}" for c in names))
-            return CgroupLayout(2, {c: parent for c in names})
+    if (root / "cgroup.controllers").exists():
+        base, usable, why = delegation.enable_controllers(root, own.get("", "/"))
+        return CgroupLayout(2, {c: base for c in usable}, why)
     layout = CgroupLayout(1)
     for ctrl in V1_CONTROLLERS:
-        base = CGROUP_ROOT / ctrl
+        base = root / ctrl
         if (base / "cgroup.procs").exists() and ctrl in own:
             parent = base / own[ctrl].lstrip("/")
             if parent.is_dir():
                 layout.parents[ctrl] = parent
+                continue
+        layout.missing[ctrl] = f"no cgroup v1 {ctrl} hierarchy of this process under {root}"
     return layout
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evsys.records import SandboxSpec
-from evsys.sandbox.local import cgroups, native
+from evsys.sandbox.local import cgroups, limits, native
 
 
 @dataclass
@@ -26,13 +26,25 @@ class Check:
 
 
 def missing_requirement() -> str | None:
-    """Why the local sandbox cannot run here at all (no bubblewrap, no memory/pids cgroups), or None."""
+    """Why the local sandbox cannot run here at all (no bubblewrap, capabilities, user namespaces or
+    overlayfs), or None: checked before anything starts, so a start fails at once with the reason instead
+    of hanging."""
     if shutil.which("bwrap") is None:
         return "bubblewrap (bwrap) is not installed; run `evsys doctor`"
-    layout = cgroups.detect_layout()
-    if "pids" not in layout.parents or "memory" not in layout.parents:
-        return "the cgroup memory and pids controllers are not available; run `evsys doctor`"
+    for check in (check_capabilities(), check_user_namespaces(), check_overlay()):
+        if not check.ok:
+            return f"{check.name}: {check.detail} (fix: {check.fix}); run `evsys doctor`"
     return None
+
+
+_MISSING: dict[int, str | None] = {}  # pid -> missing_requirement(), checked once per process
+
+
+def missing_requirement_once() -> str | None:
+    """`missing_requirement()`, checked once per process (every sandbox start asks)."""
+    if os.getpid() not in _MISSING:
+        _MISSING[os.getpid()] = missing_requirement()
+    return _MISSING[os.getpid()]
 
 
 def required_problems() -> str | None:
@@ -114,26 +126,26 @@ def check_overlay() -> Check:
 
 
 def check_cgroups() -> list[Check]:
-    """cgroup version and the controllers evsys uses (memory and pids required, cpu and freezer optional)."""
+    """The cgroup version and controllers evsys uses, then which sandbox limits hold and by what (limits.py):
+    a limit the cgroups cannot enforce is degraded, never a refusal."""
     try:
         layout = cgroups.detect_layout()
     except OSError as exc:
         return [Check("cgroups", False, f"cannot read cgroups: {exc}", "mount cgroup v2 or v1 hierarchies")]
-    found = ", ".join(f"{c} at {p}" for c, p in sorted(layout.parents.items())) or "none"
-    checks = [Check(f"cgroups v{layout.version}", bool(layout.parents), f"controllers: {found}")]
-    for ctrl, required, effect in (
-        ("memory", True, "memory_mb limits and OOM detection"),
-        ("pids", True, "the fork-bomb defence (pids_max)"),
-        ("cpu", False, "cpus limits (not enforced without it)"),
-        ("freezer", False, "freezing before kill (kills still work without it)"),
-    ):
-        if layout.version == 2 and ctrl == "freezer":
-            continue
-        ok = ctrl in layout.parents
-        fix = f"enable the {ctrl} controller (v2: +{ctrl} in cgroup.subtree_control; v1: mount it)"
-        checks.append(
-            Check(f"cgroup {ctrl}", ok, effect if ok else f"missing: {effect}", "" if ok else fix, required)
-        )
+    found = ", ".join(f"{c} at {p}" for c, p in sorted(layout.parents.items())) or "none usable"
+    checks = [Check(f"cgroups v{layout.version}", True, f"controllers: {found}", required=False)]
+    fix = "delegate the controller to evsys's cgroup (v2: +{0} in the parent's cgroup.subtree_control and "
+    fix += "evsys alone in its cgroup; a container: --cgroupns=private with {0} delegated; v1: mount it)"
+    for hold in limits.limit_holds(layout):
+        detail = f"enforced by {hold.by}" if hold.enforced else ""
+        detail = "; ".join(part for part in (detail, hold.note) if part)
+        ctrl = {"memory_mb": "memory", "pids_max": "pids", "cpus": "cpu"}[hold.limit]
+        checks.append(Check(f"{hold.limit} limit", hold.by_cgroup, detail, fix.format(ctrl), required=False))
+    if layout.version == 1:
+        ok = "freezer" in layout.parents
+        effect = "freezing before kill" if ok else "missing: kills still work, without freezing first"
+        hint = "" if ok else fix.format("freezer")
+        checks.append(Check("cgroup freezer", ok, effect, hint, required=False))
     return checks
 
 
@@ -154,6 +166,34 @@ def check_seccomp() -> Check:
             "pip install pyseccomp; apt-get install libseccomp2",
         )
     return Check("seccomp", True, f"{len(DENIED_SYSCALLS)} syscalls denied ({size} bytes of BPF)")
+
+
+# Capability numbers (linux/capability.h) of what the sandbox's setup, daemon and root need; a container
+# runtime grants fewer by default (docs/sandbox.md: running evsys in a container).
+CAPABILITY_BITS = {
+    "CAP_CHOWN": 0,
+    "CAP_DAC_OVERRIDE": 1,
+    "CAP_FOWNER": 3,
+    "CAP_FSETID": 4,
+    "CAP_KILL": 5,
+    "CAP_SETGID": 6,
+    "CAP_SETUID": 7,
+    "CAP_SETPCAP": 8,
+    "CAP_SYS_PTRACE": 19,  # the host reads the non-dumpable daemon's /proc entries
+    "CAP_SYS_ADMIN": 21,
+    "CAP_WAKE_ALARM": 35,  # the verification mark (native/verifier.c)
+}
+
+
+def check_capabilities() -> Check:
+    """The capabilities evsys needs are in this process's bounding set (a container may lack some)."""
+    status = Path("/proc/self/status").read_text()
+    bounding = int(next(line.split()[1] for line in status.splitlines() if line.startswith("CapBnd:")), 16)
+    lacking = [name for name, bit in CAPABILITY_BITS.items() if not bounding >> bit & 1]
+    detail = f"lacking {', '.join(lacking)}" if lacking else "every capability the sandbox needs"
+    fix = "give the container " + " ".join(f"--cap-add {n.removeprefix('CAP_')}" for n in lacking)
+    fix = fix if lacking else ""
+    return Check("capabilities", not lacking, detail, fix)
 
 
 def check_user_namespaces() -> Check:
@@ -208,7 +248,8 @@ def check_smoke() -> Check:
 
 def run_checks(*, smoke: bool = True) -> list[Check]:
     """Every check, in display order; the smoke test only when the basics pass."""
-    checks = [check_root(), check_bwrap(), check_python(), check_daemon(), check_overlay(), *check_cgroups()]
+    checks = [check_root(), check_capabilities(), check_bwrap(), check_python(), check_daemon()]
+    checks += [check_overlay(), *check_cgroups()]
     checks += check_network_tools()
     checks.append(check_seccomp())
     checks.append(check_user_namespaces())

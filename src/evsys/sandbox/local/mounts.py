@@ -6,7 +6,8 @@ bubblewrap: join the sandbox's cgroups, make a private mount namespace, mount a 
 on the shared mount point, and mount the overlay (lower = idmapped views of the cached layers in which the
 agent's files belong to the sandbox's agent uid, upper = that tmpfs) inside it. The
 host's mount table never sees any of it, and the whole namespace disappears with the sandbox's last process,
-so teardown leaks nothing even after a SIGKILL.
+so teardown leaks nothing even after a SIGKILL. Without a pids cgroup, the child starts with RLIMIT_NPROC set
+(limits.py).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ class ChildSetup:
         cgroup_procs: list[str],
         helper: str,
         agent_uid: int,
+        nproc: int | None = None,
     ) -> None:
         self.mount_point = mount_point
         self.params = {
@@ -33,6 +35,7 @@ class ChildSetup:
             "cgroup_procs": list(cgroup_procs),
             "helper": helper,
             "agent_uid": agent_uid,
+            "nproc": nproc,  # RLIMIT_NPROC for the sandbox's processes (no pids cgroup here), or None
         }
 
     @property

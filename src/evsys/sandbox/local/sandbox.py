@@ -20,7 +20,7 @@ from evsys.sandbox.base import (
     SandboxUnsupported,
 )
 from evsys.sandbox.entrypoint import run_entrypoint
-from evsys.sandbox.local import allowlist, cgroups, imageroot, native, pods, rootfs, stale, uids
+from evsys.sandbox.local import allowlist, cgroups, imageroot, limits, native, pods, rootfs, stale, uids
 from evsys.sandbox.local.bwrap import (
     JOBS_TMPFS_MB,
     bwrap_argv,
@@ -30,6 +30,7 @@ from evsys.sandbox.local.bwrap import (
 )
 from evsys.sandbox.local.client import DaemonClient
 from evsys.sandbox.local.commands import USERS, LocalCommandsMixin
+from evsys.sandbox.local.doctor import missing_requirement_once
 from evsys.sandbox.local.files import LocalFilesMixin
 from evsys.sandbox.local.lowports import allow_low_ports
 from evsys.sandbox.local.mounts import ChildSetup
@@ -94,8 +95,16 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
         return self._uid.uid + 1 + index
 
     @classmethod
+    def supports(cls, capability: Capability) -> bool:
+        """The declared capabilities; LIMITS (memory and pids hits in `limits_hit`) only where both cgroup
+        controllers are usable here (limits.py)."""
+        if capability == Capability.LIMITS:
+            return limits.reports_limit_hits(_cgroup_layout())
+        return super().supports(capability)
+
+    @classmethod
     async def unavailable(cls) -> str | None:
-        """Why the local backend cannot run here (no bubblewrap, no memory/pids cgroups), or None."""
+        """Why the local backend cannot run here (no bubblewrap, user namespaces or overlayfs), or None."""
         from evsys.sandbox.local.doctor import missing_requirement
 
         return await asyncio.to_thread(missing_requirement)
@@ -143,6 +152,9 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
 
     async def _launch(self) -> None:
         spec = self.spec
+        problem = missing_requirement_once()  # fail at once, naming the fix, not somewhere in the setup
+        if problem is not None:
+            raise SandboxError(f"sandbox {spec.name}: the local sandbox cannot run here: {problem}")
         cache = self.scratch_root / "layers"
         if spec.network != "no-network":  # fail before starting anything when networking cannot work here
             slirp_binary()
@@ -153,10 +165,7 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
         lowers, daemon_file = await asyncio.to_thread(self._prepare_layers, cache, self._uid.uid)
         self._lowers = tuple(lowers)
         layout = _cgroup_layout()
-        if "pids" not in layout.parents or "memory" not in layout.parents:
-            raise SandboxError(
-                "the local sandbox needs the cgroup memory and pids controllers; run `evsys doctor`"
-            )
+        limits.warn_unenforced(layout)
         # joining a v1 cpu cgroup costs milliseconds; only do it when there is a cpu limit to enforce
         skip = ("cpu",) if spec.cpus is None and layout.version == 1 else ()
         self._cgroup = cgroups.SandboxCgroup(layout, cgroups.cgroup_name(spec.name), skip=skip)
@@ -170,15 +179,22 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
             cgroup_procs=self._cgroup.procs_files(),
             helper=str(Path(daemon_file) / native.BINARY_NAME),
             agent_uid=self._uid.uid,
+            nproc=None if "pids" in layout.parents else spec.pids_max,  # the fallback (limits.py)
         )
         sfd = seccomp_fd(range(self._uid.uid, self._uid.uid + uids.UID_BLOCK))
         try:
             argv = bwrap_argv(spec, setup.root, str(daemon_file), "@fd0", agent_uid=self._uid.uid)
             joined = pods.OWNERS.owner(spec.pod) if spec.pod is not None else None
             argv = argv if joined is None else pods.join_argv(argv, joined)
-            self._proc = await spawn(argv, setup=setup.params, pass_fds=(sfd,), limit=1 << 22)
+            starting = spawn(argv, setup=setup.params, pass_fds=(sfd,), limit=1 << 22)
+            self._proc = await asyncio.wait_for(starting, START_TIMEOUT)
         except SandboxError as exc:
             raise SandboxError(f"sandbox {spec.name}: {exc}") from None
+        except TimeoutError:  # the setup (cgroups, mounts, idmapped layers) hangs: fail, never wait forever
+            raise SandboxError(
+                f"sandbox {spec.name}: its setup did not finish within {START_TIMEOUT:g} s "
+                "(run `evsys doctor`)"
+            ) from None
         finally:
             os.close(sfd)
         assert self._proc.stdout is not None and self._proc.stdin is not None

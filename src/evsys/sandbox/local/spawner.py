@@ -42,7 +42,9 @@ def spawn(req: dict, passed: list[int]) -> tuple[int, list[int]]:
     argv = [names.get(arg, arg) for arg in req["argv"]]
     helper = setup["helper"]
     helper_argv = [helper, "--setup", str(report_w), setup["mount_point"], str(setup["storage_bytes"])]
-    helper_argv += [":".join(setup["lowers"]), str(setup["agent_uid"]), *setup["cgroup_procs"], "--", *argv]
+    helper_argv += [":".join(setup["lowers"]), str(setup["agent_uid"]), *setup["cgroup_procs"]]
+    helper_argv += [f"nproc={setup['nproc']}"] if setup.get("nproc") is not None else []
+    helper_argv += ["--", *argv]
     for fd in (*passed, report_w):
         os.set_inheritable(fd, True)
     try:

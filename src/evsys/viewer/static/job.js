@@ -16,7 +16,7 @@ function summaryTable(groups) {
     { label: "per key", get: (g) => Object.entries(g.reward_means).filter(([k]) => k !== "reward").map(([k, v]) => `${k} ${fmt(v)}`).join(", ") || "–" },
     { label: "pass@k", get: (g) => Object.entries(g.pass_at_k || {}).map(([k, v]) => `@${k} ${fmt(v)}`).join(", ") || "–" },
     { label: "tokens in/out", cls: "num", get: (g) => `${g.usage.prompt_tokens}/${g.usage.completion_tokens}` },
-    { label: "cost $", cls: "num", get: (g) => fmt(g.usage.cost_usd, 4), sort: (g) => g.usage.cost_usd },
+    { label: "cost $", cls: "num", get: (g) => (g.usage.cost_usd === null ? "unknown" : fmt(g.usage.cost_usd, 4)), sort: (g) => g.usage.cost_usd ?? -1 },
     { label: "wall s", cls: "num", get: (g) => fmt(g.wall_time_sec, 1), sort: (g) => g.wall_time_sec },
   ];
   return table(columns, groups, { id: "summary" });
@@ -106,7 +106,8 @@ export async function jobPage(name) {
   const scored = job.trials.filter((t) => !t.failure || t.failure.cause !== "cancelled");
   const state = job.running
     ? h("span", { class: "badge run" }, job.complete ? "finished" : "running (or stopped before the end)")
-    : h("span", { class: job.complete ? "badge ok" : "badge run" }, job.complete ? "complete" : "finished, incomplete");
+    : h("span", { class: job.complete ? "badge ok" : job.status === "cancelled" ? "badge bad" : "badge run" },
+      job.complete ? "complete" : job.status === "cancelled" ? "cancelled (resume to finish)" : "finished, incomplete");
   const planned = job.n_planned || job.trials.length + job.pending.length;
   const node = h("div", {},
     h("h1", {}, job.name, " ", state),

@@ -55,7 +55,7 @@ function tokenView(m, texts) {
   }, texts ? visible(texts[i] ?? "") : String(id)));
   const learned = mask.filter((x) => x === 1).length;
   return h("div", { class: "tokens" },
-    h("div", { class: "muted" }, `completion: ${ids.length} tokens · loss mask ${learned}/${mask.length || 0} learned${texts ? "" : " · token ids (evsys view --tokenizer shows text)"} · colour = sampling probability (red low, green high) · dashed = loss mask 0 · hover for id and logprob`),
+    h("div", { class: "muted" }, `completion: ${ids.length} tokens · loss mask ${learned}/${mask.length || 0} learned${texts ? "" : " · token ids (no tokenizer found for this model: evsys view --tokenizer shows text)"} · colour = sampling probability (red low, green high) · dashed = loss mask 0 · hover for id and logprob`),
     ids.length <= EAGER_TOKENS
       ? h("div", { class: "tokrow completion" }, spans())
       : lazyDetails({ class: "prompt", "data-key": `completion-${m.__step}` }, `show ${ids.length} tokens`,

@@ -3,7 +3,8 @@
  *   evsysd --setup <report fd> <mount point> <storage bytes> <lowerdir list> <agent uid> <cgroup.procs file>...
  *                  -- <argv>
  *
- * Joins the sandbox's cgroups (one cgroup.procs file per hierarchy), makes a private mount namespace, mounts a
+ * Joins the sandbox's cgroups (one cgroup.procs file per hierarchy; an item `nproc=<n>` instead sets RLIMIT_NPROC,
+ * soft and hard, the process-count limit where no pids cgroup is available, limits.py), makes a private mount namespace, mounts a
  * tmpfs of the storage size on the mount point and the overlay (lower = idmapped clones of the cached layers
  * showing the agent's files as <agent uid>, idmap.c; upper = that tmpfs) at <mount point>/merged, then execs
  * argv (bwrap). A failure is written to the report fd (closed on exec, so
@@ -18,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -51,9 +53,15 @@ int setup_main(int argc, char **argv)
     const char *mount_point = argv[3], *storage = argv[4], *lowers = argv[5];
     uid_t uid = (uid_t)strtoul(argv[6], NULL, 10);
     int k = 7;
-    for (; k < argc && strcmp(argv[k], "--"); k++)
-        if (write_file(argv[k], "0") != 0)
+    for (; k < argc && strcmp(argv[k], "--"); k++) {
+        if (strncmp(argv[k], "nproc=", 6) == 0) {
+            struct rlimit nproc = {.rlim_cur = strtoul(argv[k] + 6, NULL, 10)};
+            nproc.rlim_max = nproc.rlim_cur;
+            if (setrlimit(RLIMIT_NPROC, &nproc) != 0)
+                return report("cannot set RLIMIT_NPROC", argv[k]);
+        } else if (write_file(argv[k], "0") != 0)
             return report("cannot join cgroup", argv[k]);
+    }
     if (k + 1 >= argc) {
         errno = EINVAL;
         return report("no command after --", mount_point);

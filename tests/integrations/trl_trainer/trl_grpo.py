@@ -1,0 +1,47 @@
+"""Shared pieces of the TRL tests: a small CPU GRPO configuration and weight snapshots."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+
+TASKS = Path(__file__).parent / "tasks"
+
+
+def grpo_config(out: Path, **overrides: Any) -> Any:
+    """GRPO on the CPU without vLLM: 4 rollouts per step (one group of 4), short completions, a large
+    learning rate so a couple of steps visibly move the tiny model's weights."""
+    from trl import GRPOConfig
+
+    settings: dict[str, Any] = {
+        "output_dir": str(out),
+        "use_cpu": True,
+        "use_vllm": False,
+        "per_device_train_batch_size": 4,
+        "num_generations": 4,
+        "max_steps": 2,
+        "max_completion_length": 48,
+        "learning_rate": 5e-3,
+        "temperature": 1.0,
+        "logging_steps": 1,
+        "report_to": [],
+        "save_strategy": "no",
+        "seed": 0,
+        "bf16": False,
+        "dataloader_num_workers": 0,
+    }
+    settings.update(overrides)
+    return GRPOConfig(**settings)
+
+
+def weights(model: Any) -> dict[str, Any]:
+    """A copy of every parameter."""
+    return {name: p.detach().clone() for name, p in model.named_parameters()}
+
+
+def changed(before: dict[str, Any], model: Any) -> list[str]:
+    """The parameters that differ from `before`."""
+    return [name for name, p in model.named_parameters() if not bool((p.detach() == before[name]).all())]
