@@ -83,6 +83,24 @@ def test_claude_code_and_codex_configs_list_the_tasks_servers(monkeypatch):
     }
 
 
+def test_acp_harnesses_get_the_tasks_servers_in_session_new():
+    """ACP harnesses (here Gemini CLI) pass the task's servers in `session/new`, each in its ACP shape."""
+    from evsys.agent.harness.gemini_cli import build as build_gemini_cli
+
+    servers = build_gemini_cli(host_setup()).mcp_servers()
+    dumped = [s.model_dump(exclude_none=True) for s in servers]
+    assert dumped[0] == {
+        "name": "facts",
+        "command": "/usr/bin/python3",
+        "args": ["-I", "/srv/f.py"],
+        "env": [],
+    }
+    assert [(d["name"], d.get("type"), d.get("url")) for d in dumped[1:]] == [
+        ("search", "http", "http://search.internal:8000/mcp"),
+        ("legacy", "sse", "http://legacy.internal/sse"),
+    ]
+
+
 def test_bad_server_entries_name_the_problem():
     """Harbor's rules: stdio needs a command, HTTP transports a url, headers only over HTTP."""
     with pytest.raises(ValueError, match="'stdio' needs a command"):
