@@ -82,9 +82,7 @@ def test_config_points_at_the_proxy_and_declares_the_mcp_server():
     text = render_config(
         base_url="http://127.0.0.1:9",
         model="m",
-        mcp_name=mcp.server_name,
-        mcp_url=mcp.url,
-        mcp_headers=mcp.headers,
+        mcp_servers={mcp.server_name: {"type": "http", "url": mcp.url, "headers": mcp.headers}},
     )
     config = tomllib.loads(text)
     provider = config["model_providers"][config["model_provider"]]

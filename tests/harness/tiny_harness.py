@@ -5,7 +5,9 @@ reads its model endpoint from OPENAI_BASE_URL / OPENAI_API_KEY / EVSYS_MODEL, ke
 across turns, offers the model a `bash` tool and really runs the commands it asks for (in its working
 directory), reporting each step as a JSON event line. Modes that misbehave on purpose: `crash` (exits 3 at
 start), `silent` (never says ready), `hang` (never finishes a turn), `garbage` (prints non-protocol text),
-`die` (exits 5 in the middle of a turn)."""
+`die` (exits 5 in the middle of a turn). `retry-compact` behaves like a long-running harness: it re-sends its
+first request (a retry), continues the conversation, then compacts it (a summary in place of the history)
+and continues from the summary."""
 
 from __future__ import annotations
 
@@ -100,6 +102,31 @@ def run_tool(call: dict) -> str:
     return done.stdout + done.stderr
 
 
+def reply(history: list[dict], args: argparse.Namespace) -> dict:
+    """One model call; the reply appended to `history` and reported as text output."""
+    message = complete(history, args)
+    history.append({"role": "assistant", "content": message.get("content") or ""})
+    emit("text_output", text=history[-1]["content"])
+    return message
+
+
+def retry_and_compact(history: list[dict], args: argparse.Namespace) -> None:
+    """Five calls: a first one, its retry (the same request again), a continuation of the retry, then a
+    compacted conversation (summary + the task again) and its continuation."""
+    complete(list(history), args)  # the reply a harness gave up on (e.g. it timed out waiting)
+    reply(history, args)
+    history.append({"role": "user", "content": "Continue."})
+    summary = reply(history, args).get("content") or ""
+    task = history[0]["content"]
+    history[:] = [
+        {"role": "system", "content": f"Summary of the conversation so far: {summary}"},
+        {"role": "user", "content": task},
+    ]
+    reply(history, args)
+    history.append({"role": "user", "content": "Continue."})
+    reply(history, args)
+
+
 def turn(history: list[dict], content: str, args: argparse.Namespace) -> None:
     mode = args.mode
     history.append({"role": "user", "content": content})
@@ -108,6 +135,10 @@ def turn(history: list[dict], content: str, args: argparse.Namespace) -> None:
     if mode == "garbage":
         print("Traceback (most recent call last): this is not a protocol line", flush=True)
         time.sleep(3600)
+    if mode == "retry-compact":
+        retry_and_compact(history, args)
+        emit("turn_complete")
+        return
     for _ in range(MAX_MODEL_CALLS):
         try:
             message = complete(history, args)
@@ -137,7 +168,9 @@ def turn(history: list[dict], content: str, args: argparse.Namespace) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument(
-        "--mode", default="normal", choices=["normal", "crash", "silent", "hang", "garbage", "die"]
+        "--mode",
+        default="normal",
+        choices=["normal", "crash", "silent", "hang", "garbage", "die", "retry-compact"],
     )
     parser.add_argument("--stream", action="store_true", help="read the model's reply as SSE chunks")
     parser.add_argument("--no-tools", action="store_true", help="do not offer the model the bash tool")

@@ -78,7 +78,7 @@ def test_every_schema_key_parses(make_task):
     )
     assert (env.network_mode, env.allowed_hosts, env.workdir) == ("allowlist", ["pypi.org"], "/work")
     assert (env.healthcheck.command, env.healthcheck.interval_sec) == ("true", 1.0)
-    assert env.mcp_servers == [{"name": "files", "command": "mcp-files"}]
+    assert [(m.name, m.transport, m.command) for m in env.mcp_servers] == [("files", "stdio", "mcp-files")]
     assert cfg.solution.env == {"HINT": "1"}
     assert task.name == "full"
     assert task.environment.workdir == "/work" and task.environment.env == {"FOO": "bar"}

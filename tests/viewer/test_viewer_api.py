@@ -131,3 +131,17 @@ def test_a_broken_trial_result_is_named_and_hides_nothing_else(handmade: Path):
     assert pending["problem"].startswith("running__loop-local__1/result.json: ")
     trial = client(JobSource(handmade.parent)).get("/api/jobs/handmade/trials/running__loop-local__1").json()
     assert trial["result"] is None and "running__loop-local__1/result.json" in trial["problems"][0]
+
+
+def test_trial_lists_the_training_sequences_of_its_capture_graph(handmade: Path):
+    """The handmade trial's second model turn does not extend the first: the API lists two training
+    sequences, the second opened by a new root that shares three tokens with the first call."""
+    trial = client(JobSource(handmade.parent)).get(f"/api/jobs/handmade/trials/{TRIAL}").json()
+    first, second = trial["sequences"]
+    assert (first["step_ids"], first["opened_by"]) == ([3], None)
+    assert (
+        first["completion_tokens"] == len(COMPLETION_IDS)
+        and first["learned_tokens"] == len(COMPLETION_IDS) - 1
+    )
+    assert second["step_ids"] == [4] and second["call_indices"] == [1]
+    assert second["opened_by"]["kind"] == "new_root" and second["opened_by"]["common_prefix_tokens"] == 3

@@ -88,6 +88,19 @@ def test_trial_page_shows_one_span_per_completion_token(page, viewer_url, screen
     page.screenshot(path=screenshot_dir / "viewer-trial.png", full_page=True)
 
 
+def test_trial_page_lists_the_training_sequences(page, viewer_url):
+    """The capture graph's sequences: one row per path of calls, the second opened by a new root, and a
+    step link that scrolls to its step."""
+    page.goto(f"{viewer_url}/#/job/handmade/trial/greet__loop-local__1")
+    page.wait_for_selector("#sequences", timeout=WAIT_MS)
+    rows = page.locator("#sequences tbody tr").all_inner_texts()
+    assert len(rows) == 2 and "first" in rows[0]
+    assert "new_root at step 4" in rows[1] and "shares 3 tokens with call 0" in rows[1]
+    assert "training sequences (2)" in page.locator("main").inner_text()
+    page.locator("#sequences tbody tr").nth(1).locator("a").click()
+    expect(page.locator("#step-4")).to_be_in_viewport()
+
+
 def test_hostile_model_output_is_text_and_does_not_run(page, viewer_url):
     # Positive control: the payload does run when a page inserts it as HTML.
     page.set_content(f"<html><body>{HOSTILE}</body></html>")

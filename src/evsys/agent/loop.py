@@ -18,6 +18,9 @@ elision is recorded on the step (`context_events`) and counted. When nothing is 
 
 Malformed tool calls (invalid JSON, unknown tool, bad arguments) become error observations for the model and
 are counted in the result's metadata.
+
+A task's MCP servers (`[environment] mcp_servers`) are reached from inside the sandbox and their tools are
+offered beside the built-in ones as `mcp__<server>__<tool>` (evsys.agent.mcp_client).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from evsys.agent.base import Agent, AgentContext, AgentError, AgentResult, ModelCallError
+from evsys.agent.mcp_client import TaskMcpTools
 from evsys.agent.tools import SandboxTools, ToolOutcome
 from evsys.model.base import Completion, Message, SamplingParams
 from evsys.model.errors import ContextOverflowError, ModelError
@@ -75,6 +79,7 @@ class LoopStats(BaseModel):
     bad_arguments: int = 0
     prefix_breaks: int = 0
     context_elisions: int = 0
+    mcp_tools: list[str] = Field(default_factory=list)
     completion_tokens: int = 0
     model_time_s: float = 0.0
     tool_time_s: float = 0.0
@@ -111,51 +116,65 @@ class LoopAgent(Agent):
             command_timeout=cfg.command_timeout_sec,
             max_output_chars=cfg.max_output_chars,
         )
-        system_prompt = ctx.task.system_prompt or cfg.system_prompt  # a Python task's own prompt wins
-        messages = self.initial_messages(instruction, system_prompt)
-        ctx.trajectory.agent.tool_definitions = list(SandboxTools.schemas())  # what SFT exports need
-        ctx.trajectory.add("system", system_prompt)
-        ctx.trajectory.add("user", instruction)
-        stats = LoopStats()
-        previous: Completion | None = None
+        servers = ctx.task.config.environment.mcp_servers
+        mcp = TaskMcpTools(servers, sandbox, workdir=ctx.workdir, call_timeout=cfg.command_timeout_sec)
         try:
-            for turn in range(cfg.max_turns):
-                remaining = None if cfg.token_budget is None else cfg.token_budget - stats.completion_tokens
-                if remaining is not None and remaining <= 0:
-                    stats.stop_reason = "token_budget"
-                    break
-                events: list[str] = []
-                started = time.perf_counter()
-                completion = await self._complete(ctx.model_client, messages, turn, remaining, events, stats)
-                stats.model_time_s += time.perf_counter() - started
-                if completion is None:
-                    stats.stop_reason = "context_window"
-                    ctx.trajectory.add("system", "stopped: the context window is full", context_events=events)
-                    break
-                stats.turns += 1
-                stats.completion_tokens += completion.usage.completion_tokens
-                outcomes = [await self._run_tool(tools, call, stats) for call in completion.tool_calls]
-                self._record(ctx, completion, outcomes, previous, events, stats)
-                previous = completion
-                messages.append(history_message(completion))
-                for call, outcome in zip(completion.tool_calls, outcomes, strict=True):
-                    messages.append(
-                        {"role": "tool", "tool_call_id": call.tool_call_id, "content": outcome.content}
-                    )
-                if any(o.submitted for o in outcomes):
-                    stats.stop_reason = "submitted"
-                    break
-                if not completion.tool_calls:
-                    stats.stop_reason = "no_tool_call"
-                    break
+            async with mcp:
+                return await self._turns(instruction, ctx, tools, mcp)
         finally:
             await tools.close()
+
+    async def _turns(
+        self, instruction: str, ctx: AgentContext, tools: SandboxTools, mcp: TaskMcpTools
+    ) -> AgentResult:
+        """The run's turns with the built-in tools and the task's MCP tools."""
+        cfg = self.config
+        system_prompt = ctx.task.system_prompt or cfg.system_prompt  # a Python task's own prompt wins
+        messages = self.initial_messages(instruction, system_prompt)
+        schemas = [*SandboxTools.schemas(), *mcp.schemas()]
+        ctx.trajectory.agent.tool_definitions = list(schemas)  # what SFT exports need
+        ctx.trajectory.add("system", system_prompt)
+        ctx.trajectory.add("user", instruction)
+        stats = LoopStats(mcp_tools=[s["function"]["name"] for s in mcp.schemas()])
+        previous: Completion | None = None
+        for turn in range(cfg.max_turns):
+            remaining = None if cfg.token_budget is None else cfg.token_budget - stats.completion_tokens
+            if remaining is not None and remaining <= 0:
+                stats.stop_reason = "token_budget"
+                break
+            events: list[str] = []
+            started = time.perf_counter()
+            completion = await self._complete(
+                ctx.model_client, messages, schemas, turn, remaining, events, stats
+            )
+            stats.model_time_s += time.perf_counter() - started
+            if completion is None:
+                stats.stop_reason = "context_window"
+                ctx.trajectory.add("system", "stopped: the context window is full", context_events=events)
+                break
+            stats.turns += 1
+            stats.completion_tokens += completion.usage.completion_tokens
+            outcomes = [await self._run_tool(tools, mcp, call, stats) for call in completion.tool_calls]
+            self._record(ctx, completion, outcomes, previous, events, stats)
+            previous = completion
+            messages.append(history_message(completion))
+            for call, outcome in zip(completion.tool_calls, outcomes, strict=True):
+                messages.append(
+                    {"role": "tool", "tool_call_id": call.tool_call_id, "content": outcome.content}
+                )
+            if any(o.submitted for o in outcomes):
+                stats.stop_reason = "submitted"
+                break
+            if not completion.tool_calls:
+                stats.stop_reason = "no_tool_call"
+                break
         return AgentResult(metadata=stats.model_dump())
 
     async def _complete(
         self,
         client: Any,
         messages: list[Message],
+        schemas: list[dict[str, Any]],
         turn: int,
         remaining: int | None,
         events: list[str],
@@ -171,7 +190,7 @@ class LoopAgent(Agent):
         )
         while True:
             try:
-                return await client.complete(messages, tools=SandboxTools.schemas(), params=params)
+                return await client.complete(messages, tools=schemas, params=params)
             except ContextOverflowError as exc:
                 if cfg.context_strategy == "stop" or not _elide_oldest_observation(messages):
                     events.append(f"context window full, stopping: {exc}")
@@ -181,9 +200,14 @@ class LoopAgent(Agent):
             except ModelError as exc:
                 raise ModelCallError(f"model call failed: {exc}") from exc
 
-    async def _run_tool(self, tools: SandboxTools, call: Any, stats: LoopStats) -> ToolOutcome:
+    async def _run_tool(
+        self, tools: SandboxTools, mcp: TaskMcpTools, call: Any, stats: LoopStats
+    ) -> ToolOutcome:
         started = time.perf_counter()
-        outcome = await tools.call(call)
+        if call.function_name in mcp:
+            outcome = await mcp.call(call, self.config.max_output_chars)
+        else:
+            outcome = await tools.call(call)
         stats.tool_time_s += time.perf_counter() - started
         stats.tool_calls += 1
         if outcome.is_error:

@@ -1,4 +1,5 @@
-"""`evsys export JOB_DIR --format rl|sft|atif|parquet -o OUT`: trainer-ready files from a job directory."""
+"""`evsys export JOB_DIR --format rl|sft|atif|parquet|sequences|openenv -o OUT`: trainer-ready files from a
+job directory."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ def export(
         typer.Option(
             "--format",
             "-f",
-            help="rl (JSONL) | parquet | sft (chat JSONL) | atif (copies)",
+            help="rl (JSONL) | parquet | sft (chat JSONL) | atif (copies) | sequences | openenv",
             autocompletion=complete_export_format,
         ),
     ] = "rl",

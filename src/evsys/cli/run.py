@@ -162,6 +162,13 @@ def run(
     agent_kwarg: Annotated[
         list[str] | None, typer.Option("--agent-kwarg", help="key=value for the agent.")
     ] = None,
+    harness_mcp_tools: Annotated[
+        bool,
+        typer.Option(
+            "--harness-mcp-tools",
+            help="Harness agents also get evsys's sandbox tools over MCP (= --agent-kwarg mcp_tools=true).",
+        ),
+    ] = False,
     skip_build: Annotated[
         bool, typer.Option("--skip-build", help="Run image-needing tasks on the host image.")
     ] = False,
@@ -308,7 +315,8 @@ def run(
     else:
         settings["executor"] = executor_spec(where.name, where.options)
         paths = [*(paths or []), *dataset_paths(dataset or [], registry_path, registry_url)]
-        config = _build_job(paths, agent or [], model, base_url, agent_kwarg or [], settings)
+        kwargs = [*(agent_kwarg or []), *(["mcp_tools=true"] if harness_mcp_tools else [])]
+        config = _build_job(paths, agent or [], model, base_url, kwargs, settings)
         report = run_preflight(config, probe=model_probe, strict=strict)
         job = Job(config, retry_errors=retry_errors, tasksets=report.tasksets)
     if stream:

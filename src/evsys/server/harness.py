@@ -75,7 +75,12 @@ class ServedHarnessAgent(EpisodeAgent):
 
     async def run(self, instruction: str, sandbox: Sandbox, ctx: AgentContext) -> AgentResult:
         """Start the harness, then run a turn per message until submit, the step limit or a failed turn."""
-        adapter = self.harness.build_adapter(sandbox, ctx.workdir, self.limits.step_timeout_sec)
+        adapter = self.harness.build_adapter(
+            sandbox,
+            ctx.workdir,
+            self.limits.step_timeout_sec,
+            mcp_servers=ctx.task.config.environment.mcp_servers,
+        )
         try:
             await adapter.start()
             self.ready.set_result(None)

@@ -6,10 +6,12 @@ The loader (`evsys.task.loader`) fills these; the engine reads them. Field names
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from evsys.records import CopyOutLimits, FileCopy, NetworkMode
 from evsys.task.compose import ComposeProject
@@ -72,6 +74,52 @@ class HealthcheckConfig(_Section):
     retries: int = Field(3, ge=1, description="Consecutive failures after the start period that fail it.")
 
 
+class McpServerConfig(_Section):
+    """One `[[environment.mcp_servers]]` entry (Harbor's schema): an MCP server the task offers its agent.
+
+    `stdio` servers are started inside the sandbox (`command` + `args`, in the task's working directory);
+    `streamable-http` (also spelt `http`) and `sse` servers are reached at `url` from inside the sandbox, so
+    the task's network mode applies. Without `transport`, a server with a `command` and no `url` is `stdio`
+    (else `sse`, Harbor's default). Header values may name host variables as `${VAR}`."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]{0,47}$")
+    transport: Literal["stdio", "sse", "streamable-http"] = "sse"
+    url: str | None = None
+    command: str | None = None
+    args: list[str] = Field(default_factory=list)
+    headers: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("transport", mode="before")
+    @classmethod
+    def _http_alias(cls, value: object) -> object:
+        return "streamable-http" if value == "http" else value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _stdio_when_only_a_command(cls, data: Any) -> Any:
+        """No `transport`, a `command` and no `url`: stdio (Harbor's default, `sse`, needs a url)."""
+        if isinstance(data, dict) and "transport" not in data and data.get("command") and not data.get("url"):
+            return {**data, "transport": "stdio"}
+        return data
+
+    @model_validator(mode="after")
+    def _fields_for_transport(self) -> McpServerConfig:
+        if self.transport == "stdio" and not self.command:
+            raise ValueError(f"MCP server {self.name!r}: transport 'stdio' needs a command")
+        if self.transport != "stdio" and not self.url:
+            raise ValueError(f"MCP server {self.name!r}: transport {self.transport!r} needs a url")
+        if self.transport == "stdio" and self.headers:
+            raise ValueError(f"MCP server {self.name!r}: headers are for HTTP transports only")
+        return self
+
+    def resolved_headers(self, environ: Mapping[str, str]) -> dict[str, str]:
+        """The headers with each `${VAR}` replaced from `environ` (a missing variable becomes '')."""
+        return {
+            key: re.sub(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}", lambda m: environ.get(m.group(1), ""), value)
+            for key, value in self.headers.items()
+        }
+
+
 class EnvironmentConfig(_Section):
     """`[environment]`: the sandbox the task runs in."""
 
@@ -88,7 +136,10 @@ class EnvironmentConfig(_Section):
     )
     allowed_hosts: list[str] = Field(default_factory=list)
     healthcheck: HealthcheckConfig | None = None
-    mcp_servers: list[Any] = Field(default_factory=list)
+    mcp_servers: list[McpServerConfig] = Field(
+        default_factory=list,
+        description="MCP servers the agent is given (harness configs, loop-agent tools).",
+    )
     logs: CopyOutLimits = Field(
         default_factory=CopyOutLimits,
         description="evsys: `[environment.logs]`, bounds on copying /logs out (max_bytes, max_entries, "

@@ -1,4 +1,5 @@
-"""Exports of a job directory for trainers: RL rows (JSONL / Parquet / `datasets`), SFT chats, ATIF copies.
+"""Exports of a job directory for trainers: RL rows (JSONL / Parquet / `datasets`), SFT chats, ATIF copies,
+and the capture graph's training sequences (evsys's `sequences` rows, OpenEnv `TrainingTrace` documents).
 
 The schema is documented in docs/rl.md ("Export schema"). Every sample of every task is one RL row, errored
 ones included with their `error` set (a trainer filters them; nothing disappears silently). Files are written
@@ -19,7 +20,7 @@ from evsys.trajectory.advantages import AdvantageMethod
 from evsys.trajectory.groups import RolloutTrajectory, TrajectoryGroup, rollout_from_trial
 from evsys.util.atomic import write_bytes_atomic, write_text_atomic
 
-ExportFormat = Literal["rl", "sft", "atif", "parquet"]
+ExportFormat = Literal["rl", "sft", "atif", "parquet", "sequences", "openenv"]
 EXPORT_FORMATS: tuple[ExportFormat, ...] = get_args(ExportFormat)
 RL_COLUMNS = (
     "group_id",
@@ -224,7 +225,9 @@ def export_job(
     successful_only: bool = False,
     advantage: AdvantageMethod = "mean",
 ) -> list[Path]:
-    """Export a job directory: `rl` -> rl.jsonl, `parquet` -> rl.parquet, `sft` -> sft.jsonl, `atif` -> atif/.
+    """Export a job directory: `rl` -> rl.jsonl, `parquet` -> rl.parquet, `sft` -> sft.jsonl, `atif` -> atif/,
+    `sequences` -> sequences.jsonl (one row per training sequence), `openenv` -> openenv.jsonl (one OpenEnv
+    `TrainingTrace` per sample).
 
     Returns the files written. Raises ExportError for a directory that is not a job.
     """
@@ -242,6 +245,11 @@ def export_job(
     groups = load_job_groups(job_dir, advantage)
     if fmt == "sft":
         return [_write_jsonl(out_dir / "sft.jsonl", sft_rows(groups, successful_only=successful_only))]
+    if fmt in ("sequences", "openenv"):
+        from evsys.trajectory.training_rows import openenv_traces, sequence_rows
+
+        rows_of = sequence_rows if fmt == "sequences" else openenv_traces
+        return [_write_jsonl(out_dir / f"{fmt}.jsonl", rows_of(groups))]
     rows = rl_rows(groups)
     if fmt == "rl":
         return [_write_jsonl(out_dir / "rl.jsonl", rows)]

@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import BaseModel, Field, ValidationError
 
 from evsys.records import Trajectory, TrialResult
+from evsys.trajectory.graph import SequenceBreak, capture_graph
 from evsys.viewer.files import FileText, SafeDir, UnsafePathError
 
 EXCEPTION = "exception.txt"
@@ -37,6 +38,35 @@ class LogFile(BaseModel):
     size: int
 
 
+class SequenceSummary(BaseModel):
+    """One training sequence of the trial's capture graph, as the trial page lists it."""
+
+    index: int
+    step_ids: list[int]
+    call_indices: list[int | None]
+    prompt_tokens: int
+    completion_tokens: int
+    learned_tokens: int = Field(description="Tokens with loss mask 1 (model tokens not learnt elsewhere).")
+    opened_by: SequenceBreak | None = None
+
+
+def sequence_summaries(trajectory: Trajectory | None) -> list[SequenceSummary]:
+    """The training sequences of `trajectory`'s capture graph (evsys.trajectory.graph), without their tokens
+    (the steps hold those)."""
+    return [
+        SequenceSummary(
+            index=seq.index,
+            step_ids=seq.step_ids,
+            call_indices=seq.call_indices,
+            prompt_tokens=len(seq.prompt_token_ids),
+            completion_tokens=len(seq.completion_token_ids),
+            learned_tokens=sum(seq.loss_mask),
+            opened_by=seq.opened_by,
+        )
+        for seq in capture_graph(trajectory).sequences
+    ]
+
+
 class LoadedTrial(BaseModel):
     """Everything the trial page and `evsys trial show` display."""
 
@@ -50,6 +80,9 @@ class LoadedTrial(BaseModel):
     verifier: list[TextFile] = Field(default_factory=list)
     logs: list[LogFile] = Field(default_factory=list)
     problems: list[str] = Field(default_factory=list, description="Files that could not be read, and why.")
+    sequences: list[SequenceSummary] = Field(
+        default_factory=list, description="The capture graph's training sequences (one per call path)."
+    )
     token_texts: dict[int, list[str]] = Field(
         default_factory=dict, description="Per step id, each completion token's text (with a tokenizer)."
     )
@@ -63,6 +96,7 @@ def load_trial(job_dir: Path, trial_name: str) -> LoadedTrial:
     trial = LoadedTrial(name=trial_name, job=Path(job_dir).name)
     trial.result = _model(root, f"{trial_name}/result.json", TrialResult, trial.problems)
     trial.trajectory = _model(root, f"{trial_name}/trajectory.json", Trajectory, trial.problems)
+    trial.sequences = sequence_summaries(trial.trajectory)
     trial.config = _raw_json(root, f"{trial_name}/config.json", trial.problems)
     trial.instruction = _instruction(trial.trajectory)
     trial.exception = _text(root, f"{trial_name}/{EXCEPTION}", trial.problems)

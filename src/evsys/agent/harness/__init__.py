@@ -2,8 +2,9 @@
 
 A harness (Claude Code, Codex, mini-swe-agent, a custom CLI) owns its agent loop; evsys starts it, sends it
 one message per turn, streams its events, and records its model calls through the recording proxy
-(`evsys.model.proxy`). Injecting the environment's tools over MCP (`inject_tools`, `HarnessEnvironment`) is
-reachable from the Python API only: `HarnessAgent` runs start with it off."""
+(`evsys.model.proxy`). MCP: the task's `[environment] mcp_servers` go into each harness's MCP configuration;
+evsys's own sandbox tools are injected over MCP when a job asks (`--harness-mcp-tools`, agent option
+`mcp_tools`; `inject_tools` and `HarnessEnvironment` from Python)."""
 
 from evsys.agent.harness.adapter import (
     COLLISION_PREFIX,

@@ -24,7 +24,15 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from acp import PROTOCOL_VERSION, connect_to_agent, text_block
-from acp.schema import ClientCapabilities, FileSystemCapabilities, HttpHeader, HttpMcpServer, Implementation
+from acp.schema import (
+    ClientCapabilities,
+    FileSystemCapabilities,
+    HttpHeader,
+    HttpMcpServer,
+    Implementation,
+    McpServerStdio,
+    SseMcpServer,
+)
 
 from evsys.agent.harness.acp_client import SandboxAcpClient
 from evsys.agent.harness.acp_steps import MAX_KEPT_EVENTS, events_to_steps
@@ -96,12 +104,20 @@ class AcpHarnessAdapter(ProcessHarnessAdapter):
         """Nothing to write: ACP passes MCP servers in `session/new`."""
         return None
 
-    def mcp_servers(self) -> list[HttpMcpServer]:
-        """The evsys MCP server for `session/new` (when environment tools were injected)."""
-        if not self.injected_tools or self.mcp is None:
-            return []
-        headers = [HttpHeader(name=k, value=v) for k, v in self.mcp.headers.items()]
-        return [HttpMcpServer(type="http", name=self.mcp.server_name, url=self.mcp.url, headers=headers)]
+    def mcp_servers(self) -> list[HttpMcpServer | SseMcpServer | McpServerStdio]:
+        """The MCP servers for `session/new`: the evsys server (when environment tools were injected) and the
+        task's own (`mcp_server_entries`)."""
+        servers: list[HttpMcpServer | SseMcpServer | McpServerStdio] = []
+        for name, entry in self.mcp_server_entries().items():
+            if entry["type"] == "stdio":
+                servers.append(
+                    McpServerStdio(name=name, command=entry["command"], args=entry["args"], env=[])
+                )
+                continue
+            headers = [HttpHeader(name=k, value=v) for k, v in entry["headers"].items()]
+            kind = HttpMcpServer if entry["type"] == "http" else SseMcpServer
+            servers.append(kind(type=entry["type"], name=name, url=entry["url"], headers=headers))
+        return servers
 
     # -- lifecycle -----------------------------------------------------------------------------------------
 

@@ -58,7 +58,12 @@ def command_definition(name: str) -> HarnessDefinition:
             api_key_env_var="OPENAI_API_KEY",
         )
         return AcpCommandAdapter(
-            config, home=setup.home, launcher=setup.launcher, endpoint=setup.endpoint, mcp=setup.mcp
+            config,
+            home=setup.home,
+            launcher=setup.launcher,
+            endpoint=setup.endpoint,
+            mcp=setup.mcp,
+            mcp_servers=setup.mcp_servers,
         )
 
     return HarnessDefinition(

@@ -2,23 +2,27 @@
 
 `inject_tools` (before `start` only) decides how environment tools appear to the harness: reward and
 lifecycle tools and the reserved names `reset`, `step`, `state`, `close` are withheld; a name that
-collides with one of the harness's built-in tools gets the `env_` prefix. `start` writes the harness's MCP
-configuration (when tools were injected and an MCP endpoint is known) and starts the harness;
+collides with one of the harness's built-in tools gets the `env_` prefix. The task's own MCP servers
+(`[environment] mcp_servers`, given as `mcp_servers`) are listed beside them: stdio servers for the harness
+to start inside the sandbox, HTTP ones for it to reach from there. `start` writes the harness's MCP
+configuration (when it has servers to list) and starts the harness;
 `send_message_streaming` runs one conversational turn and yields `HarnessEvent`s ending with
 `TURN_COMPLETE`; `send_message` collects them into a `HarnessTurn`."""
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from evsys.agent.harness.config import EnvTool, HarnessConfig, InjectedTool, ModelEndpoint
 from evsys.agent.harness.events import EventLog, HarnessEvent, HarnessEventType, HarnessTurn
 from evsys.records import CausedError, FailureCause, Step
+from evsys.task.models import McpServerConfig
 
 RESERVED_TOOL_NAMES = frozenset({"reset", "step", "state", "close"})
 """Names a served or injected tool can never have: they would let an agent drive its own episode (OpenEnv's
@@ -75,6 +79,16 @@ def mcp_servers_json(endpoint: McpEndpoint) -> bytes:
     return (json.dumps({"mcpServers": {endpoint.server_name: server}}, indent=2) + "\n").encode()
 
 
+def task_server_entry(server: McpServerConfig) -> dict[str, Any]:
+    """A task's MCP server in the common `mcpServers` shape: `{"type": "stdio", "command", "args"}`, or
+    `{"type": "http" | "sse", "url", "headers"}` with `${VAR}` in header values taken from evsys's own
+    environment (the values end up in a file inside the sandbox, readable by the agent)."""
+    if server.transport == "stdio":
+        return {"type": "stdio", "command": server.command, "args": list(server.args)}
+    kind = "http" if server.transport == "streamable-http" else "sse"
+    return {"type": kind, "url": server.url, "headers": server.resolved_headers(os.environ)}
+
+
 class HarnessAdapter(ABC):
     """Base class of harness integrations. Subclasses set `builtin_tools` and implement the lifecycle."""
 
@@ -86,10 +100,12 @@ class HarnessAdapter(ABC):
         *,
         endpoint: ModelEndpoint | None = None,
         mcp: McpEndpoint | None = None,
+        mcp_servers: list[McpServerConfig] | None = None,
     ) -> None:
         self.config = config
         self.endpoint = endpoint
         self.mcp = mcp
+        self.task_mcp_servers = list(mcp_servers or [])
         self.injected_tools: list[InjectedTool] = []
         self.withheld_tools: list[str] = []
         self.started = False
@@ -110,11 +126,27 @@ class HarnessAdapter(ABC):
         """Exposed name -> the environment's own tool name (what the MCP server must route)."""
         return {t.exposed_name: t.tool.name for t in self.injected_tools}
 
+    def mcp_server_entries(self) -> dict[str, dict[str, Any]]:
+        """Every MCP server the harness is given, by name, in the common `mcpServers` shape: the injected
+        tools' server (when tools were injected and its endpoint is known), then the task's own servers (a
+        task server named like the injected one is left out)."""
+        servers: dict[str, dict[str, Any]] = {}
+        if self.injected_tools and self.mcp is not None:
+            servers[self.mcp.server_name] = {
+                "type": "http",
+                "url": self.mcp.url,
+                "headers": dict(self.mcp.headers),
+            }
+        for server in self.task_mcp_servers:
+            servers.setdefault(server.name, task_server_entry(server))
+        return servers
+
     def render_mcp_config(self) -> bytes | None:
         """The MCP configuration file to write at `config.mcp_config_path` (None: nothing to write)."""
-        if not self.injected_tools or self.mcp is None or not self.config.mcp_config_path:
+        servers = self.mcp_server_entries()
+        if not servers or not self.config.mcp_config_path:
             return None
-        return mcp_servers_json(self.mcp)
+        return (json.dumps({"mcpServers": servers}, indent=2) + "\n").encode()
 
     def model_env(self) -> dict[str, str]:
         """Environment variables that point the harness at its model endpoint (OpenAI-style by default)."""

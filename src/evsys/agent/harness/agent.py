@@ -7,7 +7,11 @@ sends the task's instruction as one turn, forwards every event to the trial's ev
 --stream`), writes the events to `agent/harness-events.jsonl`, and puts the proxy's calls (token ids,
 logprobs) into the trajectory. A turn that fails (the harness crashed, hung past its session timeout, broke
 its protocol) fails the trial with `agent_error`; its model calls are kept. `close` stops the adapter, the
-forwarder and the proxy session."""
+forwarder and the proxy session.
+
+MCP: the task's `[environment] mcp_servers` are written into the harness's MCP configuration; with the
+option `mcp_tools` (`--harness-mcp-tools`) evsys's own sandbox tools are injected as well, served at the
+session's `/mcp` (evsys.agent.harness.sandbox_tools); the calls they served are counted in the metadata."""
 
 from __future__ import annotations
 
@@ -21,9 +25,12 @@ from evsys.agent.harness.adapter import HarnessAdapter
 from evsys.agent.harness.catalog import HarnessDefinition, get_definition
 from evsys.agent.harness.config import ModelEndpoint
 from evsys.agent.harness.events import EventLog, HarnessEventType
+from evsys.agent.harness.sandbox_tools import SandboxToolService
 from evsys.agent.harness.sandboxed import HarnessPlumbing, SandboxLauncher
+from evsys.agent.tools import SandboxTools
 from evsys.records import AgentInfo, SandboxSpec, TrajectoryRecorder
 from evsys.sandbox.base import Sandbox
+from evsys.task.models import McpServerConfig
 from evsys.util.atomic import write_text_atomic
 
 EVENTS_FILE = "harness-events.jsonl"
@@ -45,6 +52,12 @@ class HarnessAgent(Agent):
         self.plumbing: HarnessPlumbing | None = None
         self.endpoint: ModelEndpoint | None = None
         self.adapter: HarnessAdapter | None = None
+        self.tool_services: list[SandboxToolService] = []  # one per adapter built with `mcp_tools`
+
+    @property
+    def mcp_tools(self) -> bool:
+        """Whether evsys's sandbox tools are injected into the harness over MCP (option `mcp_tools`)."""
+        return bool(self.options.get("mcp_tools"))
 
     async def prepare_sandbox(self, spec: SandboxSpec, ctx: AgentContext) -> SandboxSpec:
         """Install (cached), start the proxy and the session; the spec with the harness's binds added."""
@@ -63,8 +76,16 @@ class HarnessAgent(Agent):
         assert self.plumbing is not None, "prepare_sandbox() runs before setup()"
         self.endpoint = await self.plumbing.connect(sandbox)
 
-    def build_adapter(self, sandbox: Sandbox, workdir: str, session_timeout_s: float) -> HarnessAdapter:
-        """The harness adapter (not started yet) on the forwarder `setup` started; kept as `self.adapter`."""
+    def build_adapter(
+        self,
+        sandbox: Sandbox,
+        workdir: str,
+        session_timeout_s: float,
+        *,
+        mcp_servers: list[McpServerConfig] | None = None,
+    ) -> HarnessAdapter:
+        """The harness adapter (not started yet) on the forwarder `setup` started; kept as `self.adapter`.
+        `mcp_servers` are the task's; with `mcp_tools` the sandbox tools are injected and served too."""
         assert self.endpoint is not None and self.plumbing is not None, "setup() runs before the adapter"
         setup = self.plumbing.harness_setup(
             SandboxLauncher(sandbox),
@@ -72,13 +93,24 @@ class HarnessAgent(Agent):
             workdir=workdir,
             options=self.options,
             session_timeout_s=session_timeout_s,
+            mcp=self.mcp_tools,
+            mcp_servers=mcp_servers,
         )
         self.adapter = self.definition.build(setup)
+        if self.mcp_tools and self.plumbing.session is not None:
+            service = SandboxToolService(SandboxTools(sandbox, workdir=workdir))
+            service.attach(self.adapter, self.plumbing.session)
+            self.tool_services.append(service)
         return self.adapter
 
     async def run(self, instruction: str, sandbox: Sandbox, ctx: AgentContext) -> AgentResult:
         """One turn with the instruction; the proxy's calls become the trajectory."""
-        adapter = self.build_adapter(sandbox, ctx.workdir, ctx.timeout_sec or DEFAULT_TURN_TIMEOUT)
+        adapter = self.build_adapter(
+            sandbox,
+            ctx.workdir,
+            ctx.timeout_sec or DEFAULT_TURN_TIMEOUT,
+            mcp_servers=ctx.task.config.environment.mcp_servers,
+        )
         events = EventLog()
         try:
             await adapter.start()
@@ -127,6 +159,7 @@ class HarnessAgent(Agent):
         return {
             "harness": self.name,
             "model_calls": len(session.calls) if session is not None else 0,
+            "mcp_tool_calls": len(session.tool_calls) if session is not None else 0,
             "events": events.seen,
         }
 
@@ -135,6 +168,10 @@ class HarnessAgent(Agent):
         if self.adapter is not None:
             with contextlib.suppress(Exception):
                 await self.adapter.stop()
+        services, self.tool_services = self.tool_services, []
+        for service in services:
+            with contextlib.suppress(Exception):
+                await service.close()
         if self.plumbing is not None:
             await self.plumbing.close()
         if self.proxy is not None:

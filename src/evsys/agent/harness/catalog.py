@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from evsys.agent.harness.install import HarnessInstall
     from evsys.agent.harness.process import ProcessLauncher
     from evsys.records import Bind
+    from evsys.task.models import McpServerConfig
 
 Dialect = Literal["openai", "anthropic", "responses", "google"]
 
@@ -34,7 +35,8 @@ class HarnessSetup:
     bin_dir: str  # where the installed executables are inside the sandbox
     workdir: str  # the task's working directory (the harness's cwd)
     home: str  # a writable HOME for the harness's user inside the sandbox
-    mcp: McpEndpoint | None = None
+    mcp: McpEndpoint | None = None  # the injected environment tools' server (--harness-mcp-tools)
+    mcp_servers: list[McpServerConfig] = field(default_factory=list)  # the task's `[environment] mcp_servers`
     options: dict[str, Any] = field(default_factory=dict)  # the job's agent kwargs
     session_timeout_s: float = 600.0  # longest one turn may take
 

@@ -101,17 +101,11 @@ class ClaudeCodeAdapter(StdioHarnessAdapter):
     # -- configuration ---------------------------------------------------------------------------------------
 
     def render_mcp_config(self) -> bytes | None:
-        """The `--mcp-config` file: the injected tools' MCP server, or no servers at all."""
+        """The `--mcp-config` file: the injected tools' server and the task's servers, or no servers at all
+        (`--strict-mcp-config` keeps Claude Code from looking anywhere else)."""
         if not self.config.mcp_config_path:
             return None
-        servers: dict[str, Any] = {}
-        if self.injected_tools and self.mcp is not None:
-            servers[self.mcp.server_name] = {
-                "type": "http",
-                "url": self.mcp.url,
-                "headers": dict(self.mcp.headers),
-            }
-        return (json.dumps({"mcpServers": servers}, indent=2) + "\n").encode()
+        return (json.dumps({"mcpServers": self.mcp_server_entries()}, indent=2) + "\n").encode()
 
     def model_env(self) -> dict[str, str]:
         """The proxy endpoint (no `/v1`), the session key (x-api-key) and the model for every role."""
@@ -128,6 +122,8 @@ class ClaudeCodeAdapter(StdioHarnessAdapter):
         """HOME, PATH and the no-traffic switches, the model variables, then the config's own variables."""
         bin_dir = self.config.command[0].rpartition("/")[0] or "/usr/bin"
         base = {"HOME": self.home, "PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin", **QUIET_ENV}
+        if self.mcp_server_entries():  # MCP tools in the request's tool list, not behind ToolSearch
+            base["ENABLE_TOOL_SEARCH"] = "false"
         return {**base, **self.model_env(), **self.config.env_vars}
 
     # -- protocol --------------------------------------------------------------------------------------------
@@ -398,7 +394,12 @@ def build(setup: HarnessSetup) -> ClaudeCodeAdapter:
         api_key_env_var="ANTHROPIC_API_KEY",
     )
     return ClaudeCodeAdapter(
-        config, home=home, launcher=setup.launcher, endpoint=setup.endpoint, mcp=setup.mcp
+        config,
+        home=home,
+        launcher=setup.launcher,
+        endpoint=setup.endpoint,
+        mcp=setup.mcp,
+        mcp_servers=setup.mcp_servers,
     )
 
 

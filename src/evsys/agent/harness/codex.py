@@ -5,8 +5,9 @@ read from stdin, so no message can be mistaken for a flag). `prepare()` writes `
 model provider `evsys` pointing at the proxy endpoint (`wire_api = "responses"`, the key read from
 `EVSYS_CODEX_API_KEY`), no approvals, no Codex sandbox (`danger-full-access`: the evsys sandbox is the
 boundary, and Codex's own landlock/seccomp sandbox cannot nest in it), no update check, analytics, feedback
-or telemetry export, and, when environment tools are injected, an `[mcp_servers.<name>]` entry with the MCP
-URL and its bearer header.
+or telemetry export, and an `[mcp_servers.<name>]` entry per MCP server: the injected environment tools' (URL
+and bearer header) and the task's own (`command`/`args` for stdio servers, `url`/`http_headers` otherwise;
+Codex speaks streamable HTTP, so an `sse` server is given by its URL all the same).
 
 `codex exec --json` prints one JSON event per line (`thread.started`, `turn.started`, `item.started` /
 `item.completed` for agent messages, command executions, MCP tool calls, file changes, ..., `turn.completed`
@@ -65,9 +66,7 @@ def render_config(
     *,
     base_url: str,
     model: str,
-    mcp_name: str | None = None,
-    mcp_url: str | None = None,
-    mcp_headers: dict[str, str] | None = None,
+    mcp_servers: dict[str, dict[str, Any]] | None = None,
 ) -> str:
     """The `config.toml` that points Codex at `base_url` (no `/v1`) and turns off what needs the network."""
     lines = [
@@ -94,11 +93,23 @@ def render_config(
         "[otel]",
         'exporter = "none"',
     ]
-    if mcp_name and mcp_url:
-        headers = ", ".join(f"{_toml_string(k)} = {_toml_string(v)}" for k, v in (mcp_headers or {}).items())
-        lines += ["", f"[mcp_servers.{_toml_string(mcp_name)}]", f"url = {_toml_string(mcp_url)}"]
-        lines.append(f"http_headers = {{ {headers} }}" if headers else "http_headers = {}")
+    for name, entry in (mcp_servers or {}).items():
+        lines += ["", f"[mcp_servers.{_toml_string(name)}]", *_mcp_server_toml(entry)]
     return "\n".join(lines) + "\n"
+
+
+def _mcp_server_toml(entry: dict[str, Any]) -> list[str]:
+    """The keys of one `[mcp_servers.<name>]` table from a common `mcpServers` entry."""
+    if entry["type"] == "stdio":
+        args = ", ".join(_toml_string(str(a)) for a in entry.get("args") or [])
+        return [f"command = {_toml_string(str(entry['command']))}", f"args = [{args}]"]
+    headers = ", ".join(
+        f"{_toml_string(k)} = {_toml_string(v)}" for k, v in (entry.get("headers") or {}).items()
+    )
+    return [
+        f"url = {_toml_string(str(entry['url']))}",
+        f"http_headers = {{ {headers} }}" if headers else "http_headers = {}",
+    ]
 
 
 class CodexAdapter(PerTurnHarnessAdapter):
@@ -146,13 +157,10 @@ class CodexAdapter(PerTurnHarnessAdapter):
         """Write `$CODEX_HOME/config.toml` (provider, no sandbox/approvals/telemetry, MCP server)."""
         if self.endpoint is None:
             raise ValueError("the codex harness needs a model endpoint (the proxy session)")
-        mcp = self.mcp if self.injected_tools else None
         text = render_config(
             base_url=self.endpoint.base_url,
             model=self.config.model or self.endpoint.model,
-            mcp_name=mcp.server_name if mcp else None,
-            mcp_url=mcp.url if mcp else None,
-            mcp_headers=mcp.headers if mcp else None,
+            mcp_servers=self.mcp_server_entries(),
         )
         await self.launcher.write_file(f"{self.codex_home}/config.toml", text.encode())
 
@@ -359,7 +367,12 @@ def build(setup: HarnessSetup) -> CodexAdapter:
         api_key_env_var=API_KEY_VAR,
     )
     return CodexAdapter(
-        config, home=setup.home, launcher=setup.launcher, endpoint=setup.endpoint, mcp=setup.mcp
+        config,
+        home=setup.home,
+        launcher=setup.launcher,
+        endpoint=setup.endpoint,
+        mcp=setup.mcp,
+        mcp_servers=setup.mcp_servers,
     )
 
 

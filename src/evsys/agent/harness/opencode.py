@@ -94,7 +94,12 @@ def build(setup: HarnessSetup) -> OpencodeAdapter:
         api_key_env_var=API_KEY_VAR,
     )
     return OpencodeAdapter(
-        config, home=setup.home, launcher=setup.launcher, endpoint=setup.endpoint, mcp=setup.mcp
+        config,
+        home=setup.home,
+        launcher=setup.launcher,
+        endpoint=setup.endpoint,
+        mcp=setup.mcp,
+        mcp_servers=setup.mcp_servers,
     )
 
 

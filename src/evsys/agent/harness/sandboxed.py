@@ -34,6 +34,7 @@ from evsys.sandbox.local.rootfs import AGENT_HOME
 
 if TYPE_CHECKING:
     from evsys.model.proxy import ModelProxy, ProxySession
+    from evsys.task.models import McpServerConfig
 
 RUN_DIR = "/run/evsys"
 PROXY_SOCKET = f"{RUN_DIR}/proxy.sock"
@@ -178,8 +179,10 @@ class HarnessPlumbing:
         options: dict[str, Any],
         session_timeout_s: float,
         mcp: bool = False,
+        mcp_servers: list[McpServerConfig] | None = None,
     ) -> HarnessSetup:
-        """The `HarnessSetup` an adapter is built from (the MCP endpoint included when `mcp`)."""
+        """The `HarnessSetup` an adapter is built from (the MCP endpoint included when `mcp`; the task's
+        `mcp_servers` for the harness's MCP configuration)."""
         return HarnessSetup(
             launcher=launcher,
             endpoint=endpoint,
@@ -187,6 +190,7 @@ class HarnessPlumbing:
             workdir=workdir,
             home=AGENT_HOME,
             mcp=self.mcp_endpoint(endpoint) if mcp else None,
+            mcp_servers=list(mcp_servers or []),
             options=dict(options),
             session_timeout_s=session_timeout_s,
         )

@@ -17,6 +17,7 @@ from evsys.agent.harness.adapter import HarnessAdapter, HarnessStateError, McpEn
 from evsys.agent.harness.config import HarnessConfig, ModelEndpoint
 from evsys.agent.harness.events import HarnessEvent, HarnessEventType
 from evsys.agent.harness.process import HarnessProcess, HostProcessLauncher, ProcessLauncher
+from evsys.task.models import McpServerConfig
 
 STDERR_TAIL_BYTES = 4096
 DRAIN_S = 1.0  # longest wait for a dead process's stderr to close
@@ -140,8 +141,9 @@ class ProcessHarnessAdapter(HarnessAdapter):
         launcher: ProcessLauncher | None = None,
         endpoint: ModelEndpoint | None = None,
         mcp: McpEndpoint | None = None,
+        mcp_servers: list[McpServerConfig] | None = None,
     ) -> None:
-        super().__init__(config, endpoint=endpoint, mcp=mcp)
+        super().__init__(config, endpoint=endpoint, mcp=mcp, mcp_servers=mcp_servers)
         self.launcher: ProcessLauncher = launcher or HostProcessLauncher()
         self.process: HarnessProcess | None = None
         self.turns = 0

@@ -111,6 +111,24 @@ function stepCard(step, texts) {
     m ? promptView(m) : null);
 }
 
+// The capture graph: one training sequence per path of calls linked by exact token prefix.
+function sequenceTable(seqs) {
+  const link = (id) => h("a", { href: `#step-${id}`, onclick: (e) => {
+    e.preventDefault();
+    document.getElementById(`step-${id}`)?.scrollIntoView();
+  } }, String(id));
+  const opened = (b) => b ? `${b.kind} at step ${b.step_id}${b.closest_node !== null ? ` · shares ${b.common_prefix_tokens} tokens with call ${b.closest_node}` : ""}` : "first";
+  return h("div", {},
+    h("p", { class: "muted" }, "model calls linked by exact token prefix: each path of calls is one training row; retries, sub-agents and compactions open new ones"),
+    h("table", { id: "sequences" },
+      h("thead", {}, h("tr", {}, ["sequence", "steps", "prompt", "completion", "learned", "opened by"].map((c) => h("th", {}, c)))),
+      h("tbody", {}, seqs.map((s) => h("tr", { class: "sequence" },
+        h("td", {}, String(s.index)),
+        h("td", {}, s.step_ids.flatMap((id, i) => (i ? [", ", link(id)] : [link(id)]))),
+        h("td", {}, String(s.prompt_tokens)), h("td", {}, String(s.completion_tokens)), h("td", {}, String(s.learned_tokens)),
+        h("td", { class: s.opened_by ? "break" : "" }, opened(s.opened_by)))))));
+}
+
 function logList(trial) {
   if (!trial.logs.length) return h("p", { class: "muted" }, "no files");
   return h("div", {}, trial.logs.map((f) => {
@@ -144,6 +162,7 @@ export async function trialPage(job, name) {
     trial.instruction !== null ? section("instruction", pre(trial.instruction, "instruction")) : null,
     tools && tools.length ? h("details", { class: "card", "data-key": "tools" }, h("summary", {}, `tool definitions (${tools.length})`), pre(JSON.stringify(tools, null, 2))) : null,
     section(`steps (${steps.length})`, steps.length ? steps.map((step) => stepCard(step, trial.token_texts || {})) : h("p", { class: "muted" }, "no trajectory")),
+    trial.sequences && trial.sequences.length ? section(`training sequences (${trial.sequences.length})`, sequenceTable(trial.sequences)) : null,
     section("verifier", trial.verifier.length ? trial.verifier.map((f) => h("div", {}, h("h3", {}, f.path), pre(f.text), f.truncated ? h("p", { class: "muted" }, `cut; ${f.size} bytes in all`) : null)) : h("p", { class: "muted" }, "no verifier output")),
     section("logs (agent/, verifier/, artifacts/)", logList(trial)),
     r && Object.keys(r.agent_metadata || {}).length ? h("details", { class: "card", "data-key": "meta" }, h("summary", {}, "agent metadata"), pre(JSON.stringify(r.agent_metadata, null, 2))) : null,

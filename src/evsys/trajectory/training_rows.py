@@ -1,0 +1,113 @@
+"""Training rows from capture graphs: evsys's `sequences` rows and OpenEnv's `TrainingTrace` documents.
+
+`sequence_rows` gives one row per training sequence of every sample (see evsys.trajectory.graph): the
+sample's ids, reward and advantage, the sequence's tokens, mask and logprobs, which calls it holds and the
+break that opened it. `openenv_traces` gives one OpenEnv 0.10 `TrainingTrace` per sample (`schema_version`
+1, one turn per call with `node_id`, `prompt_token_ids`, `completion_token_ids`, `per_token_logps` and a
+`loss_mask` over prompt + completion whose prompt part is 0); the graph's links, the sample's reward and the
+sequences a call belongs to travel in each turn's `metadata`. Errored samples are exported like the others
+with their `error` set (nothing disappears silently)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from evsys.trajectory.graph import CallNode, CaptureGraph, capture_graph
+from evsys.trajectory.groups import RolloutTrajectory, TrajectoryGroup
+
+SEQUENCE_COLUMNS = (
+    "group_id",
+    "task_id",
+    "trial_name",
+    "attempt",
+    "sequence",
+    "step_ids",
+    "call_indices",
+    "prompt_token_ids",
+    "completion_token_ids",
+    "loss_mask",
+    "logprobs",
+    "opened_by",
+    "reward",
+    "advantage",
+    "error",
+)
+OPENENV_SCHEMA_VERSION = 1
+
+
+def _error(sample: RolloutTrajectory) -> str | None:
+    return f"{sample.error.cause}: {sample.error.message}" if sample.error else None
+
+
+def sequence_rows(groups: Iterable[TrajectoryGroup]) -> list[dict[str, Any]]:
+    """One row per training sequence of every sample, in group, sample and sequence order."""
+    rows = []
+    for group in groups:
+        for sample in group.trajectories:
+            graph = capture_graph(sample.trajectory)
+            for seq in graph.sequences:
+                rows.append(
+                    {
+                        "group_id": group.group_id,
+                        "task_id": sample.task_id,
+                        "trial_name": sample.trial_name,
+                        "attempt": sample.attempt,
+                        "sequence": seq.index,
+                        "step_ids": seq.step_ids,
+                        "call_indices": seq.call_indices,
+                        "prompt_token_ids": seq.prompt_token_ids,
+                        "completion_token_ids": seq.completion_token_ids,
+                        "loss_mask": seq.loss_mask,
+                        "logprobs": seq.logprobs,
+                        "opened_by": seq.opened_by.model_dump() if seq.opened_by else None,
+                        "reward": sample.reward,
+                        "advantage": sample.advantage,
+                        "error": _error(sample),
+                    }
+                )
+    return rows
+
+
+def _node_id(node: CallNode) -> str:
+    return f"call-{node.node}"
+
+
+def _turn(graph: CaptureGraph, node: CallNode, sample: RolloutTrajectory, group_id: str) -> dict[str, Any]:
+    """One OpenEnv `TrainingTurn`: a call with its mask over prompt + completion (prompt part 0). Each call is
+    one turn, so its completion is learnt from once, whatever number of sequences pass through it."""
+    return {
+        "node_id": _node_id(node),
+        "prompt_token_ids": node.prompt_token_ids,
+        "completion_token_ids": node.completion_token_ids,
+        "per_token_logps": node.logprobs,
+        "loss_mask": [0] * len(node.prompt_token_ids) + node.loss_mask,
+        "request": {},
+        "response": {},
+        "metadata": {
+            "parent_id": _node_id(graph.nodes[node.parent]) if node.parent is not None else None,
+            "step_id": node.step_id,
+            "call_index": node.call_index,
+            "sequences": [s.index for s in graph.sequences if node.node in s.nodes],
+            "group_id": group_id,
+            "task_id": sample.task_id,
+            "trial_name": sample.trial_name,
+            "attempt": sample.attempt,
+            "reward": sample.reward,
+            "advantage": sample.advantage,
+            "error": _error(sample),
+        },
+    }
+
+
+def openenv_traces(groups: Iterable[TrajectoryGroup]) -> list[dict[str, Any]]:
+    """One OpenEnv `TrainingTrace` per sample with at least one call (see the module docstring)."""
+    traces = []
+    for group in groups:
+        for sample in group.trajectories:
+            graph = capture_graph(sample.trajectory)
+            if not graph.nodes:
+                continue
+            turns = [_turn(graph, node, sample, group.group_id) for node in graph.nodes]
+            traces.append({"schema_version": OPENENV_SCHEMA_VERSION, "turns": turns})
+    return traces

@@ -1,0 +1,58 @@
+"""The capture graph on a hand-made trajectory: a continued call, a retry that branches from the same parent
+and is then continued, and a sub-agent with its own prompt — three paths, three training rows, breaks kept."""
+
+from __future__ import annotations
+
+from evsys.records import AgentInfo, StepMetrics, TrajectoryRecorder
+from evsys.trajectory.graph import capture_graph
+
+
+def trajectory(calls: list[tuple[list[int], list[int]]]):
+    recorder = TrajectoryRecorder("t", AgentInfo(name="h"))
+    recorder.add("user", "go")
+    for index, (prompt, completion) in enumerate(calls):
+        metrics = StepMetrics(
+            prompt_token_ids=prompt,
+            completion_token_ids=completion,
+            logprobs=[-0.5] * len(completion),
+            loss_mask=[1] * len(completion),
+        )
+        recorder.add("agent", "", metrics=metrics, proxy_call_index=index)
+    return recorder.build()
+
+
+def test_retries_and_sub_agents_become_separate_rows():
+    graph = capture_graph(
+        trajectory(
+            [
+                ([1, 2], [3]),  # A
+                ([1, 2, 3, 4], [5]),  # B continues A
+                ([1, 2, 3, 4], [6]),  # C: B retried (same prompt), a sibling of B
+                ([9, 9], [8]),  # D: a sub-agent's own conversation
+                ([1, 2, 3, 4, 6, 7], [0]),  # E continues the retry
+            ]
+        )
+    )
+    assert [n.parent for n in graph.nodes] == [None, 0, 0, None, 2]
+    assert [(b.node, b.kind, b.closest_node) for b in graph.breaks] == [
+        (2, "retry", 1),
+        (3, "new_root", None),
+    ]
+    assert [s.nodes for s in graph.sequences] == [[0, 1], [3], [0, 2, 4]]
+    first, sub, retried = graph.sequences
+    assert (first.prompt_token_ids, first.completion_token_ids, first.loss_mask) == (
+        [1, 2],
+        [3, 4, 5],
+        [1, 0, 1],
+    )
+    assert first.logprobs == [-0.5, 0.0, -0.5] and first.opened_by is None
+    assert sub.opened_by is not None and sub.opened_by.kind == "new_root" and sub.call_indices == [3]
+    # A's completion was learnt in the first row: context here (its logprob kept), like the inserted 7
+    assert retried.completion_token_ids == [3, 4, 6, 7, 0] and retried.loss_mask == [0, 0, 1, 0, 1]
+    assert retried.opened_by is not None and (retried.opened_by.kind, retried.opened_by.node) == ("retry", 2)
+
+
+def test_steps_without_token_ids_are_not_calls():
+    recorder = TrajectoryRecorder("t", AgentInfo(name="h"))
+    recorder.add("agent", "no tokens", metrics=StepMetrics(prompt_tokens=3))
+    assert capture_graph(recorder.build()).sequences == [] and capture_graph(None).nodes == []
