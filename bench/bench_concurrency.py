@@ -12,10 +12,11 @@ server's and the sandboxes' processes are not in it), per trial: in total (start
 process and its reaped children (sandbox launchers) from wait4.
 
 Also: local sandbox starts per second (START_N started at once, the sandbox API directly) and memory per
-idle sandbox (their cgroups' memory.current, and the unique memory of their processes), beside the issue's
+idle sandbox (their memory cgroups' usage, and the unique memory of their processes), beside the issue's
 figures measured quietly (~224 starts/s, 0.4-1.2 MB each).
 
-EVSYS_BENCH_CONCURRENCY="64 256" picks the levels; EVSYS_BENCH_EXECUTOR=NAME passes --executor.
+EVSYS_BENCH_CONCURRENCY="64 256" picks the levels; EVSYS_BENCH_EXECUTOR=NAME passes --executor;
+EVSYS_BENCH_SRC=/other/tree/src runs another tree's evsys (a before/after comparison in the same minutes).
 Usage: `python bench/bench_concurrency.py` or `python bench/run_all.py concurrency`.
 """
 
@@ -109,7 +110,7 @@ def _cpu_sampler(pid: int, last: dict[str, float], done: threading.Event) -> Non
 
 def run_command(argv: list[str], log: Path) -> dict[str, float]:
     """Run `argv` to its end: wall seconds, its own CPU (psutil) and with reaped children (wait4)."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    env = {**os.environ, "PYTHONPATH": os.environ.get("EVSYS_BENCH_SRC") or str(ROOT / "src")}
     started = time.perf_counter()
     with log.open("w") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
@@ -179,24 +180,35 @@ async def sandbox_starts(n: int) -> dict:
     }
 
 
+def _memory_cgroup(pid: int) -> Path | None:
+    """The usage file of `pid`'s memory cgroup (v2 memory.current, v1 memory.usage_in_bytes)."""
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":
+            return Path("/sys/fs/cgroup") / path.lstrip("/") / "memory.current"
+        if "memory" in controllers.split(","):
+            return Path("/sys/fs/cgroup/memory") / path.lstrip("/") / "memory.usage_in_bytes"
+    return None
+
+
 def _sandbox_memory() -> tuple[int, int]:
-    """Memory of this process's descendants: the sum of their distinct cgroups' memory.current (cgroup v2)
-    and of their unique set sizes."""
-    cgroups: set[str] = set()
+    """Memory of this process's descendants: the sum of their distinct memory cgroups' usage, and of their
+    unique set sizes."""
+    own = _memory_cgroup(os.getpid())
+    cgroups: set[Path] = set()
     unique = 0
     for child in psutil.Process().children(recursive=True):
         try:
             unique += child.memory_full_info().uss
-            for line in Path(f"/proc/{child.pid}/cgroup").read_text().splitlines():
-                if line.startswith("0::"):
-                    cgroups.add(line.removeprefix("0::"))
+            usage = _memory_cgroup(child.pid)
         except (psutil.Error, OSError):
             continue
+        if usage is not None and usage != own:
+            cgroups.add(usage)
     total = 0
-    for path in cgroups:
-        current = Path("/sys/fs/cgroup") / path.lstrip("/") / "memory.current"
+    for usage in cgroups:
         try:
-            total += int(current.read_text())
+            total += int(usage.read_text())
         except (OSError, ValueError):
             continue
     return total, unique
@@ -262,7 +274,7 @@ async def main() -> dict:
         print(
             f"{START_N} local sandboxes started at once: {starts['starts_per_sec']} starts/s "
             f"(issue, quiet: ~{ISSUE_START_PER_S:.0f}/s); idle: {starts['cgroup_mb_per_idle_sandbox']} MB "
-            f"each by cgroup memory.current, {starts['unique_mb_per_idle_sandbox']} MB unique to its "
+            f"each by its memory cgroup, {starts['unique_mb_per_idle_sandbox']} MB unique to its "
             "processes (issue, quiet: 0.4-1.2 MB)",
             flush=True,
         )

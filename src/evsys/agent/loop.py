@@ -23,6 +23,7 @@ are counted in the result's metadata.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -80,6 +81,17 @@ class LoopStats(BaseModel):
     tool_time_s: float = 0.0
 
 
+@dataclass
+class _Opening:
+    """The start of a run: the chat so far, the counters and the first turn's completion (None: the
+    context window is full) with its context events."""
+
+    messages: list[Message]
+    stats: LoopStats
+    completion: Completion | None = None
+    events: list[str] = field(default_factory=list)
+
+
 class LoopAgent(Agent):
     """The built-in tool-calling agent. See the module docstring."""
 
@@ -87,8 +99,11 @@ class LoopAgent(Agent):
     model_use = "required"
     version = "1.0"
 
+    starts_before_sandbox = True  # the first model call needs only the instruction
+
     def __init__(self, **kwargs: Any) -> None:
         self.config = LoopConfig(**kwargs)
+        self._opening: _Opening | None = None  # what run_early got, for run to continue from
 
     def initial_messages(self, instruction: str, system_prompt: str | None = None) -> list[Message]:
         """The chat a run starts from: the system prompt (the agent's own by default) and the instruction."""
@@ -100,10 +115,27 @@ class LoopAgent(Agent):
     async def setup(self, sandbox: Sandbox, ctx: AgentContext) -> None:
         """Nothing to install: the tools run through the sandbox's own exec and shell."""
 
-    async def run(self, instruction: str, sandbox: Sandbox, ctx: AgentContext) -> AgentResult:
-        """Run turns until submit, a final answer, or a limit; every turn is recorded in ctx.trajectory."""
+    async def run_early(self, instruction: str, ctx: AgentContext) -> None:
+        """The first model call (it needs only the instruction), made while the trial's sandbox starts."""
+        self._opening = await self._open(instruction, ctx)
+
+    async def _open(self, instruction: str, ctx: AgentContext) -> _Opening:
+        """The chat so far (system prompt, instruction) recorded, and the first turn's completion."""
         if ctx.model_client is None:
             raise AgentError("the loop agent needs a model: pass -m, e.g. -m local or -m openai:gpt-4.1")
+        system_prompt = ctx.task.system_prompt or self.config.system_prompt  # a Python task's own prompt wins
+        opening = _Opening(messages=self.initial_messages(instruction, system_prompt), stats=LoopStats())
+        ctx.trajectory.agent.tool_definitions = list(SandboxTools.schemas())  # what SFT exports need
+        ctx.trajectory.add("system", system_prompt)
+        ctx.trajectory.add("user", instruction)
+        opening.completion = await self._turn(ctx, opening.messages, 0, opening.stats, opening.events)
+        return opening
+
+    async def run(self, instruction: str, sandbox: Sandbox, ctx: AgentContext) -> AgentResult:
+        """Run turns until submit, a final answer, or a limit; every turn is recorded in ctx.trajectory."""
+        opening, self._opening = self._opening, None
+        if opening is None:
+            opening = await self._open(instruction, ctx)
         cfg = self.config
         tools = SandboxTools(
             sandbox,
@@ -111,23 +143,18 @@ class LoopAgent(Agent):
             command_timeout=cfg.command_timeout_sec,
             max_output_chars=cfg.max_output_chars,
         )
-        system_prompt = ctx.task.system_prompt or cfg.system_prompt  # a Python task's own prompt wins
-        messages = self.initial_messages(instruction, system_prompt)
-        ctx.trajectory.agent.tool_definitions = list(SandboxTools.schemas())  # what SFT exports need
-        ctx.trajectory.add("system", system_prompt)
-        ctx.trajectory.add("user", instruction)
-        stats = LoopStats()
+        messages, stats = opening.messages, opening.stats
         previous: Completion | None = None
         try:
             for turn in range(cfg.max_turns):
-                remaining = None if cfg.token_budget is None else cfg.token_budget - stats.completion_tokens
-                if remaining is not None and remaining <= 0:
-                    stats.stop_reason = "token_budget"
-                    break
-                events: list[str] = []
-                started = time.perf_counter()
-                completion = await self._complete(ctx.model_client, messages, turn, remaining, events, stats)
-                stats.model_time_s += time.perf_counter() - started
+                events = opening.events if turn == 0 else []
+                if turn == 0:
+                    completion = opening.completion
+                else:
+                    if cfg.token_budget is not None and stats.completion_tokens >= cfg.token_budget:
+                        stats.stop_reason = "token_budget"
+                        break
+                    completion = await self._turn(ctx, messages, turn, stats, events)
                 if completion is None:
                     stats.stop_reason = "context_window"
                     ctx.trajectory.add("system", "stopped: the context window is full", context_events=events)
@@ -151,6 +178,18 @@ class LoopAgent(Agent):
         finally:
             await tools.close()
         return AgentResult(metadata=stats.model_dump())
+
+    async def _turn(
+        self, ctx: AgentContext, messages: list[Message], turn: int, stats: LoopStats, events: list[str]
+    ) -> Completion | None:
+        """One turn's model call within the token budget, its time counted; None when nothing more fits."""
+        cfg = self.config
+        remaining = None if cfg.token_budget is None else cfg.token_budget - stats.completion_tokens
+        started = time.perf_counter()
+        try:
+            return await self._complete(ctx.model_client, messages, turn, remaining, events, stats)
+        finally:
+            stats.model_time_s += time.perf_counter() - started
 
     async def _complete(
         self,
