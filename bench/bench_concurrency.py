@@ -7,9 +7,9 @@ the whole command as a user runs it (`evsys run`, output to a file), for C in CO
 printed beside its ideal: waves x calls x latency (ceil(N / C) x 2 x LATENCY_S).
 
 Orchestrator CPU is the `evsys run` process's own user+sys CPU (psutil, sampled until it exits; the model
-server's and the sandboxes' processes are not in it), per trial: in total (startup included) and marginal
-((CPU at N - CPU of one trial) / (N - 1), the startup and imports taken out). Beside them, the CPU of the
-process and its reaped children (sandbox launchers) from wait4.
+server's and the sandboxes' processes are not in it; its user part printed beside), per trial: in total
+(startup included) and marginal ((CPU at N - CPU of one trial) / (N - 1), the startup and imports taken out).
+Beside them, the CPU of the process and its reaped children (sandbox launchers) from wait4.
 
 Also: local sandbox starts per second (START_N started at once, the sandbox API directly) and memory per
 idle sandbox (their memory cgroups' usage, and the unique memory of their processes), beside the issue's
@@ -102,7 +102,7 @@ def _cpu_sampler(pid: int, last: dict[str, float], done: threading.Event) -> Non
         proc = psutil.Process(pid)
         while not done.is_set():
             times = proc.cpu_times()
-            last["cpu"] = times.user + times.system
+            last["cpu"], last["user"] = times.user + times.system, times.user
             time.sleep(0.02)
     except psutil.Error:
         return
@@ -114,7 +114,7 @@ def run_command(argv: list[str], log: Path) -> dict[str, float]:
     started = time.perf_counter()
     with log.open("w") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
-    last: dict[str, float] = {"cpu": 0.0}
+    last: dict[str, float] = {"cpu": 0.0, "user": 0.0}
     done = threading.Event()
     sampler = threading.Thread(target=_cpu_sampler, args=(proc.pid, last, done), daemon=True)
     sampler.start()
@@ -125,7 +125,8 @@ def run_command(argv: list[str], log: Path) -> dict[str, float]:
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(argv[:4])} ... exited {proc.returncode}; see {log}")
-    return {"wall": wall, "own_cpu": last["cpu"], "tree_cpu": usage.ru_utime + usage.ru_stime}
+    tree = usage.ru_utime + usage.ru_stime
+    return {"wall": wall, "own_cpu": last["cpu"], "own_user": last["user"], "tree_cpu": tree}
 
 
 def evsys_run(dataset: Path, jobs: Path, name: str, base_url: str, concurrency: int) -> dict:
@@ -225,6 +226,7 @@ def _report(c: int, run: dict, one: dict) -> dict:
         "ratio": round(run["wall"] / ideal, 2),
         "target_ratio": TARGET_RATIO.get(c),
         "cpu_ms_per_trial": round(run["own_cpu"] / c * 1000, 2),
+        "user_cpu_ms_per_trial": round(run["own_user"] / c * 1000, 2),
         "marginal_cpu_ms_per_trial": round(marginal, 2),
         "tree_cpu_ms_per_trial": round(run["tree_cpu"] / c * 1000, 2),
         "target_cpu_ms": TARGET_CPU_MS,
@@ -234,7 +236,8 @@ def _report(c: int, run: dict, one: dict) -> dict:
     target = f" (target <= {TARGET_RATIO[c]}x)" if c in TARGET_RATIO else ""
     print(
         f"-n {c:>4}, {c:>4} trials: {run['wall']:6.2f} s wall, ideal {ideal:.1f} s: "
-        f"{figures['ratio']}x{target}; orchestrator CPU {figures['cpu_ms_per_trial']} ms/trial in total, "
+        f"{figures['ratio']}x{target}; orchestrator CPU {figures['cpu_ms_per_trial']} ms/trial in total "
+        f"({figures['user_cpu_ms_per_trial']} ms user), "
         f"{figures['marginal_cpu_ms_per_trial']} ms marginal (target <= {TARGET_CPU_MS}), "
         f"{figures['tree_cpu_ms_per_trial']} ms with reaped children; "
         f"reward {run['mean_reward']}, {run['n_errors']} errors",
