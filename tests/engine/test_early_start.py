@@ -147,6 +147,7 @@ async def test_the_first_model_call_overlaps_the_sandbox_start(tmp_path: Path) -
     # where time went: the early call is its own phase beside sandbox_start and agent_run
     assert trial.timing.agent_early is not None and trial.timing.agent_early > 0
     assert trial.timing.sandbox_start is not None and trial.timing.agent_run is not None
+    assert "agent_early" in result.metrics[0].timing  # and in the job's per-phase figures
     steps = json.loads((tmp_path / "jobs" / "ok" / trial.trial_name / "trajectory.json").read_text())["steps"]
     assert [s["source"] for s in steps] == ["system", "user", "agent", "agent"]
 

@@ -18,6 +18,7 @@ PHASES = (
     "sandbox_start",
     "agent_setup",
     "agent_run",
+    "agent_early",  # overlaps sandbox_start (PhaseTimings.agent_early)
     "verifier",
     "logs_download",
     "sandbox_stop",
