@@ -38,7 +38,7 @@ def test_custom_class_gets_kwargs():
 
 
 def test_unknown_name_lists_the_builtins_and_guesses():
-    expected = r"unknown agent 'claude' \(did you mean 'claude-code'\?\); built-in agents: .*nop, oracle"
+    expected = r"unknown agent 'claude' \(did you mean 'claude-code'\?\); built-in agents: .*nop, .*oracle"
     with pytest.raises(AgentNotFoundError, match=expected):
         resolve_agent("claude")
 

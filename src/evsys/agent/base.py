@@ -12,6 +12,11 @@ Hooks with defaults: `async prepare_sandbox(spec, ctx) -> SandboxSpec` runs befo
 `async close()` runs when the trial ends, whatever happened (stop helpers the agent started outside the
 sandbox).
 
+An agent whose first steps need no sandbox (the loop agent: its first model call needs only the instruction)
+sets `starts_before_sandbox = True` and implements `async run_early(instruction, ctx)`: the trial runs it
+while the sandbox starts, so the start hides behind inference, and `run` continues from where it got. When
+the sandbox fails to start, the trial cancels `run_early` and fails with the sandbox's cause.
+
 Errors: any exception from `run` fails the trial with cause `agent_error`; a `CausedError` (evsys.records)
 fails it with its own `failure_cause` (e.g. `ModelCallError` or a model client's `ModelError`:
 `model_error`). Both are retried when the job allows retries.
@@ -115,6 +120,7 @@ class Agent(ABC):
 
     name: str = ""
     model_use: ClassVar[ModelUse] = "optional"
+    starts_before_sandbox: ClassVar[bool] = False  # True: `run_early` runs while the sandbox starts
 
     @abstractmethod
     async def setup(self, sandbox: Sandbox, ctx: AgentContext) -> None:
@@ -123,6 +129,12 @@ class Agent(ABC):
     @abstractmethod
     async def run(self, instruction: str, sandbox: Sandbox, ctx: AgentContext) -> AgentResult:
         """Act on the instruction (bounded by the agent timeout) and report usage and steps."""
+
+    async def run_early(self, instruction: str, ctx: AgentContext) -> None:
+        """The start of `run` that needs no sandbox, run by the trial while the sandbox starts (only for an
+        agent with `starts_before_sandbox`; `run` then continues from it). Cancelled when the sandbox fails;
+        an exception it raises fails the agent phase as one from `run` would."""
+        raise NotImplementedError(f"{type(self).__name__} does not start before its sandbox")
 
     async def prepare_sandbox(self, spec: SandboxSpec, ctx: AgentContext) -> SandboxSpec:
         """The trial's sandbox spec before the sandbox starts, adjusted as this agent needs (counted as setup;

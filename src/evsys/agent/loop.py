@@ -20,12 +20,14 @@ Malformed tool calls (invalid JSON, unknown tool, bad arguments) become error ob
 are counted in the result's metadata.
 
 A task's MCP servers (`[environment] mcp_servers`) are reached from inside the sandbox and their tools are
-offered beside the built-in ones as `mcp__<server>__<tool>` (evsys.agent.mcp_client).
+offered beside the built-in ones as `mcp__<server>__<tool>` (evsys.agent.mcp_client). The first model call is
+made while the sandbox starts unless the task has MCP servers: their tools are known only once it runs.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -85,6 +87,18 @@ class LoopStats(BaseModel):
     tool_time_s: float = 0.0
 
 
+@dataclass
+class _Opening:
+    """The start of a run: the chat so far, the counters and the first turn's completion (None: the
+    context window is full) with its context events."""
+
+    messages: list[Message]
+    stats: LoopStats
+    schemas: list[dict[str, Any]]
+    completion: Completion | None = None
+    events: list[str] = field(default_factory=list)
+
+
 class LoopAgent(Agent):
     """The built-in tool-calling agent. See the module docstring."""
 
@@ -92,8 +106,11 @@ class LoopAgent(Agent):
     model_use = "required"
     version = "1.0"
 
+    starts_before_sandbox = True  # the first model call needs only the instruction
+
     def __init__(self, **kwargs: Any) -> None:
         self.config = LoopConfig(**kwargs)
+        self._opening: _Opening | None = None  # what run_early got, for run to continue from
 
     def initial_messages(self, instruction: str, system_prompt: str | None = None) -> list[Message]:
         """The chat a run starts from: the system prompt (the agent's own by default) and the instruction."""
@@ -105,10 +122,28 @@ class LoopAgent(Agent):
     async def setup(self, sandbox: Sandbox, ctx: AgentContext) -> None:
         """Nothing to install: the tools run through the sandbox's own exec and shell."""
 
-    async def run(self, instruction: str, sandbox: Sandbox, ctx: AgentContext) -> AgentResult:
-        """Run turns until submit, a final answer, or a limit; every turn is recorded in ctx.trajectory."""
+    async def run_early(self, instruction: str, ctx: AgentContext) -> None:
+        """The first model call (it needs only the instruction), made while the trial's sandbox starts; not
+        when the task has MCP servers, whose tools the first call must offer and only the sandbox can list."""
+        if not ctx.task.config.environment.mcp_servers:
+            self._opening = await self._open(instruction, ctx, SandboxTools.schemas())
+
+    async def _open(self, instruction: str, ctx: AgentContext, schemas: list[dict[str, Any]]) -> _Opening:
+        """The chat so far (system prompt, instruction) recorded, and the first turn's completion."""
         if ctx.model_client is None:
             raise AgentError("the loop agent needs a model: pass -m, e.g. -m local or -m openai:gpt-4.1")
+        system_prompt = ctx.task.system_prompt or self.config.system_prompt  # a Python task's own prompt wins
+        messages = self.initial_messages(instruction, system_prompt)
+        opening = _Opening(messages=messages, stats=LoopStats(), schemas=list(schemas))
+        ctx.trajectory.agent.tool_definitions = list(schemas)  # what SFT exports need
+        ctx.trajectory.add("system", system_prompt)
+        ctx.trajectory.add("user", instruction)
+        opening.completion = await self._turn(ctx, opening, 0, opening.events)
+        return opening
+
+    async def run(self, instruction: str, sandbox: Sandbox, ctx: AgentContext) -> AgentResult:
+        """Run turns until submit, a final answer, or a limit; every turn is recorded in ctx.trajectory."""
+        opening, self._opening = self._opening, None
         cfg = self.config
         tools = SandboxTools(
             sandbox,
@@ -120,34 +155,29 @@ class LoopAgent(Agent):
         mcp = TaskMcpTools(servers, sandbox, workdir=ctx.workdir, call_timeout=cfg.command_timeout_sec)
         try:
             async with mcp:
-                return await self._turns(instruction, ctx, tools, mcp)
+                if opening is None:
+                    opening = await self._open(instruction, ctx, [*SandboxTools.schemas(), *mcp.schemas()])
+                opening.stats.mcp_tools = [s["function"]["name"] for s in mcp.schemas()]
+                return await self._turns(ctx, opening, tools, mcp)
         finally:
             await tools.close()
 
     async def _turns(
-        self, instruction: str, ctx: AgentContext, tools: SandboxTools, mcp: TaskMcpTools
+        self, ctx: AgentContext, opening: _Opening, tools: SandboxTools, mcp: TaskMcpTools
     ) -> AgentResult:
-        """The run's turns with the built-in tools and the task's MCP tools."""
+        """The run's turns from the opening one, with the built-in tools and the task's MCP tools."""
         cfg = self.config
-        system_prompt = ctx.task.system_prompt or cfg.system_prompt  # a Python task's own prompt wins
-        messages = self.initial_messages(instruction, system_prompt)
-        schemas = [*SandboxTools.schemas(), *mcp.schemas()]
-        ctx.trajectory.agent.tool_definitions = list(schemas)  # what SFT exports need
-        ctx.trajectory.add("system", system_prompt)
-        ctx.trajectory.add("user", instruction)
-        stats = LoopStats(mcp_tools=[s["function"]["name"] for s in mcp.schemas()])
+        messages, stats = opening.messages, opening.stats
         previous: Completion | None = None
         for turn in range(cfg.max_turns):
-            remaining = None if cfg.token_budget is None else cfg.token_budget - stats.completion_tokens
-            if remaining is not None and remaining <= 0:
-                stats.stop_reason = "token_budget"
-                break
-            events: list[str] = []
-            started = time.perf_counter()
-            completion = await self._complete(
-                ctx.model_client, messages, schemas, turn, remaining, events, stats
-            )
-            stats.model_time_s += time.perf_counter() - started
+            events = opening.events if turn == 0 else []
+            if turn == 0:
+                completion = opening.completion
+            else:
+                if cfg.token_budget is not None and stats.completion_tokens >= cfg.token_budget:
+                    stats.stop_reason = "token_budget"
+                    break
+                completion = await self._turn(ctx, opening, turn, events)
             if completion is None:
                 stats.stop_reason = "context_window"
                 ctx.trajectory.add("system", "stopped: the context window is full", context_events=events)
@@ -169,6 +199,21 @@ class LoopAgent(Agent):
                 stats.stop_reason = "no_tool_call"
                 break
         return AgentResult(metadata=stats.model_dump())
+
+    async def _turn(
+        self, ctx: AgentContext, opening: _Opening, turn: int, events: list[str]
+    ) -> Completion | None:
+        """One turn's model call within the token budget, its time counted; None when nothing more fits."""
+        cfg = self.config
+        stats = opening.stats
+        remaining = None if cfg.token_budget is None else cfg.token_budget - stats.completion_tokens
+        started = time.perf_counter()
+        try:
+            return await self._complete(
+                ctx.model_client, opening.messages, opening.schemas, turn, remaining, events, stats
+            )
+        finally:
+            stats.model_time_s += time.perf_counter() - started
 
     async def _complete(
         self,

@@ -45,6 +45,10 @@ from evsys.task.loader import TaskSet
 TrialCallback = Callable[[TrialResult], Awaitable[None] | None]
 ModelClientFactory = Callable[[AgentSpec], Any]
 JOB_RESULT_INTERVAL_SEC = 0.5
+# result.json holds every finished trial: with thousands, building and writing it takes tens of ms, so the
+# rewrites are spaced to keep them under this share of the time (and at most JOB_RESULT_MAX_PAUSE_SEC apart)
+JOB_RESULT_LOOP_SHARE = 0.05
+JOB_RESULT_MAX_PAUSE_SEC = 10.0
 
 
 def default_model_client(agent: AgentSpec) -> Any:
@@ -358,9 +362,12 @@ class Job:
     async def _job_result_writer(self) -> None:
         while self._dirty and not self._closing.is_set():
             self._dirty = False
+            started = time.perf_counter()
             await asyncio.shield(self.store.write_job_result(self.job_result()))
+            spent = time.perf_counter() - started
+            pause = min(max(JOB_RESULT_INTERVAL_SEC, spent / JOB_RESULT_LOOP_SHARE), JOB_RESULT_MAX_PAUSE_SEC)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._closing.wait(), JOB_RESULT_INTERVAL_SEC)
+                await asyncio.wait_for(self._closing.wait(), pause)
 
     async def _write_job_result(self) -> JobResult:
         """Write the final result.json (after any pending periodic write has finished)."""

@@ -1,19 +1,29 @@
-"""The `openai` backend: the official async SDK against the OpenAI API or any OpenAI-compatible server.
+"""The `openai` backend: chat completions over HTTP against the OpenAI API or any OpenAI-compatible server.
 
 Token ids and logprobs are collected from whatever the server returns:
 - vLLM and `evsys model serve`: request `return_token_ids` → `prompt_token_ids` on the response,
   `token_ids` on each choice; logprobs from `choices[].logprobs.content[].logprob`;
 - SGLang: the same `return_token_ids` request (ids also accepted as `output_ids` / `input_ids`);
 - llama.cpp's llama-server: each `logprobs.content[]` entry carries the token `id`.
-The official OpenAI API returns no token ids; those fields stay None. SDK errors are mapped to evsys's
-errors and retryable ones are retried with backoff (the SDK's own retries are turned off).
+The official OpenAI API returns no token ids; those fields stay None. HTTP errors are mapped to evsys's
+errors and retryable ones are retried with backoff.
+
+The wire is aiohttp with JSON dicts, not the OpenAI SDK: the SDK's request transform (a walk of every
+message and tool schema against its TypedDicts) and response models cost ~10 ms of CPU per call, and httpx's
+connection pool scans every connection on each request — both grow with concurrency and made the
+orchestrator, not the model, the limit at RL concurrency (docs/scale.md). aiohttp's pool is uncapped and keeps
+connections alive, so a job with a thousand calls in flight reuses its connections.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import time
 from typing import Any
+
+import aiohttp
 
 from evsys.model.base import FINISH_REASONS, Completion, FinishReason, Message, SamplingParams, ToolSchema
 from evsys.model.errors import (
@@ -31,6 +41,7 @@ from evsys.model.retry import RetryHook, RetryPolicy, call_with_retries, parse_r
 from evsys.model.spec import ModelSpec
 from evsys.records import Usage
 
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
 OVERFLOW_HINTS = ("context_length_exceeded", "maximum context length", "context length", "too many tokens")
 
 
@@ -49,8 +60,6 @@ class OpenAIClient:
     ) -> None:
         """`return_token_ids` asks the server for token ids (vLLM, SGLang, `evsys model serve`);
         `api_key_required` refuses to start without a key (the OpenAI API) instead of sending 'EMPTY'."""
-        from openai import AsyncOpenAI
-
         self.spec = spec
         self.model = spec.model
         self.retry = retry or RetryPolicy()
@@ -59,9 +68,25 @@ class OpenAIClient:
         api_key = spec.api_key or os.environ.get("OPENAI_API_KEY") or (None if api_key_required else "EMPTY")
         if api_key is None:
             raise AuthenticationError("openai: no API key; set OPENAI_API_KEY or pass api_key")
-        self._client = AsyncOpenAI(
-            api_key=api_key, base_url=spec.resolved_base_url(), max_retries=0, timeout=timeout_s
-        )
+        base_url = spec.resolved_base_url() or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
+        self.base_url = base_url.rstrip("/")
+        self._headers = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"}
+        self._timeout = timeout_s
+        self._session: aiohttp.ClientSession | None = None
+        self._session_loop: asyncio.AbstractEventLoop | None = None
+
+    def _client(self) -> aiohttp.ClientSession:
+        """The HTTP session of the running event loop (made on first use: aiohttp binds it to its loop)."""
+        loop = asyncio.get_running_loop()
+        if self._session is None or self._session.closed or self._session_loop is not loop:
+            self._session = aiohttp.ClientSession(
+                headers=self._headers,
+                connector=aiohttp.TCPConnector(limit=0),  # no cap: the job's concurrency bounds the calls
+                timeout=aiohttp.ClientTimeout(total=self._timeout),
+                trust_env=True,  # HTTP(S)_PROXY, as other HTTP clients honour it
+            )
+            self._session_loop = loop
+        return self._session
 
     async def complete(
         self,
@@ -72,9 +97,10 @@ class OpenAIClient:
     ) -> Completion:
         """One chat completion, retried on transient errors."""
         params = params or SamplingParams()
-        request = self._request(messages, tools, params)
+        body = json.dumps(self._request(messages, tools, params)).encode()
+        timeout_s = params.timeout_s
         started = time.perf_counter()
-        response = await call_with_retries(lambda: self._create(request), self.retry, self.on_retry)
+        response = await call_with_retries(lambda: self._create(body, timeout_s), self.retry, self.on_retry)
         return self._to_completion(response, time.perf_counter() - started)
 
     def _request(
@@ -102,68 +128,77 @@ class OpenAIClient:
             extra.setdefault("return_token_ids", True)
         if params.top_k is not None:
             extra.setdefault("top_k", params.top_k)
-        if extra:
-            request["extra_body"] = extra
-        if params.timeout_s is not None:
-            request["timeout"] = params.timeout_s
+        request.update(extra)  # vendor fields go in the body itself, as the SDK's `extra_body` sends them
         return request
 
-    async def _create(self, request: dict) -> Any:
-        import openai
-
+    async def _create(self, body: bytes, timeout_s: float | None) -> dict[str, Any]:
+        """POST the request body; the response's JSON, or the matching evsys error."""
+        url = f"{self.base_url}/chat/completions"
+        limit = aiohttp.ClientTimeout(total=timeout_s) if timeout_s is not None else None
         try:
-            return await self._client.chat.completions.create(**request)
-        except openai.APIStatusError as exc:
-            raise map_status_error(exc.status_code, _error_message(exc), exc.response.headers) from exc
-        except openai.APITimeoutError as exc:
+            async with self._client().post(url, data=body, timeout=limit) as response:
+                text = await response.text()
+                status, headers = response.status, response.headers
+        except TimeoutError as exc:
             raise RetryableModelError(f"{self.spec}: request timed out") from exc
-        except openai.APIConnectionError as exc:
-            raise RetryableModelError(
-                f"{self.spec}: cannot connect to {self._client.base_url}: {exc}"
-            ) from exc
+        except aiohttp.ClientError as exc:
+            raise RetryableModelError(f"{self.spec}: cannot connect to {self.base_url}: {exc}") from exc
+        if status >= 400:
+            raise map_status_error(status, _error_message(text), headers)
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise ModelError(f"{self.spec}: the server's answer is not JSON: {text[:200]!r}") from exc
+        if not isinstance(data, dict):
+            raise ModelError(f"{self.spec}: the server's answer is not a JSON object")
+        return data
 
-    def _to_completion(self, response: Any, latency: float) -> Completion:
-        if not response.choices:
+    def _to_completion(self, response: dict[str, Any], latency: float) -> Completion:
+        choices = response.get("choices")
+        if not choices or not isinstance(choices[0], dict):
             raise ModelError(f"{self.spec}: the server returned no choices")
-        choice = response.choices[0]
-        message = choice.message
+        choice = choices[0]
+        message = choice.get("message") or {}
         calls = [
-            parse_tool_call(c.function.name, c.function.arguments or "", c.id)
-            for c in (message.tool_calls or [])
-            if getattr(c, "function", None) is not None
+            parse_tool_call(
+                str(function.get("name") or ""), function.get("arguments") or "", str(c.get("id") or "")
+            )
+            for c in (message.get("tool_calls") or [])
+            if isinstance(c, dict) and isinstance(function := c.get("function"), dict)
         ]
-        entries = list(getattr(choice.logprobs, "content", None) or [])
-        logprobs = [e.logprob for e in entries] or None
-        completion_ids = _extra(choice, "token_ids", "output_ids") or _ids_from_entries(entries)
-        prompt_ids = _extra(response, "prompt_token_ids", "input_ids") or _extra(choice, "prompt_token_ids")
-        usage = response.usage
-        cached = getattr(getattr(usage, "prompt_tokens_details", None), "cached_tokens", 0) or 0
-        finish: FinishReason = choice.finish_reason if choice.finish_reason in FINISH_REASONS else "stop"
+        entries = [e for e in ((choice.get("logprobs") or {}).get("content") or []) if isinstance(e, dict)]
+        logprobs = [e["logprob"] for e in entries if "logprob" in e] or None
+        completion_ids = _ids(choice, "token_ids", "output_ids") or _ids_from_entries(entries)
+        prompt_ids = _ids(response, "prompt_token_ids", "input_ids") or _ids(choice, "prompt_token_ids")
+        usage = response.get("usage") or {}
+        cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+        reason = choice.get("finish_reason")
+        finish: FinishReason = reason if reason in FINISH_REASONS else "stop"
         if calls and finish == "stop":
             finish = "tool_calls"
         spent = Usage(
-            prompt_tokens=getattr(usage, "prompt_tokens", 0) or 0,
-            completion_tokens=getattr(usage, "completion_tokens", 0) or 0,
+            prompt_tokens=usage.get("prompt_tokens") or 0,
+            completion_tokens=usage.get("completion_tokens") or 0,
             cached_tokens=cached,
         )
         return Completion(
-            text=message.content or "",
+            text=message.get("content") or "",
             tool_calls=calls,
             finish_reason=finish,
             prompt_token_ids=prompt_ids,
             completion_token_ids=completion_ids,
             logprobs=logprobs,
             usage=spent,
-            cost_usd=price_usd(
-                self.model, spent, provider=self.spec.provider, base_url=str(self._client.base_url)
-            ),
-            model=response.model or self.model,
+            cost_usd=price_usd(self.model, spent, provider=self.spec.provider, base_url=self.base_url),
+            model=response.get("model") or self.model,
             latency_s=latency,
         )
 
     async def aclose(self) -> None:
         """Close the HTTP connection pool."""
-        await self._client.close()
+        if self._session is not None and self._session_loop is asyncio.get_running_loop():
+            await self._session.close()
+        self._session = None
 
 
 def map_status_error(status: int, message: str, headers: Any = None) -> ModelError:
@@ -185,8 +220,12 @@ def map_status_error(status: int, message: str, headers: Any = None) -> ModelErr
     return InvalidRequestError(f"request rejected ({status}): {message}", status_code=status)
 
 
-def _error_message(exc: Any) -> str:
-    body = getattr(exc, "body", None)
+def _error_message(text: str) -> str:
+    """The message (and code) of an OpenAI-shaped error body, else the body's text."""
+    try:
+        body = json.loads(text)
+    except ValueError:
+        return text[:500]
     if isinstance(body, dict):
         error = body.get("error", body)
         if isinstance(error, dict):
@@ -194,25 +233,26 @@ def _error_message(exc: Any) -> str:
             if error.get("code"):
                 parts.append(f"[{error['code']}]")
             return " ".join(p for p in parts if p)
-    return str(getattr(exc, "message", exc))
+    return str(body)
 
 
-def _extra(obj: Any, *names: str) -> list[int] | None:
-    extra = getattr(obj, "model_extra", None) or {}
-    for name in names:
-        value = extra.get(name)
-        if isinstance(value, list) and all(isinstance(v, int) for v in value):
-            return value
-    meta = extra.get("meta_info")
-    if isinstance(meta, dict):
-        for name in names:
-            value = meta.get(name)
-            if isinstance(value, list) and all(isinstance(v, int) for v in value):
-                return value
+def _int_list(value: Any) -> list[int] | None:
+    if isinstance(value, list) and all(isinstance(v, int) for v in value):
+        return value
     return None
 
 
-def _ids_from_entries(entries: list[Any]) -> list[int] | None:
-    ids = [(getattr(e, "model_extra", None) or {}).get("id") for e in entries]
+def _ids(obj: dict[str, Any], *names: str) -> list[int] | None:
+    """Token ids under the first of `names` present on `obj` (or on its SGLang `meta_info`)."""
+    meta = obj.get("meta_info")
+    for where in (obj, meta if isinstance(meta, dict) else {}):
+        for name in names:
+            if (ids := _int_list(where.get(name))) is not None:
+                return ids
+    return None
+
+
+def _ids_from_entries(entries: list[dict[str, Any]]) -> list[int] | None:
+    ids = [e.get("id") for e in entries]
     ints = [i for i in ids if isinstance(i, int)]
     return ints if ids and len(ints) == len(ids) else None

@@ -18,6 +18,7 @@ PHASES = (
     "sandbox_start",
     "agent_setup",
     "agent_run",
+    "agent_early",  # overlaps sandbox_start (PhaseTimings.agent_early)
     "verifier",
     "logs_download",
     "sandbox_stop",
@@ -43,6 +44,11 @@ class PhaseTimings(BaseModel):
     sandbox_start: float | None = None
     agent_setup: float | None = None
     agent_run: float | None = None
+    agent_early: float | None = Field(
+        None,
+        description="Seconds of the agent's work begun while its sandbox started (the loop agent's first "
+        "model call); it overlaps sandbox_start, so the phases add up to more than the total.",
+    )
     verifier: float | None = None
     logs_download: float | None = None
     sandbox_stop: float | None = None

@@ -2,14 +2,21 @@
 bounded by the setup timeout), and `run` bounded by the agent timeout.
 
 A Python task without a sandbox is answered by `SingleTurnAgent` (one model call); every other task by the
-agent the trial names. An agent's exception becomes the trial's failure: `sandbox_failed` for a
-`SandboxError` (the sandbox is then not reused), else the cause the exception declares (evsys.agent.base),
-else `agent_error`; its traceback goes to the trial's exception.txt.
+agent the trial names. An agent that `starts_before_sandbox` has its `run_early` (the loop agent's first model
+call) begun with the sandbox's start (`begin_early`): its seconds are the `agent_early` phase, overlapping
+`sandbox_start`; `run_agent` awaits what is left of it before `run`, and `end_early` cancels it when the
+trial ends before that (a sandbox that failed to start).
+
+An agent's exception becomes the trial's failure: `sandbox_failed` for a `SandboxError` (the sandbox is then
+not reused), else the cause the exception declares (evsys.agent.base), else `agent_error`; its traceback goes
+to the trial's exception.txt.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from evsys.agent.base import Agent, AgentContext, AgentResult
@@ -99,13 +106,52 @@ async def setup_agent(state: TrialState, agent: Agent, ctx: AgentContext) -> boo
     return True
 
 
+def begin_early(
+    state: TrialState, agent: Agent, instruction: str, ctx: AgentContext
+) -> asyncio.Task[None] | None:
+    """Begin the agent's `run_early` now, beside the sandbox's start, when the agent can (single-step tasks in
+    a sandbox); its seconds go to the `agent_early` phase."""
+    if not (agent.starts_before_sandbox and state.uses_sandbox):
+        return None
+    started = time.perf_counter()
+
+    def timed(_task: asyncio.Task[None]) -> None:
+        state.result.timing.agent_early = time.perf_counter() - started
+
+    early = asyncio.create_task(agent.run_early(instruction, ctx), name=f"{ctx.trial_name}-early")
+    early.add_done_callback(timed)
+    return early
+
+
+async def end_early(early: asyncio.Task[None] | None) -> None:
+    """Cancel the agent's early work if it is still running (its model call is abandoned) and wait for it;
+    its outcome is dropped (the trial already failed for another reason, or `run_agent` consumed it)."""
+    if early is None:
+        return
+    early.cancel()
+    await asyncio.gather(early, return_exceptions=True)
+
+
+async def _after_early(early: asyncio.Task[None] | None, run: Callable[[], Awaitable[T]]) -> T:
+    """The rest of the agent's early work, then its run."""
+    if early is not None:
+        await early
+    return await run()
+
+
 async def run_agent(
-    state: TrialState, agent: Agent, instruction: str, ctx: AgentContext, limit: float | None
+    state: TrialState,
+    agent: Agent,
+    instruction: str,
+    ctx: AgentContext,
+    limit: float | None,
+    early: asyncio.Task[None] | None = None,
 ) -> bool:
-    """`agent.run` bounded by `limit` seconds; sets `agent_finished` (and returns True) when it returned
-    normally, keeping what it reported (metadata, steps, usage)."""
+    """`agent.run` bounded by `limit` seconds, after the rest of its `early` work (see `begin_early`); sets
+    `agent_finished` (and returns True) when it returned normally, keeping what it reported (metadata, steps,
+    usage)."""
     # None only for a Python task without a sandbox, whose SingleTurnAgent takes none
-    run = agent.run(instruction, state.sandbox, ctx)  # type: ignore[arg-type]
+    run = _after_early(early, lambda: agent.run(instruction, state.sandbox, ctx))  # type: ignore[arg-type]
     try:
         result = await state.timed("agent_run", run, limit)
     except TimeoutError:

@@ -7,7 +7,8 @@
    runs without a sandbox (a Python task with `sandbox=False`);
 3. a driver: evsys.engine.trial.single_step (the agent phase, evsys.engine.trial.agent, then the verifier
    phase, evsys.engine.trial.verifier / separate), or evsys.engine.trial.multi_step for a task with
-   `[[steps]]`;
+   `[[steps]]`. A single-step agent that `starts_before_sandbox` begins its first steps (the loop agent's
+   first model call) together with the sandbox's start, so the start hides behind inference;
 4. the slot's release — always, in `finally` — then the sidecars'; trajectory.json and result.json (and
    exception.txt when something raised) are written atomically.
 Everything the phases know and decide is on one `TrialState` (evsys.engine.trial.state). The first failure
@@ -28,7 +29,7 @@ from evsys.agent.registry import AgentNotFoundError
 from evsys.engine.config import TrialConfig
 from evsys.engine.spec import TrialSpec
 from evsys.engine.store import JobStore
-from evsys.engine.trial.agent import agent_info, prepare_sandbox, trial_agent
+from evsys.engine.trial.agent import agent_info, begin_early, end_early, prepare_sandbox, trial_agent
 from evsys.engine.trial.environment import environment_spec, start_sandbox, stop_sandbox
 from evsys.engine.trial.fresh import release_grading_preparation, start_grading_preparation
 from evsys.engine.trial.multi_step import run_steps
@@ -148,18 +149,24 @@ class Trial:
             kwargs=state.config.agent.kwargs,
             on_event=state.on_event,
         )
+        early = None
         try:
             if state.uses_sandbox:
                 spec = await environment_spec(state, task)
                 spec = spec and await prepare_sandbox(state, agent, spec, ctx)
-                if spec is None or not await start_sandbox(state, spec):
+                if spec is None:
+                    return
+                if not task.steps:  # the agent's first steps beside the sandbox's start, when it can
+                    early = begin_early(state, agent, task.instruction, ctx)
+                if not await start_sandbox(state, spec):
                     return
                 start_grading_preparation(state, task)  # a repository row's (evsys.engine.trial.fresh)
                 if task.steps:
                     await run_steps(state, agent, task, ctx, trial_dir)
                     return
-            await run_single_step(state, agent, task, ctx, trial_dir)
+            await run_single_step(state, agent, task, ctx, trial_dir, early)
         finally:
+            await end_early(early)  # a sandbox that failed to start: its model call is cancelled
             await release_grading_preparation(state)
             await agent.close()
 

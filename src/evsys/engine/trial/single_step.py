@@ -8,6 +8,7 @@ row's change is graded in a fresh sandbox prepared while the agent ran (evsys.en
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from evsys.agent.base import Agent, AgentContext
@@ -22,11 +23,17 @@ from evsys.verify.chain import VerifyContext, chain_for_task
 
 
 async def run_single_step(
-    state: TrialState, agent: Agent, task: Task, ctx: AgentContext, trial_dir: Path
+    state: TrialState,
+    agent: Agent,
+    task: Task,
+    ctx: AgentContext,
+    trial_dir: Path,
+    early: asyncio.Task[None] | None = None,
 ) -> None:
-    """Set the agent up, run it on the task's instruction, then verify."""
+    """Set the agent up, run it on the task's instruction (after its `early` work, begun with the sandbox's
+    start), then verify."""
     agent_ok = await setup_agent(state, agent, ctx) and await run_agent(
-        state, agent, task.instruction, ctx, state.config.agent_timeout_sec
+        state, agent, task.instruction, ctx, state.config.agent_timeout_sec, early
     )
     if agent_ok or state.uses_sandbox:  # without a sandbox, a failed model call leaves nothing to score
         await verify(state, task, trial_dir)

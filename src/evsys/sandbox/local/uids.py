@@ -24,7 +24,8 @@ from evsys.sandbox.base import SandboxError
 
 LAYER_AGENT_UID = 1000
 AGENT_UID_FIRST = 100_000
-UID_BLOCK = 64  # uids per sandbox: its agent's, then its extra users'
+# uids per sandbox: its agent's, then its extra users' (at most 31 shared slots); 1,875 sandboxes per host
+UID_BLOCK = 32
 AGENT_UID_COUNT = (
     60_000  # below 165536: the usual start of the host's subordinate-uid ranges is 100000 + 65536
 )
@@ -62,33 +63,41 @@ def _open_lock(directory: Path, uid: int) -> int:
         return os.open(directory / str(uid), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
 
 
+def _next_unheld(start: int, end: int) -> int | None:
+    """The lowest block from `start` this process does not hold, now marked held; None when all are."""
+    with _lock:  # once per candidate, not once per held block: cheap at high concurrency
+        uid = next((u for u in range(start, end, UID_BLOCK) if u not in _held), None)
+        if uid is not None:
+            _held.add(uid)
+        return uid
+
+
+def _unhold(uid: int) -> None:
+    with _lock:
+        _held.discard(uid)
+
+
 def allocate(scratch_root: Path) -> AgentUid:
     """The lowest block of uids from AGENT_UID_FIRST that no other sandbox on this host holds and none of
     whose uids a host user has; the agent's is its first."""
     directory = scratch_root / "uids"
     host_uids = {user.pw_uid for user in pwd.getpwall()}
-    for uid in range(AGENT_UID_FIRST, AGENT_UID_FIRST + AGENT_UID_COUNT, UID_BLOCK):
-        with _lock:
-            if uid in _held:
-                continue
-            _held.add(uid)
+    end = AGENT_UID_FIRST + AGENT_UID_COUNT
+    uid = _next_unheld(AGENT_UID_FIRST, end)
+    while uid is not None:
         try:
             fd = _open_lock(directory, uid)
         except OSError as exc:
-            with _lock:
-                _held.discard(uid)
+            _unhold(uid)
             raise SandboxError(f"cannot take an agent uid in {directory}: {exc.strerror}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        except BlockingIOError:  # another process's sandbox holds it
             os.close(fd)
-            with _lock:
-                _held.discard(uid)
-            continue
-        if _host_user(uid, host_uids):
+        else:
+            if not _host_user(uid, host_uids):
+                return AgentUid(uid, fd)
             os.close(fd)
-            with _lock:
-                _held.discard(uid)
-            continue
-        return AgentUid(uid, fd)
-    raise SandboxError(f"no free agent uid in {AGENT_UID_FIRST}..{AGENT_UID_FIRST + AGENT_UID_COUNT - 1}")
+        _unhold(uid)
+        uid = _next_unheld(uid + UID_BLOCK, end)
+    raise SandboxError(f"no free agent uid in {AGENT_UID_FIRST}..{end - 1}")

@@ -56,7 +56,7 @@ export function passAtK(groups) {
 
 // Mean seconds per phase, one bar per group and phase.
 export function phaseBars(groups) {
-  const phases = ["sandbox_start", "agent_setup", "agent_run", "verifier", "logs_download", "sandbox_stop"];
+  const phases = ["sandbox_start", "agent_early", "agent_setup", "agent_run", "verifier", "logs_download", "sandbox_stop"];
   const rows = [];
   for (const phase of phases) {
     groups.forEach((g, i) => {

@@ -3,7 +3,7 @@
 import { h, fmt, secs, when, pre, section, getJSON, enc } from "./dom.js";
 
 const EAGER_TOKENS = 2000; // longer completions render their token boxes when opened
-const PHASES = ["sandbox_start", "agent_setup", "agent_run", "verifier", "logs_download", "sandbox_stop"];
+const PHASES = ["sandbox_start", "agent_early", "agent_setup", "agent_run", "verifier", "logs_download", "sandbox_stop"];
 
 function outcome(r) {
   if (!r) return h("p", { class: "error" }, "no valid result.json (the trial is running, or its result is broken)");

@@ -1,0 +1,293 @@
+"""LLM-bound trials at RL concurrency: `evsys run -a loop -n C` against a scripted model, beside the ideal.
+
+The model is bench/scripted_model_server.py (its own process, 127.0.0.1, answering each call after LATENCY_S
+seconds; first call a `bash` tool call, second a final answer), given as `-m vllm:scripted --base-url ...`.
+N = C trivial tasks (each its own task directory; the command writes a file, test.sh checks it), loop agent,
+the whole command as a user runs it (`evsys run`, output to a file), for C in CONCURRENCY. Each run is
+printed beside its ideal: waves x calls x latency (ceil(N / C) x 2 x LATENCY_S).
+
+Orchestrator CPU is the `evsys run` process's own user+sys CPU (psutil, sampled until it exits; the model
+server's and the sandboxes' processes are not in it; its user part printed beside), per trial: in total
+(startup included) and marginal ((CPU at N - CPU of one trial) / (N - 1), the startup and imports taken out).
+Beside them, the CPU of the process and its reaped children (sandbox launchers) from wait4.
+
+Also: local sandbox starts per second (START_N started at once, the sandbox API directly) and memory per
+idle sandbox (their memory cgroups' usage, and the unique memory of their processes), beside the issue's
+figures measured quietly (~224 starts/s, 0.4-1.2 MB each).
+
+EVSYS_BENCH_CONCURRENCY="64 256" picks the levels; EVSYS_BENCH_EXECUTOR=NAME passes --executor;
+EVSYS_BENCH_SRC=/other/tree/src runs another tree's evsys (a before/after comparison in the same minutes).
+Usage: `python bench/bench_concurrency.py` or `python bench/run_all.py concurrency`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psutil
+
+BENCH_DIR = Path(__file__).resolve().parent
+ROOT = BENCH_DIR.parent
+CONCURRENCY = [int(c) for c in os.environ.get("EVSYS_BENCH_CONCURRENCY", "64 256 1024").split()]
+LATENCY_S = 0.5
+CALLS_PER_TRIAL = 2
+START_N = int(os.environ.get("EVSYS_BENCH_START_N", "256"))
+# acceptance on a quiet machine (wall / ideal at C, CPU ms per trial)
+TARGET_RATIO = {256: 1.5, 1024: 3.0}
+TARGET_CPU_MS = 8.0
+ISSUE_START_PER_S = 224.0
+
+TEST = (
+    "#!/bin/bash\n"
+    'if [ "$(cat /app/out.txt)" = ok ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n'
+)
+TOML = (
+    '[task]\nname = "{name}"\n[agent]\ntimeout_sec = 600\n[verifier]\ntimeout_sec = 60\n'
+    '[environment]\nnetwork_mode = "no-network"\n'
+)
+INSTRUCTION = "Write ok to /app/out.txt.\nRun: echo ok > /app/out.txt\n"
+
+
+def write_dataset(root: Path, n: int) -> Path:
+    """`n` trivial task directories under `root`."""
+    for i in range(n):
+        task = root / f"t{i:05d}"
+        (task / "tests").mkdir(parents=True)
+        (task / "task.toml").write_text(TOML.format(name=f"t{i:05d}"))
+        (task / "instruction.md").write_text(INSTRUCTION)
+        (task / "tests" / "test.sh").write_text(TEST)
+    return root
+
+
+class ModelServer:
+    """The scripted model server in its own process."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[str] | None = None
+        self.port = 0
+
+    def start(self) -> str:
+        """Start it; its base URL."""
+        self.proc = subprocess.Popen(
+            [sys.executable, str(BENCH_DIR / "scripted_model_server.py"), "--latency", str(LATENCY_S)],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if not line.startswith("port "):
+            raise RuntimeError(f"the scripted model server did not start: {line!r}")
+        self.port = int(line.split()[1])
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def stop(self) -> None:
+        """Stop it."""
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait()
+
+
+def _cpu_sampler(pid: int, last: dict[str, float], done: threading.Event) -> None:
+    """Keep `last["cpu"]`: the process's own user+sys seconds, until it exits."""
+    try:
+        proc = psutil.Process(pid)
+        while not done.is_set():
+            times = proc.cpu_times()
+            last["cpu"], last["user"] = times.user + times.system, times.user
+            time.sleep(0.02)
+    except psutil.Error:
+        return
+
+
+def run_command(argv: list[str], log: Path) -> dict[str, float]:
+    """Run `argv` to its end: wall seconds, its own CPU (psutil) and with reaped children (wait4)."""
+    env = {**os.environ, "PYTHONPATH": os.environ.get("EVSYS_BENCH_SRC") or str(ROOT / "src")}
+    started = time.perf_counter()
+    with log.open("w") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
+    last: dict[str, float] = {"cpu": 0.0, "user": 0.0}
+    done = threading.Event()
+    sampler = threading.Thread(target=_cpu_sampler, args=(proc.pid, last, done), daemon=True)
+    sampler.start()
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - started
+    done.set()
+    sampler.join()
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv[:4])} ... exited {proc.returncode}; see {log}")
+    tree = usage.ru_utime + usage.ru_stime
+    return {"wall": wall, "own_cpu": last["cpu"], "own_user": last["user"], "tree_cpu": tree}
+
+
+def evsys_run(dataset: Path, jobs: Path, name: str, base_url: str, concurrency: int) -> dict:
+    """One `evsys run` of the loop agent over `dataset` against the scripted model; figures and job result."""
+    import json
+
+    argv = [
+        str(Path(sys.executable).parent / "evsys"),
+        "run",
+        str(dataset),
+        "-a",
+        "loop",
+        "-m",
+        "vllm:scripted",
+        "--base-url",
+        base_url,
+        "-n",
+        str(concurrency),
+        "--jobs-dir",
+        str(jobs),
+        "--job-name",
+        name,
+    ]
+    if executor := os.environ.get("EVSYS_BENCH_EXECUTOR"):
+        argv += ["--executor", executor]
+    figures = run_command(argv, jobs / f"{name}.log")
+    result = json.loads((jobs / name / "result.json").read_text())
+    figures["mean_reward"] = result.get("mean_reward")
+    figures["n_errors"] = result.get("n_errors")
+    return figures
+
+
+async def sandbox_starts(n: int) -> dict:
+    """`n` local sandboxes started at once: starts per second, and memory per idle sandbox."""
+    from evsys.records import SandboxSpec
+    from evsys.sandbox import LocalSandbox
+
+    boxes = [LocalSandbox(SandboxSpec(name=f"bench-conc-{os.getpid()}-{i}")) for i in range(n)]
+    started = time.perf_counter()
+    try:
+        await asyncio.gather(*(box.start() for box in boxes))
+        elapsed = time.perf_counter() - started
+        await asyncio.sleep(0.5)  # idle
+        cgroup_bytes, unique_bytes = await asyncio.to_thread(_sandbox_memory)
+    finally:
+        await asyncio.gather(*(box.stop() for box in boxes), return_exceptions=True)
+    return {
+        "sandboxes": n,
+        "starts_per_sec": round(n / elapsed, 1),
+        "cgroup_mb_per_idle_sandbox": round(cgroup_bytes / n / 2**20, 3),
+        "unique_mb_per_idle_sandbox": round(unique_bytes / n / 2**20, 3),
+    }
+
+
+def _memory_cgroup(pid: int) -> Path | None:
+    """The usage file of `pid`'s memory cgroup (v2 memory.current, v1 memory.usage_in_bytes)."""
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":
+            return Path("/sys/fs/cgroup") / path.lstrip("/") / "memory.current"
+        if "memory" in controllers.split(","):
+            return Path("/sys/fs/cgroup/memory") / path.lstrip("/") / "memory.usage_in_bytes"
+    return None
+
+
+def _sandbox_memory() -> tuple[int, int]:
+    """Memory of this process's descendants: the sum of their distinct memory cgroups' usage, and of their
+    unique set sizes."""
+    own = _memory_cgroup(os.getpid())
+    cgroups: set[Path] = set()
+    unique = 0
+    for child in psutil.Process().children(recursive=True):
+        try:
+            unique += child.memory_full_info().uss
+            usage = _memory_cgroup(child.pid)
+        except (psutil.Error, OSError):
+            continue
+        if usage is not None and usage != own:
+            cgroups.add(usage)
+    total = 0
+    for usage in cgroups:
+        try:
+            total += int(usage.read_text())
+        except (OSError, ValueError):
+            continue
+    return total, unique
+
+
+def _report(c: int, run: dict, one: dict) -> dict:
+    ideal = math.ceil(c / c) * CALLS_PER_TRIAL * LATENCY_S
+    marginal = (run["own_cpu"] - one["own_cpu"]) / max(c - 1, 1) * 1000
+    figures = {
+        "trials": c,
+        "concurrency": c,
+        "wall_sec": round(run["wall"], 2),
+        "ideal_sec": ideal,
+        "ratio": round(run["wall"] / ideal, 2),
+        "target_ratio": TARGET_RATIO.get(c),
+        "cpu_ms_per_trial": round(run["own_cpu"] / c * 1000, 2),
+        "user_cpu_ms_per_trial": round(run["own_user"] / c * 1000, 2),
+        "marginal_cpu_ms_per_trial": round(marginal, 2),
+        "tree_cpu_ms_per_trial": round(run["tree_cpu"] / c * 1000, 2),
+        "target_cpu_ms": TARGET_CPU_MS,
+        "mean_reward": run["mean_reward"],
+        "errors": run["n_errors"],
+    }
+    target = f" (target <= {TARGET_RATIO[c]}x)" if c in TARGET_RATIO else ""
+    print(
+        f"-n {c:>4}, {c:>4} trials: {run['wall']:6.2f} s wall, ideal {ideal:.1f} s: "
+        f"{figures['ratio']}x{target}; orchestrator CPU {figures['cpu_ms_per_trial']} ms/trial in total "
+        f"({figures['user_cpu_ms_per_trial']} ms user), "
+        f"{figures['marginal_cpu_ms_per_trial']} ms marginal (target <= {TARGET_CPU_MS}), "
+        f"{figures['tree_cpu_ms_per_trial']} ms with reaped children; "
+        f"reward {run['mean_reward']}, {run['n_errors']} errors",
+        flush=True,
+    )
+    return figures
+
+
+def _bench_root() -> Path:
+    parent = Path(os.environ.get("EVSYS_BENCH_DIR") or ROOT / "jobs")
+    parent.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=".bench-concurrency-", dir=parent))
+
+
+async def main() -> dict:
+    """Run the benchmark and return its figures."""
+    root = _bench_root()
+    server = ModelServer()
+    results: dict = {"latency_s": LATENCY_S, "calls_per_trial": CALLS_PER_TRIAL, "runs": {}}
+    try:
+        base_url = server.start()
+        jobs = root / "jobs"
+        jobs.mkdir()
+        one = await asyncio.to_thread(evsys_run, write_dataset(root / "d1", 1), jobs, "one", base_url, 1)
+        print(
+            f"one trial at -n 1 (startup included): {one['wall']:.2f} s wall, "
+            f"{one['own_cpu'] * 1000:.0f} ms orchestrator CPU",
+            flush=True,
+        )
+        results["one_trial"] = {"wall_sec": round(one["wall"], 2), "cpu_ms": round(one["own_cpu"] * 1000)}
+        for c in CONCURRENCY:
+            dataset = write_dataset(root / f"d{c}", c)
+            run = await asyncio.to_thread(evsys_run, dataset, jobs, f"c{c}", base_url, c)
+            results["runs"][str(c)] = _report(c, run, one)
+        if START_N <= 0:  # EVSYS_BENCH_START_N=0: the command runs only
+            return results
+        starts = await sandbox_starts(START_N)
+        results["sandbox_starts"] = starts
+        print(
+            f"{START_N} local sandboxes started at once: {starts['starts_per_sec']} starts/s "
+            f"(issue, quiet: ~{ISSUE_START_PER_S:.0f}/s); idle: {starts['cgroup_mb_per_idle_sandbox']} MB "
+            f"each by its memory cgroup, {starts['unique_mb_per_idle_sandbox']} MB unique to its "
+            "processes (issue, quiet: 0.4-1.2 MB)",
+            flush=True,
+        )
+    finally:
+        server.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    return results
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
