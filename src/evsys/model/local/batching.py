@@ -6,7 +6,10 @@ positions its own. Every decode step feeds the last token of all active sequence
 each row with its own parameters and generator, and drops finished rows. Logprobs stay the raw-distribution
 log-softmax of each row's logits, so teacher forcing reproduces them (differences are float rounding, ~1e-6).
 
-All model calls happen in the scheduler's own thread; callers get a concurrent.futures.Future.
+All model calls happen in the scheduler's own thread; callers get a concurrent.futures.Future. A request
+whose future is cancelled (or whose cancel event is set) stops at the next step, and is never prefilled if it
+is still queued. `close()` stops the thread between two steps and fails what is left; the client calls it at
+interpreter exit, so no forward pass is still running in a thread the interpreter tears down.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ class BatchingScheduler:
         self._cache: Any = None
         self._mask: Any = None
         self._batchable = True
+        self._closed = False
         self._thread = threading.Thread(target=self._loop, name="evsys-local-batcher", daemon=True)
         self._thread.start()
         self.steps = 0
@@ -74,19 +78,29 @@ class BatchingScheduler:
         seq = _Sequence(list(prompt_ids), params, limit, on_token, cancel, Future())
         seq.generator = make_generator(params.seed)
         with self._wakeup:
+            if self._closed:
+                raise EngineClosedError("the local engine is shut down")
             self._pending.append(seq)
             self._wakeup.notify()
         return seq.future
 
+    def close(self, timeout: float | None = None) -> None:
+        """Stop the worker between two steps, fail every unfinished request, and wait for the thread."""
+        with self._wakeup:
+            self._closed = True
+            self._wakeup.notify()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
     def _loop(self) -> None:
         while True:
             with self._wakeup:
-                while not self._pending and not self._active:
+                while not self._pending and not self._active and not self._closed:
                     self._wakeup.wait()
+                if self._closed:
+                    break
                 room = self.max_batch_size if self._batchable else 1
-                admitted = [
-                    self._pending.popleft() for _ in range(min(len(self._pending), room - len(self._active)))
-                ]
+                admitted = _take_live(self._pending, room - len(self._active))
             try:
                 for seq in admitted:
                     self._admit(seq)
@@ -97,6 +111,16 @@ class BatchingScheduler:
                     if not seq.future.done():
                         seq.future.set_exception(exc)
                 self._active, self._cache, self._mask = [], None, None
+        self._fail_unfinished()
+
+    def _fail_unfinished(self) -> None:
+        with self._wakeup:
+            left = [*self._pending, *self._active]
+            self._pending.clear()
+        self._active, self._cache, self._mask = [], None, None
+        for seq in left:
+            if not seq.future.done():
+                seq.future.set_exception(EngineClosedError("the local engine shut down mid-generation"))
 
     def _admit(self, seq: _Sequence) -> None:
         """Prefill one request, sample its first token, and add it to the batch unless it is already done."""
@@ -190,11 +214,7 @@ class BatchingScheduler:
             seq.finish = "stop"
         elif seq.params.stop and find_stop(self.engine.decode(seq.ids), seq.params.stop) is not None:
             seq.finish = "stop"
-        elif (
-            len(seq.ids) >= seq.limit
-            or seq.future.cancelled()
-            or (seq.cancel is not None and seq.cancel.is_set())
-        ):
+        elif len(seq.ids) >= seq.limit or _is_dropped(seq):
             seq.finish = "length"
 
     def _resolve(self, seq: _Sequence) -> None:
@@ -202,6 +222,27 @@ class BatchingScheduler:
         result = GenerationResult(seq.ids, seq.logprobs, seq.finish)
         if not seq.future.done():
             seq.future.set_result(result)
+
+
+class EngineClosedError(RuntimeError):
+    """A generation was asked of, or cut short by, a scheduler that is shut down."""
+
+
+def _is_dropped(seq: _Sequence) -> bool:
+    return seq.future.cancelled() or (seq.cancel is not None and seq.cancel.is_set())
+
+
+def _take_live(pending: deque[_Sequence], room: int) -> list[_Sequence]:
+    """Pop up to `room` queued requests, dropping those cancelled while they waited (never prefilled)."""
+    taken: list[_Sequence] = []
+    while pending and len(taken) < room:
+        seq = pending.popleft()
+        if _is_dropped(seq):
+            if not seq.future.done():
+                seq.future.cancel()
+            continue
+        taken.append(seq)
+    return taken
 
 
 def _left_pad(tensor: Any, width: int) -> Any:

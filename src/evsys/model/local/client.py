@@ -2,12 +2,15 @@
 
 Model weights load once per process and model directory (many trials share one engine). Generation goes
 through a continuous-batching scheduler (concurrent requests share each forward pass); loading, rendering and
-scoring run in one worker thread. Nothing blocks the event loop.
+scoring run in one worker thread. Nothing blocks the event loop. At interpreter exit every shared engine is
+closed: generation stops between two steps and its thread is joined, so the process exits cleanly even when
+trials were cut off mid-generation.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -56,6 +59,11 @@ class SharedEngine:
         assert self.scheduler is not None
         return await asyncio.wrap_future(self.scheduler.submit(prompt_ids, params, on_token, cancel))
 
+    def close(self) -> None:
+        """Stop generating (unfinished requests fail) and wait for the scheduler's thread."""
+        if self.scheduler is not None:
+            self.scheduler.close()
+
     async def run(self, fn: Callable[[LocalEngine], Any]) -> Any:
         """Run `fn(engine)` in the worker thread (loading the model first if needed)."""
         loop = asyncio.get_running_loop()
@@ -71,6 +79,15 @@ def shared_engine(model: str, name: str | None = None, max_batch_size: int = 32)
                 model, name or (f"local:{model}" if model else "local"), max_batch_size
             )
         return _SHARED[key]
+
+
+@atexit.register
+def close_shared_engines() -> None:
+    """Close every shared engine (runs at interpreter exit, before daemon threads are torn down)."""
+    with _SHARED_LOCK:
+        engines = list(_SHARED.values())
+    for engine in engines:
+        engine.close()
 
 
 class LocalModelClient:
