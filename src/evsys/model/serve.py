@@ -6,13 +6,21 @@ prompt given as text or token ids). Errors use OpenAI's JSON error shape: 400 fo
 overflow (`context_length_exceeded`), 404 for an unknown model (`model_not_found`), 500 otherwise. The bodies
 are the models of `evsys.model.openai_wire` (shared with the proxy); prompts are rendered and completions
 parsed by the engine's `Renderer` (`evsys.model.render`).
+
+A client that disconnects cancels its generation: a streamed response stops with the stream, a plain one is
+raced against the connection's `http.disconnect` (the engine drops the request at its next decode step).
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
+import logging
 import time
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Awaitable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from fastapi import Request  # this module is imported only by the serve command, which needs fastapi
 
 from evsys.model.base import Completion
 from evsys.model.errors import ContextOverflowError, ModelError, UnknownModelError
@@ -45,10 +53,39 @@ if TYPE_CHECKING:
     from evsys.model.local.client import LocalModelClient
     from evsys.model.local.engine import LocalEngine
 
+log = logging.getLogger("evsys.model.serve")
+T = TypeVar("T")
+
+
+class ClientDisconnected(Exception):
+    """The client went away before its answer was ready; its generation was cancelled."""
+
+
+async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
+    """Await `work`, cancelling it (and so its generation) if the client disconnects first."""
+    job = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_disconnect(request))
+    try:
+        await asyncio.wait({job, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+        if not job.done():
+            job.cancel()
+    if job.cancelled() or not job.done():
+        log.warning("client disconnected; generation cancelled (%s %s)", request.method, request.url.path)
+        raise ClientDisconnected()
+    return job.result()
+
+
+async def _disconnect(request: Request) -> None:
+    """Return once the client has disconnected (the request body is already read)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
 
 def create_app(client: LocalModelClient, served_name: str | None = None) -> FastAPI:
     """Build the FastAPI app serving `client`'s model under `served_name` (default: the client's name)."""
-    from fastapi import FastAPI, Request
+    from fastapi import FastAPI
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse, StreamingResponse
 
@@ -75,6 +112,10 @@ def create_app(client: LocalModelClient, served_name: str | None = None) -> Fast
             )
         return JSONResponse(error_body(str(exc), "server_error"), status_code=exc.status_code or 500)
 
+    @app.exception_handler(ClientDisconnected)
+    async def _gone(_: Request, exc: ClientDisconnected) -> JSONResponse:
+        return JSONResponse(error_body("client disconnected", "client_closed_request"), status_code=499)
+
     @app.exception_handler(ValueError)
     async def _value_error(_: Request, exc: ValueError) -> JSONResponse:
         return JSONResponse(error_body(str(exc), "invalid_request_error"), status_code=400)
@@ -93,7 +134,7 @@ def create_app(client: LocalModelClient, served_name: str | None = None) -> Fast
         }
 
     @app.post("/v1/chat/completions")
-    async def chat(body: ServeChatRequest) -> Any:
+    async def chat(body: ServeChatRequest, request: Request) -> Any:
         check_model(body.model)
         engine = await client.engine()
         messages, tools = body.chat()
@@ -102,17 +143,19 @@ def create_app(client: LocalModelClient, served_name: str | None = None) -> Fast
             engine.budget(len(prompt_ids), body.sampling().max_tokens)  # fail with 400 before streaming
             events = _stream_chat(client, engine, name, body, prompt_ids)
             return StreamingResponse(events, media_type="text/event-stream")
-        completion = await client.complete(messages, tools=tools, params=body.sampling())
+        completion = await unless_disconnected(
+            request, client.complete(messages, tools=tools, params=body.sampling())
+        )
         return ChatCompletion.of(body, completion, name, engine.decode).model_dump()
 
     @app.post("/v1/completions")
-    async def completions(body: ServeTextRequest) -> Any:
+    async def completions(body: ServeTextRequest, request: Request) -> Any:
         check_model(body.model)
         engine = await client.engine()
         prompt_ids = body.prompt_ids(engine.encode)
         if not prompt_ids:
             raise ValueError("prompt is empty")
-        completion = await client.complete_ids(prompt_ids, body.sampling())
+        completion = await unless_disconnected(request, client.complete_ids(prompt_ids, body.sampling()))
         return _text_response(engine, name, body, completion)
 
     return app
@@ -154,7 +197,22 @@ async def _stream_chat(
     body: ChatCompletionRequest,
     prompt_ids: list[int],
 ) -> AsyncIterator[str]:
-    """SSE chunks: content deltas as tokens arrive, then tool calls + finish reason, usage, [DONE]."""
+    """SSE chunks: content deltas as tokens arrive, then tool calls + finish reason, usage, [DONE]; an error
+    event instead when the engine stops mid-stream (the server shutting down)."""
+    try:
+        async for event in _chat_events(client, engine, name, body, prompt_ids):
+            yield event
+    except ModelError as exc:
+        yield f"data: {json.dumps(error_body(str(exc), 'server_error'))}\n\n"
+
+
+async def _chat_events(
+    client: LocalModelClient,
+    engine: LocalEngine,
+    name: str,
+    body: ChatCompletionRequest,
+    prompt_ids: list[int],
+) -> AsyncIterator[str]:
     from evsys.model.local.client import build_completion
     from evsys.model.local.engine import GenerationResult
 

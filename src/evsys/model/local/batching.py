@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from evsys.model.base import SamplingParams
+from evsys.model.errors import ModelError
 from evsys.model.local.engine import (
     GenerationResult,
     LocalEngine,
@@ -224,8 +225,11 @@ class BatchingScheduler:
             seq.future.set_result(result)
 
 
-class EngineClosedError(RuntimeError):
-    """A generation was asked of, or cut short by, a scheduler that is shut down."""
+class EngineClosedError(ModelError):
+    """A generation was asked of, or cut short by, a scheduler that is shut down (HTTP 503 when served)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, status_code=503)
 
 
 def _is_dropped(seq: _Sequence) -> bool:
