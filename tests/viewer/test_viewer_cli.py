@@ -39,6 +39,13 @@ def test_jobs_list_shows_every_job_with_mean_pass_at_k_and_errors(jobs_dir):
     assert handmade.rstrip(" │").endswith("3")  # three failed trials
 
 
+def test_jobs_list_names_a_job_that_ended_early_cancelled(jobs_dir):
+    out = evsys("jobs", "list", jobs_dir)
+    lines = {line.split()[1]: line for line in out.stdout.splitlines() if line.startswith("│")}
+    assert "cancelled" in lines["handmade"] and "done" not in lines["handmade"]  # result.json: complete false
+    assert "done" in lines["oracle-job"] and "cancelled" not in lines["oracle-job"]
+
+
 def test_jobs_show_prints_summary_and_failed_trials(jobs_dir):
     out = evsys("jobs", "show", jobs_dir / "handmade")
     assert out.returncode == 0, out.stderr

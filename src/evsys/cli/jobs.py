@@ -68,7 +68,7 @@ def list_jobs(
         table.add_row(
             shown(job.name),
             (job.started_at or "-")[:19].replace("T", " "),
-            "running/stopped" if job.running else "done",
+            job.state,
             shown(", ".join(job.agents)),
             shown(", ".join(job.models) or "-"),
             trials,

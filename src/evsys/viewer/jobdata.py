@@ -9,7 +9,7 @@ same definitions `evsys run` prints.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -20,6 +20,7 @@ from evsys.viewer.files import SafeDir, UnsafePathError, check_name
 
 CONFIG = "config.json"
 RESULT = "result.json"
+JobState = Literal["running/stopped", "done", "cancelled"]
 
 
 class BadTrial(BaseModel):
@@ -61,6 +62,14 @@ class LoadedJob(BaseModel):
         """True while the job has not written a finished result.json (running, or killed)."""
         return self.finished_at is None
 
+    @property
+    def state(self) -> JobState:
+        """`running/stopped` (no finished result.json yet), `done` (every planned trial has a result that is
+        not cancelled) or `cancelled` (it finished early: Ctrl-C, or trials cancelled)."""
+        if self.running:
+            return "running/stopped"
+        return "done" if self.complete else "cancelled"
+
     def as_job_result(self) -> JobResult:
         """The job as a `JobResult` (what `evsys run` prints its summary from)."""
         scored = [t for t in self.trials if t.cause != FailureCause.CANCELLED]
@@ -87,6 +96,7 @@ class JobListing(BaseModel):
     started_at: str | None
     finished_at: str | None
     running: bool
+    state: JobState
     agents: list[str]
     models: list[str]
     n_trials: int
@@ -193,6 +203,7 @@ def job_listing(job: LoadedJob) -> JobListing:
         started_at=job.started_at,
         finished_at=job.finished_at,
         running=job.running,
+        state=job.state,
         agents=agents,
         models=sorted({t.model for t in job.trials if t.model}) or _config_models(job),
         n_trials=len(job.trials),

@@ -21,7 +21,7 @@ export async function jobsPage() {
     { label: "", get: (j) => pick(j.name), sort: () => 0 },
     { label: "job", get: (j) => link(`#/job/${enc(j.name)}`, j.name), sort: (j) => j.name },
     { label: "started", get: (j) => when(j.started_at), sort: (j) => j.started_at || "" },
-    { label: "state", get: (j) => (j.running ? h("span", { class: "badge run" }, j.finished_at ? "done" : "running / stopped") : h("span", { class: "badge ok" }, "done")), sort: (j) => j.running },
+    { label: "state", get: (j) => h("span", { class: j.state === "done" ? "badge ok" : "badge run" }, j.state), sort: (j) => j.state },
     { label: "agents", get: (j) => j.agents.join(", ") },
     { label: "models", get: (j) => j.models.join(", ") || "–" },
     { label: "trials", cls: "num", get: (j) => (j.n_planned && j.n_planned !== j.n_trials ? `${j.n_trials}/${j.n_planned}` : String(j.n_trials)), sort: (j) => j.n_trials },
