@@ -27,14 +27,21 @@ def check(
         bool,
         typer.Option("--oracle", help="Treat a missing solution/solve.sh as an error (the oracle needs it)."),
     ] = False,
+    strict: Annotated[
+        bool,
+        typer.Option("--strict", help="Treat unknown or misspelt task.toml keys and sections as errors."),
+    ] = False,
 ) -> None:
-    """List every problem of the tasks under PATH as `file:field: message`; exit 1 if any is an error."""
+    """List every problem of the tasks under PATH as `file:field: message`.
+
+    Exit codes: 0 every task is fine (warnings allowed), 1 some task has an error (with --strict, an unknown
+    key too), 2 PATH holds no task."""
     from evsys.task.check import check_tasks
     from evsys.task.loader import DatasetNotFoundError
 
     out = _console()
     try:
-        report = check_tasks(path, require_solution=oracle)
+        report = check_tasks(path, require_solution=oracle, strict=strict)
     except DatasetNotFoundError as exc:
         _console(stderr=True).print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
