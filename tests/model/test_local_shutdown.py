@@ -70,3 +70,16 @@ def test_loop_job_whose_trials_time_out_mid_generation_exits_zero(tiny_model_dir
     results = [json.loads(p.read_text()) for p in (tmp_path / "jobs" / "timeouts").glob("*/result.json")]
     assert len(results) == 3
     assert all(r["failure"]["cause"] == "agent_timeout" for r in results), results
+
+
+def test_loading_and_generating_prints_no_transformers_noise(tiny_model_dir: Path):
+    proc = subprocess.run(
+        [sys.executable, "-c", EXIT_WHILE_GENERATING, str(tiny_model_dir)],
+        capture_output=True,
+        text=True,
+        timeout=SAFETY_TIMEOUT,
+        env={k: v for k, v in os.environ.items() if k != "TRANSFORMERS_VERBOSITY"},
+    )
+    assert "exiting mid-generation" in proc.stdout, proc.stderr
+    assert "Loading weights" not in proc.stderr  # transformers' progress bar
+    assert "deprecated" not in proc.stderr  # its notices about its own keyword arguments
