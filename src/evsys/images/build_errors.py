@@ -20,7 +20,7 @@ _TOOL_ERROR = re.compile(
     r"^(E: |ERROR|Error|error|fatal|FATAL|npm ERR!)|command not found|No such file|Permission denied|"
     r"[Cc]annot |[Cc]ould not |[Uu]nable to |not found|\*\*\* "
 )
-_BUILDAH_NOISE = re.compile(r"^(subprocess exited with status|Error: building at STEP|error building at STEP)")
+_BUILDAH_NOISE = re.compile(r"^(subprocess exited with status|[Ee]rror:? building at STEP)")
 MAX_ERROR_LINES = 12
 
 
