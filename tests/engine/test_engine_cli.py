@@ -204,3 +204,35 @@ def test_summary_shows_reward_per_task_and_agent(tmp_path, examples_dir):
     for task in ("create-file", "partial-credit"):
         cells = [c.strip() for c in rows[task].strip("│ ").split("│")]
         assert cells[1:] == ["0.000", "1.000"], rows[task]  # columns sorted: nop, oracle
+
+
+def test_without_a_terminal_progress_lines_arrive_while_the_job_runs(tmp_path):
+    dataset = slow_dataset(tmp_path, n=2, seconds=3)
+    proc = subprocess.Popen(
+        [*RUN, str(dataset), "-a", "oracle", "-n", "1", "--jobs-dir", str(tmp_path / "jobs"),
+         "--progress-interval", "0.5"],
+        env=cli_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    first = proc.stderr.readline()  # blocks until the first line; the job is still running then
+    running = proc.poll() is None
+    out, rest = proc.communicate(timeout=SAFETY_TIMEOUT)
+    assert first.startswith("progress: ") and "/2 trials" in first and "ETA" in first, first + rest
+    assert running, "the first progress line came only after the job ended"
+    assert "running 1" in first and "mean reward" in first
+    assert rest.splitlines()[-1].startswith("progress: 2/2 trials")  # and a final line
+    assert proc.returncode == 0 and "job directory" in out
+
+
+def test_a_job_that_fails_before_its_first_trial_prints_no_progress(tmp_path):
+    dataset = slow_dataset(tmp_path, n=1, seconds=0)
+    args = [*RUN, str(dataset), "-a", "oracle", "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "dup"]
+    first = subprocess.run(
+        args, env=cli_env(tmp_path), capture_output=True, text=True, timeout=SAFETY_TIMEOUT
+    )
+    assert first.returncode == 0 and "progress: 1/1 trials" in first.stderr  # control: a run shows progress
+    again = subprocess.run(
+        args, env=cli_env(tmp_path), capture_output=True, text=True, timeout=SAFETY_TIMEOUT
+    )
+    assert again.returncode == 2 and "already exists" in again.stderr
+    assert "progress" not in again.stderr and "planning" not in again.stderr, again.stderr

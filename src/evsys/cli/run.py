@@ -7,10 +7,8 @@ Exit codes: 0 when the job ran (whatever the rewards), 2 on usage errors, 130 wh
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
-from collections.abc import AsyncIterator
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -29,6 +27,7 @@ from evsys.cli.checks import (
 from evsys.cli.checks import fail as _fail
 from evsys.cli.executor_flags import ExecutorFlags, executor_spec, resume_hint
 from evsys.cli.markup import shown
+from evsys.cli.progress import DEFAULT_INTERVAL, live_progress
 
 if TYPE_CHECKING:
     from evsys.engine.config import JobConfig
@@ -223,6 +222,14 @@ def run(
             "--model-probe/--no-model-probe", help="Check the model server answers before starting."
         ),
     ] = True,
+    progress_interval: Annotated[
+        float,
+        typer.Option(
+            "--progress-interval",
+            min=0.1,
+            help="Without a terminal (CI, pipes): seconds between plain 'progress:' lines on stderr.",
+        ),
+    ] = DEFAULT_INTERVAL,
 ) -> None:
     """Run agents on tasks in sandboxes and score them; or resume a job with --resume jobs/<name>."""
     settings: dict[str, Any] = {
@@ -266,7 +273,7 @@ def run(
         from evsys.cli.stream import event_printer
 
         job.on_agent_event = event_printer(console)
-    result = _run_job(job)
+    result = _run_job(job, progress_interval)
     print_summary(_stdout_console(), result, job.job_dir)
     if job.cancelled:
         console.print(
@@ -277,12 +284,12 @@ def run(
         raise typer.Exit(EXIT_CANCELLED)
 
 
-def _run_job(job: Job) -> JobResult:
+def _run_job(job: Job, progress_interval: float) -> JobResult:
     from evsys.engine import JobStoreError, PlanError
     from evsys.task.loader import DatasetNotFoundError
 
     try:
-        return asyncio.run(_run_with_signals(job))
+        return asyncio.run(_run_with_signals(job, progress_interval))
     except (JobStoreError, PlanError, DatasetNotFoundError) as exc:
         raise _fail(str(exc)) from None
     except ValueError as exc:  # unknown agent, bad agent kwargs
@@ -298,7 +305,7 @@ def _run_job(job: Job) -> JobResult:
         raise typer.Exit(1) from None
 
 
-async def _run_with_signals(job: Job) -> JobResult:
+async def _run_with_signals(job: Job, progress_interval: float) -> JobResult:
     loop = asyncio.get_running_loop()
 
     def on_signal() -> None:
@@ -310,57 +317,11 @@ async def _run_with_signals(job: Job) -> JobResult:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal)
     try:
-        async with live_progress(job, console):
+        async with live_progress(job, console, progress_interval):
             return await job.run()
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
-
-
-@contextlib.asynccontextmanager
-async def live_progress(job: Job, out: Console) -> AsyncIterator[None]:
-    """Show a live progress bar (done / running / errored, mean reward so far) while the job runs."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    progress = Progress(
-        TextColumn("[bold]{task.fields[job]}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[detail]}"),
-        TimeElapsedColumn(),
-        console=out,
-        transient=False,
-    )
-    bar = progress.add_task("trials", total=None, job=job.config.job_name, detail="planning")
-
-    def update() -> None:
-        status = job.status()
-        mean = status["mean_reward"]
-        detail = (
-            f"running {status['running']} | errored {status['errored']} | "
-            f"mean reward {'-' if mean is None else f'{mean:.3f}'}"
-        )
-        from evsys.engine.trial.images import build_activity
-
-        building = build_activity()
-        if building:
-            detail += f" | building {building[0][:90]}" + (f" (+{len(building) - 1})" if building[1:] else "")
-        progress.update(bar, total=status["planned"] or None, completed=status["done"], detail=detail)
-
-    async def refresh() -> None:
-        while True:
-            update()
-            await asyncio.sleep(0.2)
-
-    with progress:
-        updater = asyncio.create_task(refresh())
-        try:
-            yield
-        finally:
-            updater.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await updater
-            update()
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:
