@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -43,6 +44,7 @@ class _Sequence:
     on_token: TokenCallback | None
     cancel: threading.Event | None
     future: Future
+    on_admit: Callable[[], Any] | None = None
     generator: Any = None
     ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
@@ -73,10 +75,12 @@ class BatchingScheduler:
         params: SamplingParams,
         on_token: TokenCallback | None = None,
         cancel: threading.Event | None = None,
+        on_admit: Callable[[], Any] | None = None,
     ) -> Future:
-        """Queue a generation; raises ContextOverflowError at once if it cannot fit."""
+        """Queue a generation; raises ContextOverflowError at once if it cannot fit. `on_admit` is called
+        (in the scheduler's thread) when the request leaves the queue and its prefill starts."""
         limit = self.engine.budget(len(prompt_ids), params.max_tokens)
-        seq = _Sequence(list(prompt_ids), params, limit, on_token, cancel, Future())
+        seq = _Sequence(list(prompt_ids), params, limit, on_token, cancel, Future(), on_admit)
         seq.generator = make_generator(params.seed)
         with self._wakeup:
             if self._closed:
@@ -127,6 +131,8 @@ class BatchingScheduler:
         """Prefill one request, sample its first token, and add it to the batch unless it is already done."""
         import torch
 
+        if seq.on_admit is not None:
+            seq.on_admit()
         with torch.inference_mode():
             out = prefill(self.engine.model, seq.prompt_ids)
         self._record(seq, out.logits[0, -1])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -23,6 +24,7 @@ from evsys.model.local.batching import BatchingScheduler
 from evsys.model.local.engine import GenerationResult, LocalEngine, TokenCallback
 from evsys.model.local.loader import resolve_model_dir
 from evsys.model.render import Renderer
+from evsys.model.waiting import model_wait
 from evsys.records import Usage
 
 _SHARED: dict[str, SharedEngine] = {}
@@ -54,10 +56,19 @@ class SharedEngine:
         on_token: TokenCallback | None = None,
         cancel: threading.Event | None = None,
     ) -> GenerationResult:
-        """Generate through the batching scheduler (concurrent requests share forward passes)."""
-        await self.run(lambda engine: engine)
-        assert self.scheduler is not None
-        return await asyncio.wrap_future(self.scheduler.submit(prompt_ids, params, on_token, cancel))
+        """Generate through the batching scheduler (concurrent requests share forward passes). Loading the
+        model and waiting in the queue before the prefill count as a model wait (`evsys.model.waiting`)."""
+        loop = asyncio.get_running_loop()
+        end_wait = model_wait()
+        try:
+            await self.run(lambda engine: engine)
+            assert self.scheduler is not None
+            future = self.scheduler.submit(
+                prompt_ids, params, on_token, cancel, on_admit=lambda: _call_soon(loop, end_wait)
+            )
+            return await asyncio.wrap_future(future)
+        finally:
+            end_wait()
 
     def close(self) -> None:
         """Stop generating (unfinished requests fail) and wait for the scheduler's thread."""
@@ -79,6 +90,12 @@ def shared_engine(model: str, name: str | None = None, max_batch_size: int = 32)
                 model, name or (f"local:{model}" if model else "local"), max_batch_size
             )
         return _SHARED[key]
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[[], None]) -> None:
+    """Schedule `fn` on `loop` from another thread; nothing if the loop is already closed."""
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(fn)
 
 
 @atexit.register
