@@ -236,3 +236,14 @@ def test_a_job_that_fails_before_its_first_trial_prints_no_progress(tmp_path):
     )
     assert again.returncode == 2 and "already exists" in again.stderr
     assert "progress" not in again.stderr and "planning" not in again.stderr, again.stderr
+
+
+def test_option_errors_name_the_flags_not_internal_fields(tmp_path):
+    dataset = slow_dataset(tmp_path, n=1, seconds=0)
+    out = subprocess.run(
+        [*RUN, str(dataset), "-k", "0", "-n", "0", "--jobs-dir", str(tmp_path / "jobs")],
+        env={**cli_env(tmp_path), "COLUMNS": "300"}, capture_output=True, text=True, timeout=SAFETY_TIMEOUT,
+    )  # fmt: skip
+    assert out.returncode == 2
+    assert "-k/--n-attempts: Input should be greater than or equal to 1" in out.stderr
+    assert "-n/--n-concurrent" in out.stderr and "n_attempts" not in out.stderr

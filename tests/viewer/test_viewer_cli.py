@@ -109,6 +109,31 @@ def test_trial_show_of_a_missing_trial_is_a_clear_error(jobs_dir):
     assert out.returncode == 2 and "no trial directory 'no-such-trial'" in out.stderr
 
 
+def test_trial_show_of_a_job_directory_points_at_its_trials(jobs_dir, tmp_path):
+    out = evsys("trial", "show", jobs_dir / "oracle-job")
+    assert out.returncode == 2, out.stdout
+    assert "is a job directory: give one of its trials" in out.stderr
+    assert "evsys jobs show" in out.stderr and "Field required" not in out.stdout + out.stderr
+    other = evsys("trial", "show", tmp_path)
+    assert other.returncode == 2 and "is not a trial directory" in other.stderr
+
+
+def test_trial_show_names_an_unreadable_reward_file(jobs_dir, tmp_path):
+    import json
+    import shutil
+
+    job = tmp_path / "garbage-job"
+    shutil.copytree(jobs_dir / "oracle-job", job, symlinks=True)
+    trial = next(job.glob("create-file__oracle__*"))
+    (trial / "verifier" / "reward.txt").write_text("not a number\n")
+    result = json.loads((trial / "result.json").read_text())
+    result.update(rewards=None, reward=None)
+    (trial / "result.json").write_text(json.dumps(result))
+    out = evsys("trial", "show", trial)
+    assert out.returncode == 0, out.stderr
+    assert "verifier/reward.txt is unreadable" in out.stdout and "no reward file" not in out.stdout
+
+
 def test_view_refuses_a_missing_directory(tmp_path):
     out = evsys("view", tmp_path / "nope", "--no-open", "--port", "0")
     assert out.returncode == 2 and "is not a directory" in out.stderr
@@ -152,3 +177,10 @@ def test_command_summaries_are_whole_at_80_columns(group):
     lines = commands.splitlines()
     # click cuts a summary that does not fit with "..."
     assert all(len(line) <= 80 and not line.endswith("...") for line in lines), commands
+
+
+def test_sft_export_leaves_out_oracle_trials_with_no_model_turn(jobs_dir, tmp_path):
+    from evsys.trajectory.export import export_job
+
+    [path] = export_job(jobs_dir / "oracle-job", "sft", tmp_path / "sft", successful_only=True)
+    assert path.read_text() == ""  # every oracle trial succeeded, none has an assistant message to learn

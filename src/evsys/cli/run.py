@@ -17,6 +17,7 @@ import typer
 from rich.console import Console
 
 from evsys.cli.checks import (
+    all_flags,
     console,
     flags_given,
     import_from_current_directory,
@@ -65,6 +66,7 @@ def _build_job(
     base_url: str | None,
     agent_kwargs: list[str],
     settings: dict,
+    flags: dict[str, str] | None = None,
 ) -> JobConfig:
     from pydantic import ValidationError
 
@@ -85,7 +87,7 @@ def _build_job(
         ]
         return JobConfig(datasets=paths, agents=specs, **{k: v for k, v in settings.items() if v is not None})
     except (ValueError, ValidationError) as exc:
-        raise _fail(_validation_message(exc)) from None
+        raise _fail(_validation_message(exc, {**(flags or {}), "task_names": "--task"})) from None
 
 
 def _log_limits(texts: list[str]) -> dict[str, int] | None:
@@ -98,11 +100,17 @@ def _log_limits(texts: list[str]) -> dict[str, int] | None:
         raise _fail(str(exc)) from None
 
 
-def _validation_message(exc: Exception) -> str:
+def _validation_message(exc: Exception, flags: dict[str, str] | None = None) -> str:
+    """The error as the user typed it: a config field is named by its flag (`-k/--n-attempts`)."""
     from pydantic import ValidationError
 
     if isinstance(exc, ValidationError):
-        return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        flags = flags or {}
+        parts = []
+        for error in exc.errors():
+            field = ".".join(map(str, error["loc"]))
+            parts.append(f"{flags.get(field, field)}: {error['msg']}")
+        return "; ".join(parts)
     return str(exc)
 
 
@@ -266,7 +274,8 @@ def run(
         job.tasksets = run_preflight(job.config, probe=model_probe, strict=False).tasksets
     else:
         settings["executor"] = executor_spec(where.name, where.options)
-        config = _build_job(paths or [], agent or [], model, base_url, agent_kwarg or [], settings)
+        flags = all_flags(ctx)
+        config = _build_job(paths or [], agent or [], model, base_url, agent_kwarg or [], settings, flags)
         report = run_preflight(config, probe=model_probe, strict=strict)
         job = Job(config, retry_errors=retry_errors, tasksets=report.tasksets)
     if stream:
