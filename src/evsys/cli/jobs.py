@@ -12,7 +12,7 @@ from rich.table import Table
 from evsys.cli.markup import shown
 
 if TYPE_CHECKING:
-    from evsys.viewer.jobdata import LoadedJob
+    from evsys.viewer.jobdata import ErrorGroup, LoadedJob
 
 jobs_app = typer.Typer(no_args_is_help=True, help="List, summarise and compare job directories.")
 
@@ -46,13 +46,17 @@ def list_jobs(
     jobs_dir: Annotated[
         Path, typer.Argument(help="The directory holding job directories.", show_default=True)
     ] = Path("jobs"),
+    as_json: Annotated[bool, typer.Option("--json", help="Print {'jobs': [...]} as JSON instead.")] = False,
 ) -> None:
-    """Every job under JOBS_DIR, newest first: when, agents, models, trials, mean, pass@k, errors."""
+    """Every job under JOBS_DIR, newest first: when, state, agents, models, trials, mean, pass@k, errors."""
     from evsys.viewer.jobdata import list_jobs as read_jobs
 
     if not jobs_dir.is_dir():
         raise _fail(f"{jobs_dir} is not a directory")
     listings = read_jobs(jobs_dir)
+    if as_json:
+        _print_json({"jobs": [job.model_dump(mode="json") for job in listings]})
+        return
     out = _out()
     if not listings:
         out.print(f"no jobs in {jobs_dir}")
@@ -80,15 +84,28 @@ def list_jobs(
 
 
 @jobs_app.command("show", short_help="A job's summary and its failed trials.")
-def show(job_dir: Annotated[Path, typer.Argument(help="A job directory (jobs/<name>).")]) -> None:
-    """The job's summary as `evsys run` printed it, then every failed trial with its cause and first error."""
+def show(
+    job_dir: Annotated[Path, typer.Argument(help="A job directory (jobs/<name>).")],
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="Print the summary, metrics, error groups and failed trials as JSON."),
+    ] = False,
+) -> None:
+    """The job's summary as `evsys run` printed it, its errors grouped by cause and message, then every failed
+    trial with its cause and first error."""
     from evsys.cli.run import print_summary
-    from evsys.viewer.jobdata import first_line
+    from evsys.viewer.jobdata import error_summary, first_line
 
     job = _load(job_dir)
+    failed = [t for t in job.trials if t.failure is not None]
+    groups = error_summary(job.trials)
+    if as_json:
+        _print_json(_job_json(job, groups))
+        return
     out = _out()
     print_summary(out, job.as_job_result(), job_dir)
-    failed = [t for t in job.trials if t.failure is not None]
+    if groups:
+        _print_error_groups(out, groups)
     if failed:
         table = Table(title=f"failed trials ({len(failed)})", title_justify="left")
         for column in ("trial", "cause", "reward", "first error line"):
@@ -105,6 +122,51 @@ def show(job_dir: Annotated[Path, typer.Argument(help="A job directory (jobs/<na
         out.print(f"no result: {shown(pending.name)}: {shown(pending.problem)}")
     if job.config_error:
         out.print(f"[yellow]{shown(job.config_error)}[/]")
+
+
+def _print_json(data: object) -> None:
+    import json
+
+    typer.echo(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+def _job_json(job: LoadedJob, groups: list[ErrorGroup]) -> dict:
+    """`jobs show --json`: the job's summary and metrics, errors grouped by message, failed and pending
+    trials."""
+    from evsys.viewer.jobdata import first_line
+
+    summary = job.as_job_result().model_dump(mode="json", exclude={"trials"})
+    failed = [
+        {
+            "trial": t.trial_name,
+            "task": t.task_name,
+            "agent": t.agent,
+            "cause": t.failure.cause.value,
+            "reward": t.reward,
+            "first_error_line": first_line(t.failure.message),
+        }
+        for t in job.trials
+        if t.failure is not None
+    ]
+    return {
+        "state": job.state,
+        **summary,
+        "errors": [group.model_dump() for group in groups],
+        "failed_trials": failed,
+        "pending": [p.model_dump() for p in job.pending],
+        "config_error": job.config_error,
+    }
+
+
+def _print_error_groups(out: Console, groups: list[ErrorGroup]) -> None:
+    table = Table(title="errors by message", title_justify="left")
+    for column in ("count", "cause", "message", "trials"):
+        table.add_column(column, overflow="fold")
+    for group in groups:
+        more = f" (+{group.count - len(group.trials)})" if group.count > len(group.trials) else ""
+        names = ", ".join(group.trials) + more
+        table.add_row(str(group.count), group.cause, shown(group.message), shown(names))
+    out.print(table)
 
 
 @jobs_app.command("diff", short_help="Per-task reward changes between two jobs.")

@@ -31,6 +31,12 @@ def _clip(text: str, full: bool) -> str:
 def show(
     trial_dir: Annotated[Path, typer.Argument(help="A trial directory (jobs/<job>/<trial>).")],
     full: Annotated[bool, typer.Option("--full", help="Do not shorten long messages and output.")] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json", help="Print the trial as JSON (result, config, trajectory, verifier output, problems)."
+        ),
+    ] = False,
 ) -> None:
     """Outcome, timing, every step (messages, tool calls, observations) and the verifier's output."""
     from evsys.viewer.files import UnsafePathError
@@ -44,6 +50,11 @@ def show(
     except (UnsafePathError, OSError) as exc:
         Console(stderr=True, highlight=False).print(f"[bold red]error:[/] {shown(str(exc))}")
         raise typer.Exit(2) from None
+    if as_json:
+        typer.echo(
+            json.dumps(trial.model_dump(mode="json", exclude={"token_texts"}), indent=2, ensure_ascii=False)
+        )
+        return
     for problem in trial.problems:
         out.print(f"[yellow]{shown(problem)}[/]")
     _outcome(out, trial)

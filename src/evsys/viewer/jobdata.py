@@ -275,6 +275,32 @@ def resolve_job(jobs_dir: Path, name: str) -> Path:
     return Path(jobs_dir) / name
 
 
+MAX_GROUP_TRIALS = 5
+
+
+class ErrorGroup(BaseModel):
+    """Failed trials sharing a cause and a first message line: how many, and a few of their names."""
+
+    cause: str
+    message: str
+    count: int
+    trials: list[str] = Field(description=f"Up to {MAX_GROUP_TRIALS} of the trials, in name order.")
+
+
+def error_summary(trials: list[TrialResult]) -> list[ErrorGroup]:
+    """Failed trials grouped by cause and the first line of their message, most frequent first."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for trial in trials:
+        if trial.failure is not None:
+            key = (trial.failure.cause.value, first_line(trial.failure.message))
+            groups.setdefault(key, []).append(trial.trial_name)
+    summary = [
+        ErrorGroup(cause=cause, message=message, count=len(names), trials=sorted(names)[:MAX_GROUP_TRIALS])
+        for (cause, message), names in groups.items()
+    ]
+    return sorted(summary, key=lambda g: (-g.count, g.cause, g.message))
+
+
 def first_line(text: str, limit: int = 160) -> str:
     """The first non-empty line of `text`, cut at `limit` characters."""
     line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
