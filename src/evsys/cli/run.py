@@ -51,6 +51,11 @@ class RayMode(StrEnum):
 
 
 EXIT_CANCELLED = 130
+CONFIG_FLAGS = {
+    "task_names": "--task",
+    "exclude_task_names": "--exclude-task",
+    "task_sample_seed": "--task-seed",
+}  # config fields whose flag is not named after them
 
 
 def _stdout_console() -> Console:
@@ -87,7 +92,7 @@ def _build_job(
         ]
         return JobConfig(datasets=paths, agents=specs, **{k: v for k, v in settings.items() if v is not None})
     except (ValueError, ValidationError) as exc:
-        raise _fail(_validation_message(exc, {**(flags or {}), "task_names": "--task"})) from None
+        raise _fail(_validation_message(exc, {**(flags or {}), **CONFIG_FLAGS})) from None
 
 
 def _log_limits(texts: list[str]) -> dict[str, int] | None:
@@ -177,8 +182,22 @@ def run(
         ),
     ] = True,
     task: Annotated[
-        list[str] | None, typer.Option("--task", help="Only tasks whose name matches (glob).")
+        list[str] | None,
+        typer.Option("--task", "-t", help="Only tasks whose name matches (glob; repeat for more)."),
     ] = None,
+    exclude_task: Annotated[
+        list[str] | None,
+        typer.Option("--exclude-task", "-x", help="Leave out tasks whose name matches (glob; repeat)."),
+    ] = None,
+    n_tasks: Annotated[
+        int | None,
+        typer.Option(
+            "--n-tasks",
+            "-l",
+            help="Run only N of the selected tasks, sampled with --task-seed (the same N on every run).",
+        ),
+    ] = None,
+    task_seed: Annotated[int, typer.Option("--task-seed", help="Seed of the --n-tasks sample.")] = 0,
     log_limit: Annotated[
         list[str] | None,
         typer.Option(
@@ -255,6 +274,9 @@ def run(
         "network": network.value if network is not None else None,
         "reuse_sandboxes": reuse_sandboxes,
         "task_names": task or [],
+        "exclude_task_names": exclude_task or [],
+        "n_tasks": n_tasks,
+        "task_sample_seed": task_seed,
         "log_limits": _log_limits(log_limit or []),
     }
     from evsys.engine import Job

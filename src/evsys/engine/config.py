@@ -123,6 +123,16 @@ class JobConfig(BaseModel):
         "killed, a fresh root, /tmp, /dev and IPC namespace) instead of stopping and starting one per trial.",
     )
     task_names: list[str] = Field(default_factory=list, description="Glob patterns; empty = every task.")
+    exclude_task_names: list[str] = Field(
+        default_factory=list, description="Glob patterns of tasks left out (`evsys run --exclude-task`)."
+    )
+    n_tasks: int | None = Field(
+        None,
+        ge=1,
+        description="Run only this many of the selected tasks, sampled with `task_sample_seed` (the same "
+        "tasks on every run and resume of the config); None: every selected task.",
+    )
+    task_sample_seed: int = Field(0, description="Seed of the `n_tasks` sample.")
     network: NetworkMode | None = Field(
         None,
         description="Every phase of every trial gets this network instead of what its task says "
@@ -196,3 +206,11 @@ class TrialConfig(BaseModel):
     log_limits: CopyOutLimits = Field(
         default_factory=lambda: DEFAULT_LIMITS, description="The bounds on copying this trial's /logs out."
     )
+
+
+def selects_task(config: JobConfig, name: str) -> bool:
+    """True when the job's `--task` patterns (if any) match `name` and no `--exclude-task` pattern does."""
+    from fnmatch import fnmatchcase
+
+    included = not config.task_names or any(fnmatchcase(name, p) for p in config.task_names)
+    return included and not any(fnmatchcase(name, p) for p in config.exclude_task_names)
