@@ -247,3 +247,48 @@ def test_option_errors_name_the_flags_not_internal_fields(tmp_path):
     assert out.returncode == 2
     assert "-k/--n-attempts: Input should be greater than or equal to 1" in out.stderr
     assert "-n/--n-concurrent" in out.stderr and "n_attempts" not in out.stderr
+
+
+def test_a_job_file_runs_with_the_flags_given_on_top_and_is_written_back_from_a_job(tmp_path):
+    dataset = slow_dataset(tmp_path, n=2, seconds=0)
+    jobs = tmp_path / "jobs"
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(
+        f"datasets: [{dataset}]\nagents:\n  - name: nop\nn_attempts: 2\n"
+        f"jobs_dir: {jobs}\njob_name: from-file\n"
+    )
+    env = cli_env(tmp_path)
+    first = subprocess.run(
+        [*RUN, "-c", str(job_file), "-k", "1"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=SAFETY_TIMEOUT,
+    )
+    assert first.returncode == 0, first.stderr
+    ran = results(jobs / "from-file")
+    assert sorted(ran) == ["slow-0__nop__1", "slow-1__nop__1"]  # nop from the file, -k 1 from the flag
+    written = subprocess.run(
+        [sys.executable, "-m", "evsys.cli.main", "jobs", "config", str(jobs / "from-file")],
+        env=env, capture_output=True, text=True, timeout=SAFETY_TIMEOUT,
+    )  # fmt: skip
+    assert written.returncode == 0 and "job_name" not in written.stdout and "n_attempts: 1" in written.stdout
+    (tmp_path / "again.yaml").write_text(written.stdout)
+    again = subprocess.run(
+        [*RUN, "-c", str(tmp_path / "again.yaml"), "-a", "oracle", "--job-name", "again"],
+        env=env, capture_output=True, text=True, timeout=SAFETY_TIMEOUT,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert {r["reward"] for r in results(jobs / "again").values()} == {1.0}  # -a replaced the file's agents
+    assert sorted(results(jobs / "again")) == ["slow-0__oracle__1", "slow-1__oracle__1"]
+
+
+def test_a_job_file_with_a_misspelt_key_is_a_usage_error_naming_it(tmp_path):
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(f"datasets: [{tmp_path}]\nn_atempts: 2\n")
+    out = subprocess.run(
+        [*RUN, "-c", str(job_file)], env={**cli_env(tmp_path), "COLUMNS": "300"},
+        capture_output=True, text=True, timeout=SAFETY_TIMEOUT,
+    )  # fmt: skip
+    assert out.returncode == 2
+    assert f"job file {job_file}: n_atempts: Extra inputs are not permitted" in out.stderr

@@ -169,6 +169,34 @@ def _print_error_groups(out: Console, groups: list[ErrorGroup]) -> None:
     out.print(table)
 
 
+@jobs_app.command("config", short_help="A job file to rerun a job with `evsys run -c`.")
+def config(
+    job_dir: Annotated[Path, typer.Argument(help="A job directory (jobs/<name>).")],
+    output: Annotated[
+        Path | None, typer.Option("-o", "--output", help="Write the YAML here (default: print it).")
+    ] = None,
+) -> None:
+    """The job's config.json as a YAML job file, without its job name (a rerun gets a new directory):
+    `evsys jobs config jobs/<name> -o job.yaml`, then `evsys run -c job.yaml`."""
+    import json
+
+    from evsys.cli.job_file import job_file_text
+    from evsys.util.atomic import write_text_atomic
+
+    _load(job_dir)  # a job directory, or a usage error
+    try:
+        text = job_file_text(json.loads((job_dir / "config.json").read_text(encoding="utf-8")))
+    except (OSError, ValueError) as exc:
+        raise _fail(f"cannot read {job_dir / 'config.json'}: {exc}") from None
+    if output is None:
+        typer.echo(text, nl=False)
+        return
+    write_text_atomic(output, text)
+    Console(stderr=True, highlight=False, soft_wrap=True).print(
+        f"wrote {shown(str(output))}; rerun with `evsys run -c {shown(str(output))}`"
+    )
+
+
 @jobs_app.command("diff", short_help="Per-task reward changes between two jobs.")
 def diff(
     job_a: Annotated[Path, typer.Argument(help="The job to compare from (jobs/<a>).")],

@@ -27,6 +27,7 @@ from evsys.cli.checks import (
 )
 from evsys.cli.checks import fail as _fail
 from evsys.cli.executor_flags import ExecutorFlags, executor_spec, resume_hint
+from evsys.cli.job_file import CONFIG_FLAGS, AgentFlags, config_from_file, validation_message
 from evsys.cli.markup import shown
 from evsys.cli.progress import DEFAULT_INTERVAL, live_progress
 
@@ -51,11 +52,6 @@ class RayMode(StrEnum):
 
 
 EXIT_CANCELLED = 130
-CONFIG_FLAGS = {
-    "task_names": "--task",
-    "exclude_task_names": "--exclude-task",
-    "task_sample_seed": "--task-seed",
-}  # config fields whose flag is not named after them
 
 
 def _stdout_console() -> Console:
@@ -92,7 +88,7 @@ def _build_job(
         ]
         return JobConfig(datasets=paths, agents=specs, **{k: v for k, v in settings.items() if v is not None})
     except (ValueError, ValidationError) as exc:
-        raise _fail(_validation_message(exc, {**(flags or {}), **CONFIG_FLAGS})) from None
+        raise _fail(validation_message(exc, {**(flags or {}), **CONFIG_FLAGS})) from None
 
 
 def _log_limits(texts: list[str]) -> dict[str, int] | None:
@@ -105,24 +101,19 @@ def _log_limits(texts: list[str]) -> dict[str, int] | None:
         raise _fail(str(exc)) from None
 
 
-def _validation_message(exc: Exception, flags: dict[str, str] | None = None) -> str:
-    """The error as the user typed it: a config field is named by its flag (`-k/--n-attempts`)."""
-    from pydantic import ValidationError
-
-    if isinstance(exc, ValidationError):
-        flags = flags or {}
-        parts = []
-        for error in exc.errors():
-            field = ".".join(map(str, error["loc"]))
-            parts.append(f"{flags.get(field, field)}: {error['msg']}")
-        return "; ".join(parts)
-    return str(exc)
-
-
 def run(
     ctx: typer.Context,
     paths: Annotated[
         list[Path] | None, typer.Argument(help="Task directories or datasets.", show_default=False)
+    ] = None,
+    config_file: Annotated[
+        Path | None,
+        typer.Option(
+            "-c",
+            "--config",
+            help="A job file (YAML or JSON of JobConfig fields, e.g. from `evsys jobs config`); flags given "
+            "win over it.",
+        ),
     ] = None,
     agent: Annotated[
         list[str] | None,
@@ -297,7 +288,11 @@ def run(
     else:
         settings["executor"] = executor_spec(where.name, where.options)
         flags = all_flags(ctx)
-        config = _build_job(paths or [], agent or [], model, base_url, agent_kwarg or [], settings, flags)
+        if config_file is not None:
+            agents = AgentFlags(names=agent, model=model, base_url=base_url, kwargs=agent_kwarg or [])
+            config = config_from_file(config_file, given, settings, paths or [], agents, flags)
+        else:
+            config = _build_job(paths or [], agent or [], model, base_url, agent_kwarg or [], settings, flags)
         report = run_preflight(config, probe=model_probe, strict=strict)
         job = Job(config, retry_errors=retry_errors, tasksets=report.tasksets)
     if stream:
