@@ -292,3 +292,42 @@ def test_a_job_file_with_a_misspelt_key_is_a_usage_error_naming_it(tmp_path):
     )  # fmt: skip
     assert out.returncode == 2
     assert f"job file {job_file}: n_atempts: Extra inputs are not permitted" in out.stderr
+
+
+def test_agent_env_reaches_the_agent_and_is_never_written_in_clear(tmp_path):
+    dataset = slow_dataset(tmp_path, n=1, seconds=0)
+    token, from_file = f"secret-{secrets.token_hex(8)}", f"secret-{secrets.token_hex(8)}"
+    env_file = tmp_path / "agent.env"
+    env_file.write_text(f"# keys for the agent\nFROM_FILE={from_file}\n")
+    jobs = tmp_path / "jobs"
+    args = [
+        *RUN,
+        str(dataset),
+        "-a",
+        "engine_agents:EnvCheckAgent",
+        "--jobs-dir",
+        str(jobs),
+        "--job-name",
+        "env",
+    ]
+    run = subprocess.run(
+        [*args, "--agent-env", f"TOKEN={token}", "--env-file", str(env_file)],
+        env=cli_env(tmp_path), cwd=Path(__file__).parent,
+        capture_output=True, text=True, timeout=SAFETY_TIMEOUT,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    (result,) = results(jobs / "env").values()
+    assert result["reward"] == 1.0  # the agent saw both values
+    assert result["agent_metadata"]["env_names"] == ["FROM_FILE", "TOKEN"]
+    saved = json.loads((jobs / "env" / "config.json").read_text())
+    assert saved["agents"][0]["env"] == {"TOKEN": "**********", "FROM_FILE": "**********"}
+    for path in (jobs / "env").rglob("*"):
+        if path.is_file():
+            text = path.read_bytes()
+            assert token.encode() not in text and from_file.encode() not in text, f"a value is in {path}"
+    resumed = subprocess.run(
+        [*RUN, "--resume", str(jobs / "env")],
+        env=cli_env(tmp_path), cwd=Path(__file__).parent,
+        capture_output=True, text=True, timeout=SAFETY_TIMEOUT,
+    )  # fmt: skip
+    assert resumed.returncode == 2 and "give the values again" in resumed.stderr

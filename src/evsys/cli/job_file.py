@@ -61,6 +61,7 @@ class AgentFlags:
     model: str | None
     base_url: str | None
     kwargs: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
 
 
 def config_from_file(
@@ -72,7 +73,7 @@ def config_from_file(
     flags: dict[str, str],
 ) -> JobConfig:
     """The JobConfig of job file `path` with the flags given on top; usage errors name the file and field."""
-    from pydantic import ValidationError
+    from pydantic import SecretStr, ValidationError
 
     from evsys.agent.registry import parse_agent_kwarg
     from evsys.engine import AgentSpec, JobConfig
@@ -94,9 +95,12 @@ def config_from_file(
         if agents.names:
             specs = [AgentSpec(name=name, **overrides).model_dump(mode="json") for name in agents.names]
         merged = merge_job_file(data, fields, settings, paths, specs, overrides)
-        return JobConfig.model_validate(merged)
+        config = JobConfig.model_validate(merged)
     except (ValueError, ValidationError) as exc:
         raise fail(f"job file {path}: {validation_message(exc, {**flags, **CONFIG_FLAGS})}") from None
+    for agent in config.agents:  # values only from the command line, never from a job file
+        agent.env = {**agent.env, **{name: SecretStr(value) for name, value in agents.env.items()}}
+    return config
 
 
 def read_job_file(path: Path) -> dict[str, Any]:

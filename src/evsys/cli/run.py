@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.console import Console
 
+from evsys.cli.agent_env import read_agent_env, restore_env
 from evsys.cli.checks import (
     all_flags,
     console,
@@ -68,6 +69,7 @@ def _build_job(
     agent_kwargs: list[str],
     settings: dict,
     flags: dict[str, str] | None = None,
+    env: dict[str, str] | None = None,
 ) -> JobConfig:
     from pydantic import ValidationError
 
@@ -83,12 +85,23 @@ def _build_job(
     try:
         kwargs = dict(parse_agent_kwarg(text) for text in agent_kwargs)
         specs = [
-            AgentSpec(name=name, model=model, base_url=base_url, kwargs=kwargs)
+            AgentSpec(name=name, model=model, base_url=base_url, kwargs=kwargs, env=env or {})  # type: ignore[arg-type]
             for name in (agents or ["oracle"])
         ]
         return JobConfig(datasets=paths, agents=specs, **{k: v for k, v in settings.items() if v is not None})
     except (ValueError, ValidationError) as exc:
         raise _fail(validation_message(exc, {**(flags or {}), **CONFIG_FLAGS})) from None
+
+
+def _check_env_executor(config: JobConfig) -> None:
+    """Agent environment stays in this process: refuse it on an executor that ships trials elsewhere."""
+    from evsys.engine.config import DEFAULT_EXECUTOR
+
+    if config.executor.name != DEFAULT_EXECUTOR and any(agent.env for agent in config.agents):
+        raise _fail(
+            f"--agent-env/--env-file values are never shipped to the {config.executor.name} executor's "
+            "workers; set them in its environment (for Ray: the runtime_env) instead"
+        )
 
 
 def _log_limits(texts: list[str]) -> dict[str, int] | None:
@@ -120,6 +133,18 @@ def run(
         typer.Option(
             "-a", "--agent", help="oracle | nop | loop | a harness (evsys harness list) | module:Class"
         ),
+    ] = None,
+    agent_env: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--agent-env",
+            "--ae",
+            help="KEY=VALUE in every agent's environment (repeatable); never saved in clear.",
+        ),
+    ] = None,
+    env_file: Annotated[
+        list[Path] | None,
+        typer.Option("--env-file", help="A .env file of KEY=VALUE lines for the agents (repeatable)."),
     ] = None,
     model: Annotated[str | None, typer.Option("-m", "--model", help="Model for model-driven agents.")] = None,
     base_url: Annotated[
@@ -282,17 +307,23 @@ def run(
             if f"ray_{field}" in given
         },
     )
+    env = read_agent_env(agent_env or [], env_file or [])
     if resume is not None:
         job = resume_job(ctx, resume, paths or [], retry_errors, settings, where)
+        restore_env(job.config, env)
+        _check_env_executor(job.config)
         job.tasksets = run_preflight(job.config, probe=model_probe, strict=False).tasksets
     else:
         settings["executor"] = executor_spec(where.name, where.options)
         flags = all_flags(ctx)
         if config_file is not None:
-            agents = AgentFlags(names=agent, model=model, base_url=base_url, kwargs=agent_kwarg or [])
+            agents = AgentFlags(agent, model, base_url, agent_kwarg or [], env)
             config = config_from_file(config_file, given, settings, paths or [], agents, flags)
         else:
-            config = _build_job(paths or [], agent or [], model, base_url, agent_kwarg or [], settings, flags)
+            config = _build_job(
+                paths or [], agent or [], model, base_url, agent_kwarg or [], settings, flags, env
+            )
+        _check_env_executor(config)
         report = run_preflight(config, probe=model_probe, strict=strict)
         job = Job(config, retry_errors=retry_errors, tasksets=report.tasksets)
     if stream:
@@ -310,7 +341,7 @@ def run(
         raise typer.Exit(EXIT_CANCELLED)
 
 
-def _run_job(job: Job, progress_interval: float) -> JobResult:
+def _run_job(job: Job, progress_interval: float = DEFAULT_INTERVAL) -> JobResult:
     from evsys.engine import JobStoreError, PlanError
     from evsys.task.loader import DatasetNotFoundError
 

@@ -7,7 +7,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    SerializeAsAny,
+    field_validator,
+    model_validator,
+)
 
 from evsys.records import DEFAULT_LIMITS, CopyOutLimits, NetworkMode
 
@@ -82,6 +90,12 @@ class AgentSpec(BaseModel):
         None, description="OpenAI-compatible server for the model (vllm:, sglang:, ...)."
     )
     kwargs: dict[str, Any] = Field(default_factory=dict)
+    env: dict[str, SecretStr] = Field(
+        default_factory=dict,
+        description="Environment for the agent (`--agent-env`, `--env-file`): harnesses get it in their "
+        "process environment, custom agents as `ctx.env`. Saved files hold only the names; values are "
+        "`**********` in config.json, and a resume needs them given again.",
+    )
 
     @property
     def slug(self) -> str:

@@ -79,6 +79,7 @@ class HarnessAgent(Agent):
     async def run(self, instruction: str, sandbox: Sandbox, ctx: AgentContext) -> AgentResult:
         """One turn with the instruction; the proxy's calls become the trajectory."""
         adapter = self.build_adapter(sandbox, ctx.workdir, ctx.timeout_sec or DEFAULT_TURN_TIMEOUT)
+        adapter.config.env_vars.update(ctx.env)  # the job's --agent-env / --env-file
         events = EventLog()
         try:
             await adapter.start()
