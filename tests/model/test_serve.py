@@ -196,3 +196,43 @@ async def test_honoured_forms_of_those_parameters_are_accepted(tiny_server):
         none = (await http.post(url, json={**plain, "tool_choice": "none"})).json()
     assert auto["choices"][0]["message"]["tool_calls"], auto
     assert none["usage"]["prompt_tokens"] < auto["usage"]["prompt_tokens"]  # the tool schemas were left out
+
+
+async def test_n_samples_several_choices_of_one_prompt(tiny_client, tiny_server):
+    """n=4 with a seed: four choices, choice i exactly what the engine samples with seed + i; usage counts the
+    prompt once; the same for /v1/completions; stream with n > 1 is refused by name."""
+    body = {
+        "model": "tiny",
+        "messages": GREETING,
+        "n": 4,
+        "seed": 7,
+        "max_tokens": 12,
+        "return_token_ids": True,
+    }
+    async with httpx.AsyncClient(timeout=120) as http:
+        chat = (await http.post(f"{tiny_server}/chat/completions", json=body)).json()
+        text = (
+            await http.post(
+                f"{tiny_server}/completions",
+                json={
+                    "model": "tiny",
+                    "prompt": "hello",
+                    "n": 3,
+                    "seed": 1,
+                    "max_tokens": 8,
+                    "return_token_ids": True,
+                },
+            )
+        ).json()
+        streamed = await http.post(f"{tiny_server}/chat/completions", json={**body, "stream": True})
+    assert [c["index"] for c in chat["choices"]] == [0, 1, 2, 3]
+    for i, choice in enumerate(chat["choices"]):
+        local = await tiny_client.complete(GREETING, params=SamplingParams(seed=7 + i, max_tokens=12))
+        assert choice["token_ids"] == local.completion_token_ids
+    generated = sum(len(c["token_ids"]) for c in chat["choices"])
+    assert chat["usage"]["completion_tokens"] == generated
+    assert chat["usage"]["prompt_tokens"] == len(chat["prompt_token_ids"])
+    assert [c["index"] for c in text["choices"]] == [0, 1, 2]
+    assert len({tuple(c["token_ids"]) for c in text["choices"]}) > 1  # seeds 1, 2, 3: different samples
+    assert streamed.status_code == 400 and streamed.json()["error"]["param"] == "stream"
+    assert "n > 1" in streamed.json()["error"]["message"]

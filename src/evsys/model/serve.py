@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from fastapi import Request  # this module is imported only by the serve command, which needs fastapi
 
-from evsys.model.base import Completion
+from evsys.model.base import Completion, SamplingParams
 from evsys.model.errors import ContextOverflowError, ModelError, UnknownModelError
 from evsys.model.openai_wire import (
     SSE_DONE,
@@ -46,6 +46,7 @@ from evsys.model.serve_requests import (
     validation_error_param,
     validation_error_text,
 )
+from evsys.records import Usage
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -143,10 +144,17 @@ def create_app(client: LocalModelClient, served_name: str | None = None) -> Fast
             engine.budget(len(prompt_ids), body.sampling().max_tokens)  # fail with 400 before streaming
             events = _stream_chat(client, engine, name, body, prompt_ids)
             return StreamingResponse(events, media_type="text/event-stream")
-        completion = await unless_disconnected(
-            request, client.complete(messages, tools=tools, params=body.sampling())
+        choices = await unless_disconnected(
+            request,
+            asyncio.gather(
+                *(
+                    client.complete(messages, tools=tools, params=p)
+                    for p in choice_params(body.sampling(), body.n)
+                )
+            ),
         )
-        return ChatCompletion.of(body, completion, name, engine.decode).model_dump()
+        responses = [ChatCompletion.of(body, c, name, engine.decode) for c in choices]
+        return _merged(responses, choices).model_dump()
 
     @app.post("/v1/completions")
     async def completions(body: ServeTextRequest, request: Request) -> Any:
@@ -155,15 +163,41 @@ def create_app(client: LocalModelClient, served_name: str | None = None) -> Fast
         prompt_ids = body.prompt_ids(engine.encode)
         if not prompt_ids:
             raise ValueError("prompt is empty")
-        completion = await unless_disconnected(request, client.complete_ids(prompt_ids, body.sampling()))
-        return _text_response(engine, name, body, completion)
+        choices = await unless_disconnected(
+            request,
+            asyncio.gather(
+                *(client.complete_ids(prompt_ids, p) for p in choice_params(body.sampling(), body.n))
+            ),
+        )
+        return _merged([_text_response(engine, name, body, c) for c in choices], choices).model_dump()
 
     return app
 
 
+def choice_params(params: SamplingParams, n: int) -> list[SamplingParams]:
+    """The sampling parameters of each of `n` choices: the request's, seeded `seed + i` when it has a seed
+    (distinct, reproducible choices), else each from fresh entropy."""
+    if params.seed is None:
+        return [params] * n
+    return [params.model_copy(update={"seed": params.seed + i}) for i in range(n)]
+
+
+Response = TypeVar("Response", ChatCompletion, TextCompletion)
+
+
+def _merged(responses: list[Response], completions: list[Completion]) -> Response:
+    """One response holding every choice (indexed in order); usage counts the prompt once."""
+    merged = responses[0]
+    merged.choices = [r.choices[0].model_copy(update={"index": i}) for i, r in enumerate(responses)]
+    prompt = completions[0].usage.prompt_tokens
+    generated = sum(c.usage.completion_tokens for c in completions)
+    merged.usage = WireUsage.of(Usage(prompt_tokens=prompt, completion_tokens=generated))
+    return merged
+
+
 def _text_response(
     engine: LocalEngine, name: str, body: TextCompletionRequest, completion: Completion
-) -> dict:
+) -> TextCompletion:
     ids = completion.completion_token_ids or []
     logprobs = None
     if body.logprobs is not None:
@@ -174,7 +208,7 @@ def _text_response(
         choice.token_ids, choice.prompt_token_ids = ids, completion.prompt_token_ids
         prompt_ids = completion.prompt_token_ids
     usage = WireUsage.of(completion.usage)
-    return TextCompletion(model=name, choices=[choice], usage=usage, prompt_token_ids=prompt_ids).model_dump()
+    return TextCompletion(model=name, choices=[choice], usage=usage, prompt_token_ids=prompt_ids)
 
 
 def _held_back(text: str, markers: list[str]) -> int:
