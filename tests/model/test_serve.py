@@ -160,7 +160,6 @@ async def test_streaming_chat_matches_non_streaming(tiny_client, tiny_server):
 
 
 UNHONOURED = {
-    "top_logprobs": 5,
     "tool_choice": "required",
     "response_format": {"type": "json_object"},
     "frequency_penalty": 0.5,
@@ -236,3 +235,26 @@ async def test_n_samples_several_choices_of_one_prompt(tiny_client, tiny_server)
     assert len({tuple(c["token_ids"]) for c in text["choices"]}) > 1  # seeds 1, 2, 3: different samples
     assert streamed.status_code == 400 and streamed.json()["error"]["param"] == "stream"
     assert "n > 1" in streamed.json()["error"]["message"]
+
+
+async def test_top_logprobs_gives_each_tokens_most_likely_alternatives(tiny_server):
+    """Greedy with top_logprobs=3: three alternatives per token, best first, the sampled token the best one;
+    refused without logprobs and with stream."""
+    body = {"model": "tiny", "messages": GREETING, "temperature": 0, "max_tokens": 8, "logprobs": True}
+    async with httpx.AsyncClient(timeout=120) as http:
+        answer = (await http.post(f"{tiny_server}/chat/completions", json={**body, "top_logprobs": 3})).json()
+        without = await http.post(
+            f"{tiny_server}/chat/completions", json={**body, "logprobs": False, "top_logprobs": 3}
+        )
+        streamed = await http.post(
+            f"{tiny_server}/chat/completions", json={**body, "top_logprobs": 3, "stream": True}
+        )
+    content = answer["choices"][0]["logprobs"]["content"]
+    assert content
+    for entry in content:
+        top = entry["top_logprobs"]
+        assert len(top) == 3
+        assert [t["logprob"] for t in top] == sorted((t["logprob"] for t in top), reverse=True)
+        assert top[0]["id"] == entry["id"] and top[0]["logprob"] == pytest.approx(entry["logprob"])
+    assert without.status_code == 400 and "top_logprobs needs logprobs" in without.json()["error"]["message"]
+    assert streamed.status_code == 400 and streamed.json()["error"]["param"] == "top_logprobs"

@@ -48,6 +48,7 @@ class _Sequence:
     generator: Any = None
     ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    top: list[list[tuple[int, float]]] = field(default_factory=list)
     finish: Literal["stop", "length"] | None = None
 
 
@@ -215,6 +216,9 @@ class BatchingScheduler:
         token = sample(step_logprobs, seq.params, seq.generator)
         seq.ids.append(token)
         seq.logprobs.append(float(step_logprobs[token]))
+        if seq.params.top_logprobs:
+            best = torch.topk(step_logprobs, min(seq.params.top_logprobs, step_logprobs.numel()))
+            seq.top.append([(int(i), float(v)) for v, i in zip(best.values, best.indices, strict=True)])
         if seq.on_token is not None:
             seq.on_token(token, seq.logprobs[-1])
         if token in self.engine.eos_ids and not seq.params.ignore_eos:
@@ -226,7 +230,9 @@ class BatchingScheduler:
 
     def _resolve(self, seq: _Sequence) -> None:
         assert seq.finish is not None, "only finished sequences are resolved"
-        result = GenerationResult(seq.ids, seq.logprobs, seq.finish)
+        result = GenerationResult(
+            seq.ids, seq.logprobs, seq.finish, seq.top if seq.params.top_logprobs else None
+        )
         if not seq.future.done():
             seq.future.set_result(result)
 

@@ -197,6 +197,7 @@ def build_completion(
         prompt_token_ids=list(prompt_ids),
         completion_token_ids=result.completion_ids,
         logprobs=result.logprobs if params.logprobs else None,
+        top_logprobs=result.top_logprobs,
         usage=Usage(prompt_tokens=len(prompt_ids), completion_tokens=len(result.completion_ids)),
         cost_usd=0.0,
         model=model,

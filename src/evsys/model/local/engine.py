@@ -33,6 +33,7 @@ class GenerationResult:
     completion_ids: list[int]
     logprobs: list[float]
     finish_reason: Literal["stop", "length"]
+    top_logprobs: list[list[tuple[int, float]]] | None = None  # with SamplingParams.top_logprobs > 0
 
 
 class LocalEngine:
