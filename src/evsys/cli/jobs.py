@@ -41,7 +41,7 @@ def _load(path: Path) -> LoadedJob:
     return load_job(path)
 
 
-@jobs_app.command("list", short_help="Every job: when, agents, models, trials, mean, pass@k.")
+@jobs_app.command("list", short_help="Every job: when, state, agents, models, trials, mean, pass@k (--json).")
 def list_jobs(
     jobs_dir: Annotated[
         Path, typer.Argument(help="The directory holding job directories.", show_default=True)
@@ -83,7 +83,7 @@ def list_jobs(
     out.print(table)
 
 
-@jobs_app.command("show", short_help="A job's summary and its failed trials.")
+@jobs_app.command("show", short_help="A job's summary, errors grouped by message, failed trials (--json).")
 def show(
     job_dir: Annotated[Path, typer.Argument(help="A job directory (jobs/<name>).")],
     as_json: Annotated[

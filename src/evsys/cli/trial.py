@@ -27,7 +27,7 @@ def _clip(text: str, full: bool) -> str:
     return text[:TEXT_LIMIT] + f"\n… ({len(text) - TEXT_LIMIT} more characters; --full shows them)"
 
 
-@trial_app.command("show", short_help="One trial's steps, tool calls and verifier output.")
+@trial_app.command("show", short_help="One trial's steps, tool calls and verifier output (--json).")
 def show(
     trial_dir: Annotated[Path, typer.Argument(help="A trial directory (jobs/<job>/<trial>).")],
     full: Annotated[bool, typer.Option("--full", help="Do not shorten long messages and output.")] = False,
