@@ -152,7 +152,7 @@ def test_ctrl_c_cancels_running_trials_then_resume_completes(tmp_path):
     [
         (["-a", "no-such-agent"], "unknown agent 'no-such-agent'"),
         (["-a", "nomod_xyz:Agent"], "cannot import module 'nomod_xyz'"),
-        (["-k", "0"], "n_attempts"),
+        (["-k", "0"], "-k/--n-attempts"),  # the flag, not the internal field
         (["--agent-kwarg", "oops"], "agent kwarg 'oops' is not of the form key=value"),
     ],
 )
