@@ -51,3 +51,30 @@ async def test_tasks_the_agent_starts_pause_the_same_clock():
 
             await asyncio.gather(call_model(), call_model())
     assert clock.waiting == 0
+
+
+async def test_a_task_started_in_the_block_that_outlives_it_waits_harmlessly():
+    """A server started during one phase (a harness's model proxy) keeps serving after that phase's limit
+    ended: its waits must not touch the finished timeout."""
+    from evsys.engine.trial.state import TrialState
+
+    started = asyncio.Event()
+    release = asyncio.Event()
+
+    async def server() -> None:
+        started.set()
+        await release.wait()
+        end = model_wait()  # long after the phase's block ended
+        end()
+
+    holder: list[asyncio.Task] = []
+
+    async def phase() -> None:
+        holder.append(asyncio.create_task(server()))
+        await started.wait()
+
+    state = TrialState.__new__(TrialState)  # only `timed` and the result's timing are used
+    state.result = type("R", (), {"timing": type("T", (), {"setup": None})()})()
+    await state.timed("setup", phase(), limit=5)
+    release.set()
+    await holder[0]  # raises if the finished timeout was rescheduled

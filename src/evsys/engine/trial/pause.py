@@ -21,9 +21,12 @@ class PausableTimeout:
         self.deadline: float | None = None
         self.paused_at = 0.0
         self.paused_s = 0.0
+        self.active = True  # False once its block has ended: later waits are not its business
 
     def begin_wait(self) -> Callable[[], None]:
         """Stop the clock (if it runs); the returned function starts it again once every wait has ended."""
+        if not self.active:
+            return _nothing
         loop = asyncio.get_running_loop()
         if self.waiting == 0 and not self.timeout.expired():
             self.deadline, self.paused_at = self.timeout.when(), loop.time()
@@ -37,10 +40,14 @@ class PausableTimeout:
                 return
             ended = True
             self.waiting -= 1
-            if self.waiting == 0 and self.deadline is not None and not self.timeout.expired():
+            if self.active and self.waiting == 0 and self.deadline is not None and not self.timeout.expired():
                 paused = loop.time() - self.paused_at
                 self.paused_s += paused
                 self.timeout.reschedule(self.deadline + paused)
                 self.deadline = None
 
         return end
+
+
+def _nothing() -> None:
+    return None

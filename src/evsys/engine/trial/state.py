@@ -148,8 +148,12 @@ class TrialState:
             if limit is None:
                 return await awaitable
             async with asyncio.timeout(limit) as timeout:  # no task of its own, unlike asyncio.wait_for
-                with pausing(PausableTimeout(timeout)):  # a local model's load and queue do not count
-                    return await awaitable
+                clock = PausableTimeout(timeout)
+                try:
+                    with pausing(clock):  # a local model's load and queue do not count
+                        return await awaitable
+                finally:
+                    clock.active = False  # tasks started in the block (a proxy) may outlive it
         finally:
             spent = getattr(self.result.timing, phase) or 0.0
             setattr(self.result.timing, phase, spent + time.perf_counter() - started)
