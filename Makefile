@@ -11,11 +11,14 @@ setup:
 
 # The embedded default: the bundled example tasks in the local sandbox, first with the reference solutions
 # (every task at 1.0), then with the built-in loop agent driving the offline SmolLM2-135M-Instruct.
+# One loop trial per CPU: the trials share one in-process engine, and generation counts against each trial's
+# agent timeout (loading the model and queueing for it do not; docs/jobs.md "Trial lifecycle").
 LOOP_ARGS ?= --agent-kwarg max_turns=3 --agent-kwarg max_tokens=96 --agent-kwarg seed=0
+LOOP_N    ?= $(shell nproc 2>/dev/null || echo 2)
 
 run: setup
 	$(EVSYS) run examples/tasks -a oracle -n 4 --jobs-dir $(JOBS)
-	$(EVSYS) run examples/tasks -a loop -m local -n 8 $(LOOP_ARGS) --jobs-dir $(JOBS)
+	$(EVSYS) run examples/tasks -a loop -m local -n $(LOOP_N) $(LOOP_ARGS) --jobs-dir $(JOBS)
 
 test: setup
 	$(PY) -m pytest -q

@@ -94,3 +94,18 @@ class SlowPreparingAgent(Agent):
     async def run(self, instruction, sandbox, ctx) -> AgentResult:
         await sandbox.exec("echo ok > /app/out.txt")
         return AgentResult()
+
+
+class EnvCheckAgent(Agent):
+    """Solves the task only when `ctx.env` holds TOKEN and FROM_FILE as `--agent-env`/`--env-file` gave them
+    (their values start with `secret-`); reports only the names it saw."""
+
+    name = "env-check"
+
+    async def setup(self, sandbox, ctx) -> None:
+        return None
+
+    async def run(self, instruction, sandbox, ctx) -> AgentResult:
+        if all(ctx.env.get(name, "").startswith("secret-") for name in ("TOKEN", "FROM_FILE")):
+            await sandbox.exec("echo ok > /app/out.txt")
+        return AgentResult(metadata={"env_names": sorted(ctx.env)})

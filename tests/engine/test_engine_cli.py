@@ -152,7 +152,7 @@ def test_ctrl_c_cancels_running_trials_then_resume_completes(tmp_path):
     [
         (["-a", "no-such-agent"], "unknown agent 'no-such-agent'"),
         (["-a", "nomod_xyz:Agent"], "cannot import module 'nomod_xyz'"),
-        (["-k", "0"], "n_attempts"),
+        (["-k", "0"], "-k/--n-attempts"),  # the flag, not the internal field
         (["--agent-kwarg", "oops"], "agent kwarg 'oops' is not of the form key=value"),
     ],
 )
@@ -204,3 +204,130 @@ def test_summary_shows_reward_per_task_and_agent(tmp_path, examples_dir):
     for task in ("create-file", "partial-credit"):
         cells = [c.strip() for c in rows[task].strip("│ ").split("│")]
         assert cells[1:] == ["0.000", "1.000"], rows[task]  # columns sorted: nop, oracle
+
+
+def test_without_a_terminal_progress_lines_arrive_while_the_job_runs(tmp_path):
+    dataset = slow_dataset(tmp_path, n=2, seconds=3)
+    proc = subprocess.Popen(
+        [*RUN, str(dataset), "-a", "oracle", "-n", "1", "--jobs-dir", str(tmp_path / "jobs"),
+         "--progress-interval", "0.5"],
+        env=cli_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert proc.stderr is not None
+    first = proc.stderr.readline()  # blocks until the first line; the job is still running then
+    running = proc.poll() is None
+    out, rest = proc.communicate(timeout=SAFETY_TIMEOUT)
+    assert first.startswith("progress: ") and "/2 trials" in first and "ETA" in first, first + rest
+    assert running, "the first progress line came only after the job ended"
+    assert "running 1" in first and "mean reward" in first
+    assert rest.splitlines()[-1].startswith("progress: 2/2 trials")  # and a final line
+    assert proc.returncode == 0 and "job directory" in out
+
+
+def test_a_job_that_fails_before_its_first_trial_prints_no_progress(tmp_path):
+    dataset = slow_dataset(tmp_path, n=1, seconds=0)
+    args = [*RUN, str(dataset), "-a", "oracle", "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "dup"]
+    first = subprocess.run(
+        args, env=cli_env(tmp_path), capture_output=True, text=True, timeout=SAFETY_TIMEOUT
+    )
+    assert first.returncode == 0 and "progress: 1/1 trials" in first.stderr  # control: a run shows progress
+    again = subprocess.run(
+        args, env=cli_env(tmp_path), capture_output=True, text=True, timeout=SAFETY_TIMEOUT
+    )
+    assert again.returncode == 2 and "already exists" in again.stderr
+    assert "progress" not in again.stderr and "planning" not in again.stderr, again.stderr
+
+
+def test_option_errors_name_the_flags_not_internal_fields(tmp_path):
+    dataset = slow_dataset(tmp_path, n=1, seconds=0)
+    out = subprocess.run(
+        [*RUN, str(dataset), "-k", "0", "-n", "0", "--jobs-dir", str(tmp_path / "jobs")],
+        env={**cli_env(tmp_path), "COLUMNS": "300"}, capture_output=True, text=True, timeout=SAFETY_TIMEOUT,
+    )  # fmt: skip
+    assert out.returncode == 2
+    assert "-k/--n-attempts: Input should be greater than or equal to 1" in out.stderr
+    assert "-n/--n-concurrent" in out.stderr and "n_attempts" not in out.stderr
+
+
+def test_a_job_file_runs_with_the_flags_given_on_top_and_is_written_back_from_a_job(tmp_path):
+    dataset = slow_dataset(tmp_path, n=2, seconds=0)
+    jobs = tmp_path / "jobs"
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(
+        f"datasets: [{dataset}]\nagents:\n  - name: nop\nn_attempts: 2\n"
+        f"jobs_dir: {jobs}\njob_name: from-file\n"
+    )
+    env = cli_env(tmp_path)
+    first = subprocess.run(
+        [*RUN, "-c", str(job_file), "-k", "1"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=SAFETY_TIMEOUT,
+    )
+    assert first.returncode == 0, first.stderr
+    ran = results(jobs / "from-file")
+    assert sorted(ran) == ["slow-0__nop__1", "slow-1__nop__1"]  # nop from the file, -k 1 from the flag
+    written = subprocess.run(
+        [sys.executable, "-m", "evsys.cli.main", "jobs", "config", str(jobs / "from-file")],
+        env=env, capture_output=True, text=True, timeout=SAFETY_TIMEOUT,
+    )  # fmt: skip
+    assert written.returncode == 0 and "job_name" not in written.stdout and "n_attempts: 1" in written.stdout
+    (tmp_path / "again.yaml").write_text(written.stdout)
+    again = subprocess.run(
+        [*RUN, "-c", str(tmp_path / "again.yaml"), "-a", "oracle", "--job-name", "again"],
+        env=env, capture_output=True, text=True, timeout=SAFETY_TIMEOUT,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert {r["reward"] for r in results(jobs / "again").values()} == {1.0}  # -a replaced the file's agents
+    assert sorted(results(jobs / "again")) == ["slow-0__oracle__1", "slow-1__oracle__1"]
+
+
+def test_a_job_file_with_a_misspelt_key_is_a_usage_error_naming_it(tmp_path):
+    job_file = tmp_path / "job.yaml"
+    job_file.write_text(f"datasets: [{tmp_path}]\nn_atempts: 2\n")
+    out = subprocess.run(
+        [*RUN, "-c", str(job_file)], env={**cli_env(tmp_path), "COLUMNS": "300"},
+        capture_output=True, text=True, timeout=SAFETY_TIMEOUT,
+    )  # fmt: skip
+    assert out.returncode == 2
+    assert f"job file {job_file}: n_atempts: Extra inputs are not permitted" in out.stderr
+
+
+def test_agent_env_reaches_the_agent_and_is_never_written_in_clear(tmp_path):
+    dataset = slow_dataset(tmp_path, n=1, seconds=0)
+    token, from_file = f"secret-{secrets.token_hex(8)}", f"secret-{secrets.token_hex(8)}"
+    env_file = tmp_path / "agent.env"
+    env_file.write_text(f"# keys for the agent\nFROM_FILE={from_file}\n")
+    jobs = tmp_path / "jobs"
+    args = [
+        *RUN,
+        str(dataset),
+        "-a",
+        "engine_agents:EnvCheckAgent",
+        "--jobs-dir",
+        str(jobs),
+        "--job-name",
+        "env",
+    ]
+    run = subprocess.run(
+        [*args, "--agent-env", f"TOKEN={token}", "--env-file", str(env_file)],
+        env=cli_env(tmp_path), cwd=Path(__file__).parent,
+        capture_output=True, text=True, timeout=SAFETY_TIMEOUT,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    (result,) = results(jobs / "env").values()
+    assert result["reward"] == 1.0  # the agent saw both values
+    assert result["agent_metadata"]["env_names"] == ["FROM_FILE", "TOKEN"]
+    saved = json.loads((jobs / "env" / "config.json").read_text())
+    assert saved["agents"][0]["env"] == {"TOKEN": "**********", "FROM_FILE": "**********"}
+    for path in (jobs / "env").rglob("*"):
+        if path.is_file():
+            text = path.read_bytes()
+            assert token.encode() not in text and from_file.encode() not in text, f"a value is in {path}"
+    resumed = subprocess.run(
+        [*RUN, "--resume", str(jobs / "env")],
+        env=cli_env(tmp_path), cwd=Path(__file__).parent,
+        capture_output=True, text=True, timeout=SAFETY_TIMEOUT,
+    )  # fmt: skip
+    assert resumed.returncode == 2 and "give the values again" in resumed.stderr

@@ -130,3 +130,28 @@ def test_the_per_task_table_leaves_cancelled_trials_out_like_the_summary():
     task_row = next(line for line in text.splitlines() if line.startswith("│ t "))
     assert "1.000" in summary_row
     assert "1.000 (cancelled)" in task_row and "0.667" not in text
+
+
+def test_progress_counts_keep_cancelled_apart_and_mean_reward_per_agent():
+    from evsys.engine.metrics import progress_counts
+
+    trials = [
+        trial("t1", 1.0, agent="oracle"),
+        trial("t2", 1.0, agent="oracle"),
+        trial("t1", 0.0, agent="nop", cause=FailureCause.AGENT_TIMEOUT),
+        trial("t2", None, agent="nop", cause=FailureCause.CANCELLED),
+        trial("t3", 0.5, agent="loop", model="local"),
+    ]
+    counts = progress_counts(trials)
+    assert counts["done"] == 5
+    assert counts["errored"] == 1  # the timeout; the cancelled trial is not an error
+    assert counts["cancelled"] == 1
+    assert counts["mean_reward_by_agent"] == {"loop (local)": 0.5, "nop": 0.0, "oracle": 1.0}
+
+
+def test_eta_comes_from_this_runs_rate():
+    from evsys.cli.progress import clock, eta_seconds
+
+    assert eta_seconds(planned=10, done=4, done_at_start=2, elapsed=20.0) == 60.0  # 2 trials in 20 s, 6 left
+    assert eta_seconds(planned=10, done=2, done_at_start=2, elapsed=20.0) is None  # none finished yet
+    assert clock(3725) == "1:02:05"

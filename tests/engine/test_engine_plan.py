@@ -94,6 +94,30 @@ def test_task_filter_and_no_match(task_factory):
         plan_trials(config(task_factory.dataset, task_names=["zzz"]))
 
 
+def test_exclude_task_patterns_leave_tasks_out(task_factory):
+    for name in ("alpha", "beta", "bravo", "gamma"):
+        task_factory(name)
+    names = lambda **kw: [p.config.task_name for p in plan_trials(config(task_factory.dataset, **kw))]  # noqa: E731
+    assert names(exclude_task_names=["b*"]) == ["alpha", "gamma"]
+    assert names(task_names=["b*", "g*"], exclude_task_names=["bravo"]) == ["beta", "gamma"]
+    with pytest.raises(PlanError, match=r"no tasks matching b\* \(excluding b\*\)"):
+        plan_trials(config(task_factory.dataset, task_names=["b*"], exclude_task_names=["b*"]))
+
+
+def test_n_tasks_samples_the_same_tasks_every_time_and_all_attempts_of_them(task_factory):
+    for i in range(10):
+        task_factory(f"t{i}")
+    dataset = task_factory.dataset
+    first = plan_trials(config(dataset, n_tasks=3, n_attempts=2))
+    again = plan_trials(config(dataset, n_tasks=3, n_attempts=2))
+    picked = sorted({p.config.task_name for p in first})
+    assert len(picked) == 3 and len(first) == 6  # every attempt of the sampled tasks
+    assert [p.config.trial_name for p in first] == [p.config.trial_name for p in again]
+    other = {p.config.task_name for p in plan_trials(config(dataset, n_tasks=3, task_sample_seed=7))}
+    assert other != set(picked)  # another seed, another sample (fixed seeds: deterministic)
+    assert len(plan_trials(config(dataset, n_tasks=50))) == 10  # more than there are: every task
+
+
 def test_a_job_plans_the_tasks_pre_flight_loaded_without_parsing_them_again(task_factory):
     """Pre-flight hands the task directories it parsed to the plan: a task added after the check is not
     planned (it was never checked), and every planned task is the very object pre-flight loaded."""

@@ -52,6 +52,21 @@ def test_a_failed_build_exits_1_with_the_log_tail(image_storage, tmp_path):
     assert result.exit_code == 1 and "no-such-luck" in result.output
 
 
+def test_a_failed_build_names_the_users_dockerfile_line_and_the_tools_error(image_storage, tmp_path):
+    task = _task(tmp_path, "x")
+    (task / "environment" / "Dockerfile").write_text(
+        "FROM debian:bookworm-slim\n"
+        "# comments and continuations shift lines; evsys's own ARG steps shift step numbers\n"
+        "RUN echo first \\\n  && echo still-first\n"
+        "RUN apt-get install -y no-such-package-xyz || (seq 1 60; exit 100)\n"
+    )
+    result = CliRunner().invoke(app, ["image", "build", str(task), "--pull", "never"], env={"COLUMNS": "300"})
+    assert result.exit_code == 1
+    dockerfile = task / "environment" / "Dockerfile"
+    assert f"{dockerfile}:5: RUN apt-get install -y no-such-package-xyz" in result.output
+    assert "E: Unable to locate package no-such-package-xyz" in result.output  # 60 lines before the end
+
+
 def test_prune_removes_superseded_builds_of_a_task(image_storage, tmp_path):
     runner = CliRunner()
     tags = []

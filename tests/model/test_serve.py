@@ -160,7 +160,6 @@ async def test_streaming_chat_matches_non_streaming(tiny_client, tiny_server):
 
 
 UNHONOURED = {
-    "top_logprobs": 5,
     "tool_choice": "required",
     "response_format": {"type": "json_object"},
     "frequency_penalty": 0.5,
@@ -196,3 +195,66 @@ async def test_honoured_forms_of_those_parameters_are_accepted(tiny_server):
         none = (await http.post(url, json={**plain, "tool_choice": "none"})).json()
     assert auto["choices"][0]["message"]["tool_calls"], auto
     assert none["usage"]["prompt_tokens"] < auto["usage"]["prompt_tokens"]  # the tool schemas were left out
+
+
+async def test_n_samples_several_choices_of_one_prompt(tiny_client, tiny_server):
+    """n=4 with a seed: four choices, choice i exactly what the engine samples with seed + i; usage counts the
+    prompt once; the same for /v1/completions; stream with n > 1 is refused by name."""
+    body = {
+        "model": "tiny",
+        "messages": GREETING,
+        "n": 4,
+        "seed": 7,
+        "max_tokens": 12,
+        "return_token_ids": True,
+    }
+    async with httpx.AsyncClient(timeout=120) as http:
+        chat = (await http.post(f"{tiny_server}/chat/completions", json=body)).json()
+        text = (
+            await http.post(
+                f"{tiny_server}/completions",
+                json={
+                    "model": "tiny",
+                    "prompt": "hello",
+                    "n": 3,
+                    "seed": 1,
+                    "max_tokens": 8,
+                    "return_token_ids": True,
+                },
+            )
+        ).json()
+        streamed = await http.post(f"{tiny_server}/chat/completions", json={**body, "stream": True})
+    assert [c["index"] for c in chat["choices"]] == [0, 1, 2, 3]
+    for i, choice in enumerate(chat["choices"]):
+        local = await tiny_client.complete(GREETING, params=SamplingParams(seed=7 + i, max_tokens=12))
+        assert choice["token_ids"] == local.completion_token_ids
+    generated = sum(len(c["token_ids"]) for c in chat["choices"])
+    assert chat["usage"]["completion_tokens"] == generated
+    assert chat["usage"]["prompt_tokens"] == len(chat["prompt_token_ids"])
+    assert [c["index"] for c in text["choices"]] == [0, 1, 2]
+    assert len({tuple(c["token_ids"]) for c in text["choices"]}) > 1  # seeds 1, 2, 3: different samples
+    assert streamed.status_code == 400 and streamed.json()["error"]["param"] == "stream"
+    assert "n > 1" in streamed.json()["error"]["message"]
+
+
+async def test_top_logprobs_gives_each_tokens_most_likely_alternatives(tiny_server):
+    """Greedy with top_logprobs=3: three alternatives per token, best first, the sampled token the best one;
+    refused without logprobs and with stream."""
+    body = {"model": "tiny", "messages": GREETING, "temperature": 0, "max_tokens": 8, "logprobs": True}
+    async with httpx.AsyncClient(timeout=120) as http:
+        answer = (await http.post(f"{tiny_server}/chat/completions", json={**body, "top_logprobs": 3})).json()
+        without = await http.post(
+            f"{tiny_server}/chat/completions", json={**body, "logprobs": False, "top_logprobs": 3}
+        )
+        streamed = await http.post(
+            f"{tiny_server}/chat/completions", json={**body, "top_logprobs": 3, "stream": True}
+        )
+    content = answer["choices"][0]["logprobs"]["content"]
+    assert content
+    for entry in content:
+        top = entry["top_logprobs"]
+        assert len(top) == 3
+        assert [t["logprob"] for t in top] == sorted((t["logprob"] for t in top), reverse=True)
+        assert top[0]["id"] == entry["id"] and top[0]["logprob"] == pytest.approx(entry["logprob"])
+    assert without.status_code == 400 and "top_logprobs needs logprobs" in without.json()["error"]["message"]
+    assert streamed.status_code == 400 and streamed.json()["error"]["param"] == "top_logprobs"

@@ -102,3 +102,19 @@ async def test_a_worker_stops_its_idle_sandboxes_once_no_trial_ran_for_a_while(t
     with pytest.raises(SandboxError):  # stopped, not left running until Ray recycles the worker process
         await sandbox.exec("true")
     await runtime.close()
+
+
+def test_rays_notice_about_init_from_a_thread_is_dropped_and_other_warnings_kept(caplog):
+    import logging
+
+    from evsys.engine.executors.ray import drop_thread_sigterm_notice
+
+    logger = logging.getLogger("ray._private.worker")
+    logger.addFilter(drop_thread_sigterm_notice)
+    try:
+        with caplog.at_level(logging.WARNING, logger="ray._private.worker"):
+            logger.warning("SIGTERM handler is not set because current thread is not the main thread.")
+            logger.warning("some other Ray warning")  # control: still shown
+    finally:
+        logger.removeFilter(drop_thread_sigterm_notice)
+    assert [r.getMessage() for r in caplog.records] == ["some other Ray warning"]

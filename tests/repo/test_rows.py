@@ -64,6 +64,34 @@ def test_every_row_bad_is_an_error_listing_them(tmp_path):
         load_repo_tasks(_jsonl(tmp_path / "rows.jsonl", [ROW | {"instance_id": "x", "base_commit": "zz"}]))
 
 
+def test_load_repo_tasks_names_the_rows_it_leaves_out(tmp_path):
+    from evsys.repo.rows import SkippedRowsWarning
+
+    path = _jsonl(tmp_path / "rows.jsonl", [ROW, ROW | {"instance_id": "x", "base_commit": "zz"}])
+    with pytest.warns(SkippedRowsWarning, match=r"1 invalid row\(s\) .* row 2 \(x\): base_commit"):
+        tasks = load_repo_tasks(path)
+    assert [t.instance_id for t in tasks] == ["owner__proj-1"]
+    with pytest.raises(RepoRowsError, match=r"row 2 \(x\)"):
+        load_repo_tasks(path, strict=True)
+
+
+def test_tasks_check_checks_a_rows_file_and_a_python_dataset_as_run_loads_them(tmp_path, examples_dir):
+    from typer.testing import CliRunner
+
+    from evsys.cli.tasks import tasks_app
+
+    path = _jsonl(tmp_path / "rows.jsonl", [ROW, ROW | {"instance_id": "x", "base_commit": "zz"}])
+    result = CliRunner().invoke(tasks_app, ["check", str(path)], env={"COLUMNS": "300"})
+    assert result.exit_code == 1, result.output
+    assert "row 2 (x): base_commit: 'zz' is not a commit id" in result.output
+    assert "2 row(s) checked: 1 ok, 1 with errors" in result.output
+    good = CliRunner().invoke(tasks_app, ["check", str(_jsonl(tmp_path / "good.jsonl", [ROW]))])
+    assert good.exit_code == 0 and "1 ok, 0 with errors" in good.output
+    python = CliRunner().invoke(tasks_app, ["check", str(examples_dir / "math")])
+    assert python.exit_code == 0, python.output
+    assert "50 Python task(s) loaded" in python.output
+
+
 @pytest.mark.slow  # importing `datasets`
 def test_parquet_and_a_saved_hugging_face_dataset_load_the_same_rows(tmp_path):
     datasets = pytest.importorskip("datasets")

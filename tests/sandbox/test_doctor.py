@@ -59,3 +59,14 @@ def test_doctor_reports_the_kernels_link_protections_when_they_are_off(monkeypat
     (tmp_path / "protected_symlinks").write_text("1\n")
     (tmp_path / "protected_regular").write_text("2\n")
     assert checks.check_link_protections().ok
+
+
+def test_doctor_on_an_80_column_terminal_wraps_and_cuts_nothing(monkeypatch):
+    long_path = "/var/tmp/evsys-sandbox-cache/exec-daemon/" + "x" * 40
+    monkeypatch.setattr(
+        checks, "check_bwrap", lambda: checks.Check("bubblewrap", True, f"bubblewrap at {long_path}")
+    )
+    result = CliRunner().invoke(_app(), [], env={"COLUMNS": "80"})
+    assert "…" not in result.output
+    folded = "".join(line.split("│")[3].strip() for line in result.output.splitlines() if line.count("│") > 3)
+    assert long_path in folded  # the whole path is there, wrapped over lines

@@ -77,3 +77,29 @@ def test_new_refuses_an_existing_directory_and_bad_names(tmp_path):
     result = runner.invoke(tasks_app, ["new", "Bad Name", "--dir", str(tmp_path)])
     assert result.exit_code == 2 and "task name 'Bad Name' must start with" in result.output
     assert not (tmp_path / "Bad Name").exists()
+
+
+def test_check_fails_a_test_sh_with_crlf_line_endings(make_task):
+    task = make_task("crlf", test_sh="#!/bin/bash\r\necho 1 > /logs/verifier/reward.txt\r\n")
+    result = runner.invoke(tasks_app, ["check", str(task)])
+    assert result.exit_code == 1, result.output
+    assert f"{task}/tests/test.sh: has Windows (CRLF) line endings" in result.output
+    clean = make_task("lf", test_sh="#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n")  # control
+    assert runner.invoke(tasks_app, ["check", str(clean)]).exit_code == 0
+
+
+def test_strict_makes_misspelt_keys_errors_and_suggests_the_known_one(make_task):
+    task = make_task("typo", toml="[agent]\ntimeout_secs = 5\n[verifer]\ntimeout_sec = 5\n")
+    lenient = runner.invoke(tasks_app, ["check", str(task)])
+    assert lenient.exit_code == 0, lenient.output  # without --strict: warnings
+    result = runner.invoke(tasks_app, ["check", "--strict", str(task)])
+    assert result.exit_code == 1, result.output
+    assert f"{task}/task.toml:agent.timeout_secs: unknown key" in result.output
+    assert "did you mean 'agent.timeout_sec'?" in result.output
+    assert f"{task}/task.toml:verifer: unknown section" in result.output
+    assert "did you mean 'verifier'?" in result.output
+    assert "2 error(s), 0 warning(s)" in result.output
+
+
+def test_check_of_a_path_without_tasks_exits_2(tmp_path):
+    assert runner.invoke(tasks_app, ["check", str(tmp_path / "nothing")]).exit_code == 2

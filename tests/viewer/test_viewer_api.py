@@ -55,6 +55,9 @@ def test_api_serves_jobs_with_security_headers(handmade: Path):
     response = client(JobSource(handmade.parent)).get("/api/jobs")
     assert response.status_code == 200
     assert [j["name"] for j in response.json()["jobs"]] == ["handmade"]
+    assert (
+        response.json()["jobs"][0]["state"] == "incomplete"
+    )  # finished with complete: false, nothing cancelled
     assert response.headers["content-security-policy"].startswith("default-src 'self'")
     assert response.headers["x-content-type-options"] == "nosniff"
 

@@ -39,13 +39,23 @@ def test_jobs_list_shows_every_job_with_mean_pass_at_k_and_errors(jobs_dir):
     assert handmade.rstrip(" │").endswith("3")  # three failed trials
 
 
+def test_jobs_list_never_calls_a_job_that_ended_early_done(jobs_dir):
+    out = evsys("jobs", "list", jobs_dir)
+    lines = {line.split()[1]: line for line in out.stdout.splitlines() if line.startswith("│")}
+    assert (
+        "incomplete" in lines["handmade"] and "done" not in lines["handmade"]
+    )  # result.json: complete false
+    assert "done" in lines["oracle-job"] and "cancelled" not in lines["oracle-job"]
+
+
 def test_jobs_show_prints_summary_and_failed_trials(jobs_dir):
     out = evsys("jobs", "show", jobs_dir / "handmade")
     assert out.returncode == 0, out.stderr
     assert "job handmade" in out.stdout
     assert "agent_error 1, agent_timeout 1, reward_missing 1" in out.stdout
     assert "failed trials (3)" in out.stdout
-    error_row = next(line for line in out.stdout.splitlines() if "greet__loop-local__2" in line)
+    failed_table = out.stdout.split("failed trials (3)", 1)[1]
+    error_row = next(line for line in failed_table.splitlines() if "greet__loop-local__2" in line)
     assert "agent_error" in error_row and "RuntimeError: the agent broke" in error_row
     assert "greet__loop-local__2/exception.txt" in error_row
     assert "<script>" not in error_row  # only the first line of the message
@@ -102,6 +112,31 @@ def test_trial_show_of_a_missing_trial_is_a_clear_error(jobs_dir):
     assert out.returncode == 2 and "no trial directory 'no-such-trial'" in out.stderr
 
 
+def test_trial_show_of_a_job_directory_points_at_its_trials(jobs_dir, tmp_path):
+    out = evsys("trial", "show", jobs_dir / "oracle-job")
+    assert out.returncode == 2, out.stdout
+    assert "is a job directory: give one of its trials" in out.stderr
+    assert "evsys jobs show" in out.stderr and "Field required" not in out.stdout + out.stderr
+    other = evsys("trial", "show", tmp_path)
+    assert other.returncode == 2 and "is not a trial directory" in other.stderr
+
+
+def test_trial_show_names_an_unreadable_reward_file(jobs_dir, tmp_path):
+    import json
+    import shutil
+
+    job = tmp_path / "garbage-job"
+    shutil.copytree(jobs_dir / "oracle-job", job, symlinks=True)
+    trial = next(job.glob("create-file__oracle__*"))
+    (trial / "verifier" / "reward.txt").write_text("not a number\n")
+    result = json.loads((trial / "result.json").read_text())
+    result.update(rewards=None, reward=None)
+    (trial / "result.json").write_text(json.dumps(result))
+    out = evsys("trial", "show", trial)
+    assert out.returncode == 0, out.stderr
+    assert "verifier/reward.txt is unreadable" in out.stdout and "no reward file" not in out.stdout
+
+
 def test_view_refuses_a_missing_directory(tmp_path):
     out = evsys("view", tmp_path / "nope", "--no-open", "--port", "0")
     assert out.returncode == 2 and "is not a directory" in out.stderr
@@ -145,3 +180,74 @@ def test_command_summaries_are_whole_at_80_columns(group):
     lines = commands.splitlines()
     # click cuts a summary that does not fit with "..."
     assert all(len(line) <= 80 and not line.endswith("...") for line in lines), commands
+
+
+def test_sft_export_leaves_out_oracle_trials_with_no_model_turn(jobs_dir, tmp_path):
+    from evsys.trajectory.export import export_job
+
+    [path] = export_job(jobs_dir / "oracle-job", "sft", tmp_path / "sft", successful_only=True)
+    assert path.read_text() == ""  # every oracle trial succeeded, none has an assistant message to learn
+
+
+def test_jobs_list_json(jobs_dir):
+    import json
+
+    out = evsys("jobs", "list", jobs_dir, "--json")
+    assert out.returncode == 0, out.stderr
+    jobs = {job["name"]: job for job in json.loads(out.stdout)["jobs"]}
+    assert set(jobs) == {"oracle-job", "nop-job", "handmade"}
+    assert jobs["oracle-job"]["mean_reward"] == 1.0 and jobs["oracle-job"]["state"] == "done"
+    assert jobs["handmade"]["n_errors"] == 3 and jobs["handmade"]["state"] == "incomplete"
+
+
+def test_jobs_show_groups_errors_by_message_and_has_json(jobs_dir):
+    import json
+
+    out = evsys("jobs", "show", jobs_dir / "handmade")
+    assert "errors by message" in out.stdout
+    data = json.loads(evsys("jobs", "show", jobs_dir / "handmade", "--json").stdout)
+    assert data["n_errors"] == 3 and data["state"] == "incomplete"
+    assert sorted(g["cause"] for g in data["errors"]) == ["agent_error", "agent_timeout", "reward_missing"]
+    assert all(g["count"] == 1 and len(g["trials"]) == 1 for g in data["errors"])
+    assert {t["cause"] for t in data["failed_trials"]} == {"agent_error", "agent_timeout", "reward_missing"}
+    assert [p["name"] for p in data["pending"]] == ["running__loop-local__1"]
+
+
+def test_error_summary_groups_by_cause_and_first_line():
+    from evsys.records import FailureCause, TrialFailure, TrialResult
+    from evsys.viewer.jobdata import error_summary
+
+    def failed(name: str, cause: FailureCause, message: str) -> TrialResult:
+        failure = TrialFailure(cause=cause, message=message)
+        return TrialResult(
+            trial_name=name,
+            task_name=name,
+            task_path="/t",
+            dataset="d",
+            agent="a",
+            attempt=1,
+            failure=failure,
+        )
+
+    trials = [
+        failed("t1", FailureCause.AGENT_TIMEOUT, "ran past 60 s"),
+        failed("t2", FailureCause.AGENT_TIMEOUT, "ran past 60 s"),
+        failed("t3", FailureCause.AGENT_ERROR, "ValueError: boom\nTraceback ..."),
+        failed("t4", FailureCause.AGENT_ERROR, "ValueError: other"),
+    ]
+    groups = error_summary(trials)
+    assert [(g.cause, g.message, g.count) for g in groups] == [
+        ("agent_timeout", "ran past 60 s", 2),
+        ("agent_error", "ValueError: boom", 1),
+        ("agent_error", "ValueError: other", 1),
+    ]
+    assert groups[0].trials == ["t1", "t2"]
+
+
+def test_trial_show_json(jobs_dir):
+    import json
+
+    trial = next((jobs_dir / "oracle-job").glob("create-file__oracle__*"))
+    data = json.loads(evsys("trial", "show", trial, "--json").stdout)
+    assert data["result"]["reward"] == 1.0 and data["name"] == trial.name
+    assert data["trajectory"]["steps"] and data["problems"] == []

@@ -16,8 +16,11 @@ from evsys.viewer.app import JobSource, create_app
 WAIT_MS = 30_000  # a guard against a hung page, not a speed assertion
 SAFETY_TIMEOUT = 60
 STATES = {
-    "cancelled-job": "cancelled", "handmade": "incomplete", "done-job": "done", "running-job": "running",
-}  # fmt: skip
+    "cancelled-job": "cancelled",
+    "handmade": "incomplete",
+    "done-job": "done",
+    "running-job": "running/stopped",
+}
 
 
 def _rewrite_trials(job_dir: Path, **update) -> None:
@@ -49,9 +52,9 @@ def list_jobs(tmp_path_factory) -> Path:
 def test_the_api_gives_each_job_its_state_and_datasets(list_jobs):
     api = TestClient(create_app(JobSource(list_jobs)), base_url="http://127.0.0.1:8765")
     jobs = {j["name"]: j for j in api.get("/api/jobs").json()["jobs"]}
-    assert {name: j["status"] for name, j in jobs.items()} == STATES
+    assert {name: j["state"] for name, j in jobs.items()} == STATES
     assert jobs["done-job"]["datasets"] == ["swe-mini"] and jobs["handmade"]["datasets"] == ["tasks"]
-    assert api.get("/api/jobs/cancelled-job").json()["status"] == "cancelled"
+    assert api.get("/api/jobs/cancelled-job").json()["state"] == "cancelled"
 
 
 @pytest.fixture(scope="module")

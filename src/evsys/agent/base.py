@@ -89,8 +89,10 @@ class AgentContext:
         timeout_sec: float | None = None,
         kwargs: dict[str, Any] | None = None,
         on_event: Callable[[dict[str, Any]], None] | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.task = task
+        self.env = dict(env or {})  # the job's --agent-env / --env-file for this agent (secrets: never log)
         self.trial_name = trial_name
         self.logs_dir = logs_dir
         self.trajectory = trajectory

@@ -83,6 +83,9 @@ RESUME_FLAGS = (
     "executor",
     "ray_address",
     "ray_mode",
+    "progress_interval",
+    "agent_env",
+    "env_file",
 )
 """The `run` parameters that belong to a resume itself or to where it runs (task paths are refused on their
 own); a job started locally may resume on a Ray cluster and the other way round."""

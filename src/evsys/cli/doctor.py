@@ -10,7 +10,7 @@ def _table(title: str, checks: list) -> object:
 
     table = Table(title=title, show_lines=False)
     for column in ("check", "status", "detail", "fix"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")  # a narrow terminal wraps paths, never cuts them
     for check in checks:
         if check.ok:
             status = "[green]ok[/green]"

@@ -13,7 +13,7 @@ from evsys.cli.complete import complete_job_dir
 from evsys.cli.markup import shown
 
 if TYPE_CHECKING:
-    from evsys.viewer.jobdata import LoadedJob
+    from evsys.viewer.jobdata import ErrorGroup, LoadedJob
 
 jobs_app = typer.Typer(no_args_is_help=True, help="List, summarise and compare job directories.")
 
@@ -42,7 +42,7 @@ def _load(path: Path) -> LoadedJob:
     return load_job(path)
 
 
-@jobs_app.command("list", short_help="Every job: when, agents, models, trials, mean, pass@k.")
+@jobs_app.command("list", short_help="Every job: when, state, agents, models, trials, mean, pass@k (--json).")
 def list_jobs(
     jobs_dir: Annotated[
         Path,
@@ -50,13 +50,17 @@ def list_jobs(
             help="The directory holding job directories.", show_default=True, autocompletion=complete_job_dir
         ),
     ] = Path("jobs"),
+    as_json: Annotated[bool, typer.Option("--json", help="Print {'jobs': [...]} as JSON instead.")] = False,
 ) -> None:
-    """Every job under JOBS_DIR, newest first: when, agents, models, trials, mean, pass@k, errors."""
+    """Every job under JOBS_DIR, newest first: when, state, agents, models, trials, mean, pass@k, errors."""
     from evsys.viewer.jobdata import list_jobs as read_jobs
 
     if not jobs_dir.is_dir():
         raise _fail(f"{jobs_dir} is not a directory")
     listings = read_jobs(jobs_dir)
+    if as_json:
+        _print_json({"jobs": [job.model_dump(mode="json") for job in listings]})
+        return
     out = _out()
     if not listings:
         out.print(f"no jobs in {jobs_dir}")
@@ -72,7 +76,7 @@ def list_jobs(
         table.add_row(
             shown(job.name),
             (job.started_at or "-")[:19].replace("T", " "),
-            "running/stopped" if job.running else "done",
+            job.state,
             shown(", ".join(job.agents)),
             shown(", ".join(job.models) or "-"),
             trials,
@@ -83,20 +87,31 @@ def list_jobs(
     out.print(table)
 
 
-@jobs_app.command("show", short_help="A job's summary and its failed trials.")
+@jobs_app.command("show", short_help="A job's summary, errors grouped by message, failed trials (--json).")
 def show(
     job_dir: Annotated[
         Path, typer.Argument(help="A job directory (jobs/<name>).", autocompletion=complete_job_dir)
     ],
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="Print the summary, metrics, error groups and failed trials as JSON."),
+    ] = False,
 ) -> None:
-    """The job's summary as `evsys run` printed it, then every failed trial with its cause and first error."""
+    """The job's summary as `evsys run` printed it, its errors grouped by cause and message, then every failed
+    trial with its cause and first error."""
     from evsys.cli.run import print_summary
-    from evsys.viewer.jobdata import first_line
+    from evsys.viewer.jobdata import error_summary, first_line
 
     job = _load(job_dir)
+    failed = [t for t in job.trials if t.failure is not None]
+    groups = error_summary(job.trials)
+    if as_json:
+        _print_json(_job_json(job, groups))
+        return
     out = _out()
     print_summary(out, job.as_job_result(), job_dir)
-    failed = [t for t in job.trials if t.failure is not None]
+    if groups:
+        _print_error_groups(out, groups)
     if failed:
         table = Table(title=f"failed trials ({len(failed)})", title_justify="left")
         for column in ("trial", "cause", "reward", "first error line"):
@@ -113,6 +128,81 @@ def show(
         out.print(f"no result: {shown(pending.name)}: {shown(pending.problem)}")
     if job.config_error:
         out.print(f"[yellow]{shown(job.config_error)}[/]")
+
+
+def _print_json(data: object) -> None:
+    import json
+
+    typer.echo(json.dumps(data, indent=2, ensure_ascii=False))
+
+
+def _job_json(job: LoadedJob, groups: list[ErrorGroup]) -> dict:
+    """`jobs show --json`: the job's summary and metrics, errors grouped by message, failed and pending
+    trials."""
+    from evsys.viewer.jobdata import first_line
+
+    summary = job.as_job_result().model_dump(mode="json", exclude={"trials"})
+    failed = [
+        {
+            "trial": t.trial_name,
+            "task": t.task_name,
+            "agent": t.agent,
+            "cause": t.failure.cause.value,
+            "reward": t.reward,
+            "first_error_line": first_line(t.failure.message),
+        }
+        for t in job.trials
+        if t.failure is not None
+    ]
+    return {
+        "state": job.state,
+        **summary,
+        "errors": [group.model_dump() for group in groups],
+        "failed_trials": failed,
+        "pending": [p.model_dump() for p in job.pending],
+        "config_error": job.config_error,
+    }
+
+
+def _print_error_groups(out: Console, groups: list[ErrorGroup]) -> None:
+    table = Table(title="errors by message", title_justify="left")
+    for column in ("count", "cause", "message", "trials"):
+        table.add_column(column, overflow="fold")
+    for group in groups:
+        more = f" (+{group.count - len(group.trials)})" if group.count > len(group.trials) else ""
+        names = ", ".join(group.trials) + more
+        table.add_row(str(group.count), group.cause, shown(group.message), shown(names))
+    out.print(table)
+
+
+@jobs_app.command("config", short_help="A job file to rerun a job with `evsys run -c`.")
+def config(
+    job_dir: Annotated[
+        Path, typer.Argument(help="A job directory (jobs/<name>).", autocompletion=complete_job_dir)
+    ],
+    output: Annotated[
+        Path | None, typer.Option("-o", "--output", help="Write the YAML here (default: print it).")
+    ] = None,
+) -> None:
+    """The job's config.json as a YAML job file, without its job name (a rerun gets a new directory):
+    `evsys jobs config jobs/<name> -o job.yaml`, then `evsys run -c job.yaml`."""
+    import json
+
+    from evsys.cli.job_file import job_file_text
+    from evsys.util.atomic import write_text_atomic
+
+    _load(job_dir)  # a job directory, or a usage error
+    try:
+        text = job_file_text(json.loads((job_dir / "config.json").read_text(encoding="utf-8")))
+    except (OSError, ValueError) as exc:
+        raise _fail(f"cannot read {job_dir / 'config.json'}: {exc}") from None
+    if output is None:
+        typer.echo(text, nl=False)
+        return
+    write_text_atomic(output, text)
+    Console(stderr=True, highlight=False, soft_wrap=True).print(
+        f"wrote {shown(str(output))}; rerun with `evsys run -c {shown(str(output))}`"
+    )
 
 
 @jobs_app.command("diff", short_help="Per-task reward changes between two jobs.")

@@ -61,8 +61,21 @@ def serve(
     console.print(
         f"serving [bold]{name}[/] (context {engine.context_window} tokens) on http://{host}:{port}/v1"
     )
-    config = uvicorn.Config(create_app(client, name), log_level="warning")
-    uvicorn.Server(config).run(sockets=[listener])
+    config = uvicorn.Config(create_app(client, name), log_level="warning", timeout_graceful_shutdown=5)
+    _engine_server(config, client).run(sockets=[listener])
+
+
+def _engine_server(config: Any, client: Any) -> Any:
+    """A uvicorn server that, on Ctrl-C or SIGTERM, first stops the engine: in-flight requests end at once
+    with 503 instead of holding the shutdown until their generations finish."""
+    import uvicorn
+
+    class EngineServer(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            client.shared.close()
+            super().handle_exit(sig, frame)
+
+    return EngineServer(config)
 
 
 def _bind(console: Any, host: str, port: int) -> socket.socket:

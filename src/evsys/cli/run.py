@@ -7,10 +7,8 @@ Exit codes: 0 when the job ran (whatever the rewards), 2 on usage errors, 130 wh
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
-from collections.abc import AsyncIterator
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -18,7 +16,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.console import Console
 
+from evsys.cli.agent_env import read_agent_env, restore_env
 from evsys.cli.checks import (
+    all_flags,
     console,
     flags_given,
     import_from_current_directory,
@@ -36,7 +36,9 @@ from evsys.cli.complete import (
 )
 from evsys.cli.datasets import RegistryPath, RegistryUrl, dataset_paths
 from evsys.cli.executor_flags import ExecutorFlags, executor_spec, resume_hint
+from evsys.cli.job_file import CONFIG_FLAGS, AgentFlags, config_from_file, validation_message
 from evsys.cli.markup import shown
+from evsys.cli.progress import DEFAULT_INTERVAL, live_progress
 
 if TYPE_CHECKING:
     from evsys.engine.config import JobConfig
@@ -74,6 +76,8 @@ def _build_job(
     base_url: str | None,
     agent_kwargs: list[str],
     settings: dict,
+    flags: dict[str, str] | None = None,
+    env: dict[str, str] | None = None,
 ) -> JobConfig:
     from pydantic import ValidationError
 
@@ -89,12 +93,23 @@ def _build_job(
     try:
         kwargs = dict(parse_agent_kwarg(text) for text in agent_kwargs)
         specs = [
-            AgentSpec(name=name, model=model, base_url=base_url, kwargs=kwargs)
+            AgentSpec(name=name, model=model, base_url=base_url, kwargs=kwargs, env=env or {})  # type: ignore[arg-type]
             for name in (agents or ["oracle"])
         ]
         return JobConfig(datasets=paths, agents=specs, **{k: v for k, v in settings.items() if v is not None})
     except (ValueError, ValidationError) as exc:
-        raise _fail(_validation_message(exc)) from None
+        raise _fail(validation_message(exc, {**(flags or {}), **CONFIG_FLAGS})) from None
+
+
+def _check_env_executor(config: JobConfig) -> None:
+    """Agent environment stays in this process: refuse it on an executor that ships trials elsewhere."""
+    from evsys.engine.config import DEFAULT_EXECUTOR
+
+    if config.executor.name != DEFAULT_EXECUTOR and any(agent.env for agent in config.agents):
+        raise _fail(
+            f"--agent-env/--env-file values are never shipped to the {config.executor.name} executor's "
+            "workers; set them in its environment (for Ray: the runtime_env) instead"
+        )
 
 
 def _log_limits(texts: list[str]) -> dict[str, int] | None:
@@ -107,18 +122,19 @@ def _log_limits(texts: list[str]) -> dict[str, int] | None:
         raise _fail(str(exc)) from None
 
 
-def _validation_message(exc: Exception) -> str:
-    from pydantic import ValidationError
-
-    if isinstance(exc, ValidationError):
-        return "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
-    return str(exc)
-
-
 def run(
     ctx: typer.Context,
     paths: Annotated[
         list[Path] | None, typer.Argument(help="Task directories or datasets.", show_default=False)
+    ] = None,
+    config_file: Annotated[
+        Path | None,
+        typer.Option(
+            "-c",
+            "--config",
+            help="A job file (YAML or JSON of JobConfig fields, e.g. from `evsys jobs config`); flags given "
+            "win over it.",
+        ),
     ] = None,
     agent: Annotated[
         list[str] | None,
@@ -128,6 +144,18 @@ def run(
             help="oracle | nop | loop | a harness (evsys harness list) | module:Class",
             autocompletion=complete_agent,
         ),
+    ] = None,
+    agent_env: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--agent-env",
+            "--ae",
+            help="KEY=VALUE in every agent's environment (repeatable); never saved in clear.",
+        ),
+    ] = None,
+    env_file: Annotated[
+        list[Path] | None,
+        typer.Option("--env-file", help="A .env file of KEY=VALUE lines for the agents (repeatable)."),
     ] = None,
     dataset: Annotated[
         list[str] | None,
@@ -213,7 +241,8 @@ def run(
         ),
     ] = 0,
     task: Annotated[
-        list[str] | None, typer.Option("--task", help="Only tasks whose name matches (glob).")
+        list[str] | None,
+        typer.Option("--task", "-t", help="Only tasks whose name matches (glob; repeat for more)."),
     ] = None,
     task_filter: Annotated[
         list[str] | None,
@@ -223,6 +252,19 @@ def run(
             "as tags matches when any element does); repeat to narrow (one key repeated: either value).",
         ),
     ] = None,
+    exclude_task: Annotated[
+        list[str] | None,
+        typer.Option("--exclude-task", "-x", help="Leave out tasks whose name matches (glob; repeat)."),
+    ] = None,
+    n_tasks: Annotated[
+        int | None,
+        typer.Option(
+            "--n-tasks",
+            "-l",
+            help="Run only N of the selected tasks, sampled with --task-seed (the same N on every run).",
+        ),
+    ] = None,
+    task_seed: Annotated[int, typer.Option("--task-seed", help="Seed of the --n-tasks sample.")] = 0,
     log_limit: Annotated[
         list[str] | None,
         typer.Option(
@@ -276,6 +318,14 @@ def run(
             "--model-probe/--no-model-probe", help="Check the model server answers before starting."
         ),
     ] = True,
+    progress_interval: Annotated[
+        float,
+        typer.Option(
+            "--progress-interval",
+            min=0.1,
+            help="Without a terminal (CI, pipes): seconds between plain 'progress:' lines on stderr.",
+        ),
+    ] = DEFAULT_INTERVAL,
 ) -> None:
     """Run agents on tasks in sandboxes and score them; or resume a job with --resume jobs/<name>."""
     settings: dict[str, Any] = {
@@ -295,6 +345,9 @@ def run(
         "warm_sandboxes": warm_sandboxes,
         "task_names": task or [],
         "task_filters": task_filter or [],
+        "exclude_task_names": exclude_task or [],
+        "n_tasks": n_tasks,
+        "task_sample_seed": task_seed,
         "log_limits": _log_limits(log_limit or []),
     }
     from evsys.engine import Job
@@ -309,21 +362,30 @@ def run(
             if f"ray_{field}" in given
         },
     )
+    env = read_agent_env(agent_env or [], env_file or [])
     if resume is not None:
         job = resume_job(ctx, resume, paths or [], retry_errors, settings, where)
+        restore_env(job.config, env)
+        _check_env_executor(job.config)
         job.tasksets = run_preflight(job.config, probe=model_probe, strict=False).tasksets
     else:
         settings["executor"] = executor_spec(where.name, where.options)
+        flags = all_flags(ctx)
         paths = [*(paths or []), *dataset_paths(dataset or [], registry_path, registry_url)]
         kwargs = [*(agent_kwarg or []), *(["mcp_tools=true"] if harness_mcp_tools else [])]
-        config = _build_job(paths, agent or [], model, base_url, kwargs, settings)
+        if config_file is not None:
+            agents = AgentFlags(agent, model, base_url, kwargs, env)
+            config = config_from_file(config_file, given, settings, paths, agents, flags)
+        else:
+            config = _build_job(paths, agent or [], model, base_url, kwargs, settings, flags, env)
+        _check_env_executor(config)
         report = run_preflight(config, probe=model_probe, strict=strict)
         job = Job(config, retry_errors=retry_errors, tasksets=report.tasksets)
     if stream:
         from evsys.cli.stream import event_printer
 
         job.on_agent_event = event_printer(console)
-    result = _run_job(job)
+    result = _run_job(job, progress_interval)
     print_summary(_stdout_console(), result, job.job_dir)
     if job.cancelled:
         console.print(
@@ -334,12 +396,12 @@ def run(
         raise typer.Exit(EXIT_CANCELLED)
 
 
-def _run_job(job: Job) -> JobResult:
+def _run_job(job: Job, progress_interval: float = DEFAULT_INTERVAL) -> JobResult:
     from evsys.engine import JobStoreError, PlanError
     from evsys.task.loader import DatasetNotFoundError
 
     try:
-        return asyncio.run(_run_with_signals(job))
+        return asyncio.run(_run_with_signals(job, progress_interval))
     except (JobStoreError, PlanError, DatasetNotFoundError) as exc:
         raise _fail(str(exc)) from None
     except ValueError as exc:  # unknown agent, bad agent kwargs
@@ -355,7 +417,7 @@ def _run_job(job: Job) -> JobResult:
         raise typer.Exit(1) from None
 
 
-async def _run_with_signals(job: Job) -> JobResult:
+async def _run_with_signals(job: Job, progress_interval: float) -> JobResult:
     loop = asyncio.get_running_loop()
 
     def on_signal() -> None:
@@ -367,57 +429,11 @@ async def _run_with_signals(job: Job) -> JobResult:
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, on_signal)
     try:
-        async with live_progress(job, console):
+        async with live_progress(job, console, progress_interval):
             return await job.run()
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.remove_signal_handler(sig)
-
-
-@contextlib.asynccontextmanager
-async def live_progress(job: Job, out: Console) -> AsyncIterator[None]:
-    """Show a live progress bar (done / running / errored, mean reward so far) while the job runs."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    progress = Progress(
-        TextColumn("[bold]{task.fields[job]}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("{task.fields[detail]}"),
-        TimeElapsedColumn(),
-        console=out,
-        transient=False,
-    )
-    bar = progress.add_task("trials", total=None, job=job.config.job_name, detail="planning")
-
-    def update() -> None:
-        status = job.status()
-        mean = status["mean_reward"]
-        detail = (
-            f"running {status['running']} | errored {status['errored']} | "
-            f"mean reward {'-' if mean is None else f'{mean:.3f}'}"
-        )
-        from evsys.engine.trial.images import build_activity
-
-        building = build_activity()
-        if building:
-            detail += f" | building {building[0][:90]}" + (f" (+{len(building) - 1})" if building[1:] else "")
-        progress.update(bar, total=status["planned"] or None, completed=status["done"], detail=detail)
-
-    async def refresh() -> None:
-        while True:
-            update()
-            await asyncio.sleep(0.2)
-
-    with progress:
-        updater = asyncio.create_task(refresh())
-        try:
-            yield
-        finally:
-            updater.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await updater
-            update()
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:

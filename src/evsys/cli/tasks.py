@@ -22,19 +22,33 @@ def _console(stderr: bool = False) -> Console:
 
 @tasks_app.command("check")
 def check(
-    path: Annotated[Path, typer.Argument(help="A dataset directory or one task directory.")],
+    path: Annotated[
+        Path,
+        typer.Argument(
+            help="A dataset directory, one task directory, a Python dataset (dataset.toml) or a rows file."
+        ),
+    ],
     oracle: Annotated[
         bool,
         typer.Option("--oracle", help="Treat a missing solution/solve.sh as an error (the oracle needs it)."),
     ] = False,
+    strict: Annotated[
+        bool,
+        typer.Option("--strict", help="Treat unknown or misspelt task.toml keys and sections as errors."),
+    ] = False,
 ) -> None:
-    """List every problem of the tasks under PATH as `file:field: message`; exit 1 if any is an error."""
+    """List every problem of the tasks under PATH as `file:field: message`.
+
+    Exit codes: 0 every task is fine (warnings allowed), 1 some task has an error (with --strict, an unknown
+    key too), 2 PATH holds no task."""
     from evsys.task.check import check_tasks
     from evsys.task.loader import DatasetNotFoundError
 
     out = _console()
+    if _check_rows_or_python(path, out):
+        return
     try:
-        report = check_tasks(path, require_solution=oracle)
+        report = check_tasks(path, require_solution=oracle, strict=strict)
     except DatasetNotFoundError as exc:
         _console(stderr=True).print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
@@ -49,6 +63,41 @@ def check(
     out.print(f"[{'red' if bad else 'green'}]{summary}[/]")
     if bad:
         raise typer.Exit(1)
+
+
+def _check_rows_or_python(path: Path, out: Console) -> bool:
+    """Check a rows file (SWE-bench style) or a Python dataset as `evsys run` would load it; False when
+    `path` is neither (a task directory or a dataset of them). Exits 1 when something is invalid."""
+    from evsys.repo.rows import RepoRowsError, is_repo_dataset, load_repo_rows
+    from evsys.task.python import PythonTaskLoadError, is_python_dataset, load_python_tasks
+
+    if is_repo_dataset(path):
+        try:
+            rows = load_repo_rows(path)
+        except RepoRowsError as exc:
+            _console(stderr=True).print(f"[red]error:[/red] {_escape(str(exc))}")
+            raise typer.Exit(2) from None
+        for error in rows.errors:
+            out.print(f"[red]{_escape(str(error))}[/red]")
+        total = len(rows.tasks) + len(rows.errors)
+        summary = f"{total} row(s) checked: {len(rows.tasks)} ok, {len(rows.errors)} with errors"
+        out.print(f"[{'red' if rows.errors else 'green'}]{summary}[/]")
+        if rows.errors:
+            raise typer.Exit(1)
+        return True
+    if is_python_dataset(path):
+        from evsys.cli.checks import import_from_current_directory
+
+        import_from_current_directory()  # verifiers named as my_pkg.module:function, as `evsys run` does
+        try:
+            tasks = load_python_tasks(path)
+        except PythonTaskLoadError as exc:
+            out.print(f"[red]{_escape(str(exc))}[/red]")
+            out.print("[red]the Python dataset does not load[/]")
+            raise typer.Exit(1) from None
+        out.print(f"[green]{len(tasks)} Python task(s) loaded from {_escape(str(path))}[/]")
+        return True
+    return False
 
 
 tasks_app.command("validate")(repo_tasks.validate)

@@ -28,13 +28,19 @@ def _clip(text: str, full: bool) -> str:
     return text[:TEXT_LIMIT] + f"\n… ({len(text) - TEXT_LIMIT} more characters; --full shows them)"
 
 
-@trial_app.command("show", short_help="One trial's steps, tool calls and verifier output.")
+@trial_app.command("show", short_help="One trial's steps, tool calls and verifier output (--json).")
 def show(
     trial_dir: Annotated[
         Path,
         typer.Argument(help="A trial directory (jobs/<job>/<trial>).", autocompletion=complete_trial_dir),
     ],
     full: Annotated[bool, typer.Option("--full", help="Do not shorten long messages and output.")] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json", help="Print the trial as JSON (result, config, trajectory, verifier output, problems)."
+        ),
+    ] = False,
 ) -> None:
     """Outcome, timing, every step (messages, tool calls, observations) and the verifier's output."""
     from evsys.viewer.files import UnsafePathError
@@ -42,11 +48,17 @@ def show(
 
     out = Console(highlight=False)
     trial_dir = trial_dir.resolve()
+    _check_is_trial(trial_dir)
     try:
         trial = load_trial(trial_dir.parent, trial_dir.name)
     except (UnsafePathError, OSError) as exc:
         Console(stderr=True, highlight=False).print(f"[bold red]error:[/] {shown(str(exc))}")
         raise typer.Exit(2) from None
+    if as_json:
+        typer.echo(
+            json.dumps(trial.model_dump(mode="json", exclude={"token_texts"}), indent=2, ensure_ascii=False)
+        )
+        return
     for problem in trial.problems:
         out.print(f"[yellow]{shown(problem)}[/]")
     _outcome(out, trial)
@@ -62,6 +74,34 @@ def show(
         out.print("logs: " + ", ".join(shown(f.path) for f in trial.logs))
 
 
+def _check_is_trial(path: Path) -> None:
+    """Exit 2 with a hint unless `path` is a trial directory (a directory of a job directory)."""
+    from evsys.viewer.jobdata import is_job_dir
+
+    if is_job_dir(path.parent):
+        return
+    err = Console(stderr=True, highlight=False, soft_wrap=True)
+    if is_job_dir(path):
+        trials = sorted(p.name for p in path.iterdir() if p.is_dir() and (p / "config.json").is_file())
+        example = f" (e.g. {shown(str(path / trials[0]))})" if trials else ""
+        err.print(
+            f"[bold red]error:[/] {shown(str(path))} is a job directory: give one of its trials{example}, "
+            f"or see the whole job with `evsys jobs show {shown(str(path))}`"
+        )
+    else:
+        err.print(f"[bold red]error:[/] {shown(str(path))} is not a trial directory (jobs/<job>/<trial>)")
+    raise typer.Exit(2)
+
+
+def _no_rewards(trial: LoadedTrial) -> str:
+    """Why a trial has no reward keys: no reward file, or one that could not be read."""
+    names = [t.path.rsplit("/", 1)[-1] for t in trial.verifier]
+    files = [name for name in names if name in ("reward.txt", "reward.json")]
+    if files:
+        return f"verifier/{files[0]} is unreadable"
+    return "no reward file"
+
+
 def _outcome(out: Console, trial: LoadedTrial) -> None:
     result = trial.result
     if result is None:
@@ -72,7 +112,7 @@ def _outcome(out: Console, trial: LoadedTrial) -> None:
     agent = f"{result.agent} ({result.model})" if result.model else result.agent
     out.print(f"[bold]{shown(trial.name)}[/]  task {shown(result.task_name)}  agent {shown(agent)}")
     status = "[green]ok[/]" if result.failure is None else f"[red]{result.failure.cause.value}[/]"
-    out.print(f"reward {reward} ({shown(keys) or 'no reward file'})  {status}")
+    out.print(f"reward {reward} ({shown(keys) or _no_rewards(trial)})  {status}")
     if result.failure is not None:
         out.print(f"[red]{shown(result.failure.message)}[/]")
     phases = [(name, value) for name, value in result.timing.model_dump().items() if value is not None]

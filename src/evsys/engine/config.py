@@ -7,7 +7,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SerializeAsAny, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    SerializeAsAny,
+    field_validator,
+    model_validator,
+)
 
 from evsys.records import DEFAULT_LIMITS, CopyOutLimits, NetworkMode
 from evsys.task.select import TaskFilter, parse_filter
@@ -84,6 +92,12 @@ class AgentSpec(BaseModel):
         None, description="OpenAI-compatible server for the model (vllm:, sglang:, ...)."
     )
     kwargs: dict[str, Any] = Field(default_factory=dict)
+    env: dict[str, SecretStr] = Field(
+        default_factory=dict,
+        description="Environment for the agent (`--agent-env`, `--env-file`): harnesses get it in their "
+        "process environment, custom agents as `ctx.env`. Saved files hold only the names; values are "
+        "`**********` in config.json, and a resume needs them given again.",
+    )
 
     @property
     def slug(self) -> str:
@@ -135,6 +149,16 @@ class JobConfig(BaseModel):
         default_factory=list,
         description="`KEY=GLOB` filters on task `[metadata]` (`evsys run --filter`, evsys.task.select).",
     )
+    exclude_task_names: list[str] = Field(
+        default_factory=list, description="Glob patterns of tasks left out (`evsys run --exclude-task`)."
+    )
+    n_tasks: int | None = Field(
+        None,
+        ge=1,
+        description="Run only this many of the selected tasks, sampled with `task_sample_seed` (the same "
+        "tasks on every run and resume of the config); None: every selected task.",
+    )
+    task_sample_seed: int = Field(0, description="Seed of the `n_tasks` sample.")
     network: NetworkMode | None = Field(
         None,
         description="Every phase of every trial gets this network instead of what its task says "
@@ -220,3 +244,11 @@ class TrialConfig(BaseModel):
     log_limits: CopyOutLimits = Field(
         default_factory=lambda: DEFAULT_LIMITS, description="The bounds on copying this trial's /logs out."
     )
+
+
+def selects_task(config: JobConfig, name: str) -> bool:
+    """True when the job's `--task` patterns (if any) match `name` and no `--exclude-task` pattern does."""
+    from fnmatch import fnmatchcase
+
+    included = not config.task_names or any(fnmatchcase(name, p) for p in config.task_names)
+    return included and not any(fnmatchcase(name, p) for p in config.exclude_task_names)

@@ -32,7 +32,7 @@ from typing import Any
 from evsys.agent.registry import resolve_agent, talks_to_model
 from evsys.engine.config import RESUME_SAFE_FIELDS, AgentSpec, JobConfig
 from evsys.engine.executors.base import Executor, ExecutorContext, create_executor
-from evsys.engine.metrics import compute_metrics, total_usage
+from evsys.engine.metrics import compute_metrics, progress_counts, total_usage
 from evsys.engine.plan import PythonTaskItem, plan_trials
 from evsys.engine.run import TrialResources
 from evsys.engine.spec import PlannedTrial
@@ -101,6 +101,7 @@ class Job:
         self.planned: list[PlannedTrial] = []
         self.results: dict[str, TrialResult] = {}
         self.running: set[str] = set()
+        self.prepared = False  # True once planned and the job directory is ready: trials may start
         self._clients: dict[int, Any] = {}
         self._workers: list[asyncio.Task] = []
         self._executor: Executor | None = None
@@ -148,15 +149,16 @@ class Job:
         return self.config.job_dir
 
     def status(self) -> dict[str, Any]:
-        """Live counts for progress displays: planned, done, running, errored, mean reward so far."""
+        """Live counts for progress displays: planned, done, running, errored, cancelled, mean reward so far
+        (overall and per agent), and whether the job is past its preparation (plan, job directory)."""
         done = list(self.results.values())
         rewards = [r.reward or 0.0 for r in done if r.cause != FailureCause.CANCELLED]
         return {
             "planned": len(self.planned),
-            "done": len(done),
             "running": len(self.running),
-            "errored": sum(1 for r in done if r.failure is not None),
             "mean_reward": sum(rewards) / len(rewards) if rewards else None,
+            "prepared": self.prepared,
+            **progress_counts(done),
         }
 
     @property
@@ -174,6 +176,7 @@ class Job:
         """Run every trial not already finished; return the JobResult (also written to result.json)."""
         try:
             await self._prepare()
+            self.prepared = True
             max_idle = self.config.n_concurrent if self.config.reuse_sandboxes else 0
             warm = self.config.warm_sandboxes
             self._slots = SlotPool.for_backend(self.config.sandbox, max_idle=max_idle, warm=warm)

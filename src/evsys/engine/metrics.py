@@ -19,6 +19,7 @@ import statistics
 from collections import defaultdict
 from datetime import datetime
 from math import comb
+from typing import Any
 
 from evsys.records import PHASES, FailureCause, GroupMetrics, TimingStats, TrialResult, Usage
 
@@ -137,3 +138,18 @@ def compute_metrics(trials: list[TrialResult], n_attempts: int) -> list[GroupMet
     for trial in trials:
         groups.setdefault((trial.agent, trial.model, trial.dataset), []).append(trial)
     return [group_metrics(a, m, d, group, n_attempts) for (a, m, d), group in groups.items()]
+
+
+def progress_counts(trials: list[TrialResult]) -> dict[str, Any]:
+    """Live counts for progress displays: done, errored (failed, cancelled left out), cancelled, and the mean
+    reward so far per agent label (`agent` or `agent (model)`), over the scored trials."""
+    by_agent: dict[str, list[float]] = defaultdict(list)
+    for trial in scored(trials):
+        label = f"{trial.agent} ({trial.model})" if trial.model else trial.agent
+        by_agent[label].append(trial.reward or 0.0)
+    return {
+        "done": len(trials),
+        "errored": sum(1 for t in trials if t.failure is not None and t.cause != FailureCause.CANCELLED),
+        "cancelled": sum(1 for t in trials if t.cause == FailureCause.CANCELLED),
+        "mean_reward_by_agent": {label: sum(r) / len(r) for label, r in sorted(by_agent.items())},
+    }

@@ -14,12 +14,12 @@ and a dataset's verifier module is listed for a worker to import.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Mapping, Sequence
-from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
-from evsys.engine.config import AgentSpec, JobConfig, StepTimeouts, TrialConfig, slugify
+from evsys.engine.config import AgentSpec, JobConfig, StepTimeouts, TrialConfig, selects_task, slugify
 from evsys.engine.spec import PlannedTrial, TaskRef, TrialSpec, python_task_as_task
 from evsys.records import FailureCause, TrialFailure
 from evsys.repo.cache import cache_root
@@ -54,27 +54,27 @@ def _load_error_message(error: TaskLoadError) -> str:
     return "; ".join(lines) or f"{error.path}: invalid task"
 
 
-def _selected(name: str, patterns: list[str]) -> bool:
-    return not patterns or any(fnmatchcase(name, pattern) for pattern in patterns)
+def _selected(name: str, config: JobConfig) -> bool:
+    return selects_task(config, name)
 
 
 def _wanted(name: str, task: Task | None, config: JobConfig) -> bool:
-    """Selected by the job's name globs (`--task`) and metadata filters (`--filter`); a task that did not
-    load has no metadata, so a filter never selects it."""
-    if not _selected(name, config.task_names):
+    """Selected by the job's name globs (`--task`, `--exclude-task`) and metadata filters (`--filter`); a task
+    that did not load has no metadata, so a filter never selects it."""
+    if not _selected(name, config):
         return False
     filters = config.metadata_filters
     return not filters or (task is not None and metadata_selected(task.config.metadata, filters))
 
 
-def invalid_task_lines(taskset: TaskSet, patterns: list[str]) -> list[str]:
-    """One `path/file:field: message` line per invalid task of `taskset` the `--task` patterns select."""
-    return [_load_error_message(e) for e in taskset.errors if _selected(e.task_name, patterns)]
+def invalid_task_lines(taskset: TaskSet, config: JobConfig) -> list[str]:
+    """One `path/file:field: message` line per invalid task of `taskset` the job's task patterns select."""
+    return [_load_error_message(e) for e in taskset.errors if _selected(e.task_name, config)]
 
 
-def task_warning_lines(taskset: TaskSet, patterns: list[str]) -> list[str]:
-    """One `path: warning` line per warning of the valid tasks the `--task` patterns select."""
-    return [f"{t.path}: {w}" for t in taskset.tasks if _selected(t.name, patterns) for w in t.warnings]
+def task_warning_lines(taskset: TaskSet, config: JobConfig) -> list[str]:
+    """One `path: warning` line per warning of the valid tasks the job's task patterns select."""
+    return [f"{t.path}: {w}" for t in taskset.tasks if _selected(t.name, config) for w in t.warnings]
 
 
 Entry = tuple[str, Path, Task | None, TrialFailure | None, TaskRef]
@@ -122,7 +122,7 @@ def _repo_entries(path: Path, config: JobConfig) -> list[Entry]:
     root = cache_root() / "tasks"
     entries: list[Entry] = []
     for row in rows.tasks:
-        if not _selected(row.instance_id, config.task_names):
+        if not _selected(row.instance_id, config):
             continue
         task_dir = materialised_dir(row, root)
         try:
@@ -165,6 +165,18 @@ def _dataset_entries(path: Path, config: JobConfig, loaded: Mapping[Path, TaskSe
             ref = TaskRef.directory(error.path.resolve())
             entries.append((error.task_name, error.path.resolve(), None, failure, ref))
     return sorted(entries, key=lambda e: e[0])
+
+
+def _sample_tasks(
+    datasets: list[tuple[str, list[Entry]]], config: JobConfig
+) -> list[tuple[str, list[Entry]]]:
+    """Keep `config.n_tasks` of the selected task names (all of them when there are no more), drawn with
+    `config.task_sample_seed` from the sorted names: the same tasks on every run of the same config."""
+    names = sorted({name for _, entries in datasets for name, *_ in entries})
+    if config.n_tasks is None or config.n_tasks >= len(names):
+        return datasets
+    keep = set(random.Random(config.task_sample_seed).sample(names, config.n_tasks))
+    return [(label, [e for e in entries if e[0] in keep]) for label, entries in datasets]
 
 
 def _agent_slugs(agents: list[AgentSpec]) -> list[str]:
@@ -234,7 +246,10 @@ def plan_trials(
     if not any(entries for _, entries in datasets):
         selection = [*config.task_names, *config.task_filters]
         wanted = f" matching {', '.join(selection)}" if selection else ""
+        if config.exclude_task_names:
+            wanted += f" (excluding {', '.join(config.exclude_task_names)})"
         raise PlanError(f"no tasks{wanted} in {', '.join(str(p) for p in config.datasets)}")
+    datasets = _sample_tasks(datasets, config)
     counts: dict[str, int] = {}
     for _, entries in datasets:
         for name, *_ in entries:

@@ -174,5 +174,5 @@ def _check_tasks(config: JobConfig, report: PreflightReport) -> None:
         except (OSError, ValueError):
             continue
         report.tasksets[Path(path).resolve()] = taskset
-        report.invalid_tasks += invalid_task_lines(taskset, config.task_names)
-        report.warnings += task_warning_lines(taskset, config.task_names)
+        report.invalid_tasks += invalid_task_lines(taskset, config)
+        report.warnings += task_warning_lines(taskset, config)

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from evsys.images.build_errors import failed_step
 from evsys.images.storage import ImageError, LineCallback, Storage, run_tool
 from evsys.task.dockerfile_syntax import split_instructions
 from evsys.task.dockerignore import DockerIgnore
@@ -204,9 +205,13 @@ async def buildah_bud(
             timed_out=True,
         )
     if result.returncode != 0:
-        raise BuildFailed(
-            f"building {ctx.dockerfile} failed (exit {result.returncode})", _tail(result.output)
-        )
+        message = f"building {ctx.dockerfile} failed (exit {result.returncode})"
+        step = failed_step(result.output, ctx.text())
+        if step is not None:
+            message += f" at {step.headline(str(ctx.dockerfile))}"
+            message += "".join(f"\n  {line}" for line in step.error_lines)
+            message += "\nlast lines of the build log:"
+        raise BuildFailed(message, _tail(result.output))
 
 
 def _tail(output: str, lines: int = 25) -> str:

@@ -37,6 +37,9 @@ class SamplingParams(BaseModel):
     stop: list[str] = Field(default_factory=list, description="Stop strings; they are not part of `text`.")
     seed: int | None = None
     logprobs: bool = True
+    top_logprobs: int = Field(
+        0, ge=0, le=20, description="Also keep the k most likely tokens at each step (local engine)."
+    )
     ignore_eos: bool = Field(
         False, description="Keep generating past end-of-sequence (benchmarks; local only)."
     )
@@ -54,6 +57,9 @@ class Completion(BaseModel):
     prompt_token_ids: list[int] | None = None
     completion_token_ids: list[int] | None = None
     logprobs: list[float] | None = Field(None, description="Sampling logprob of each completion token.")
+    top_logprobs: list[list[tuple[int, float]]] | None = Field(
+        None, description="Per completion token, the (id, logprob) of the most likely tokens, best first."
+    )
     usage: Usage = Field(default_factory=Usage)
     cost_usd: float | None = None
     weights_version: int | None = Field(

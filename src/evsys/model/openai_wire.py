@@ -225,17 +225,28 @@ class ChoiceLogprobs(BaseModel):
         ids: Sequence[int] | None,
         logprobs: Sequence[float] | None,
         decode: Callable[[list[int]], str] | None,
+        top: Sequence[Sequence[tuple[int, float]]] | None = None,
     ) -> ChoiceLogprobs | None:
-        """Entries for each token (texts when `decode` is given), or None when no logprobs were recorded."""
+        """Entries for each token (texts when `decode` is given), or None when no logprobs were recorded;
+        `top` gives each token's most likely alternatives as (id, logprob), filling `top_logprobs`."""
         if logprobs is None:
             return None
         token_ids: Sequence[int | None] = ids if ids is not None else [None] * len(logprobs)
         entries = []
-        for token_id, logprob in zip(token_ids, logprobs, strict=False):
-            text = decode([token_id]) if decode is not None and token_id is not None else ""
-            raw = list(text.encode()) if decode is not None else None
-            entries.append(TokenLogprob(token=text, logprob=logprob, bytes=raw, id=token_id))
+        for index, (token_id, logprob) in enumerate(zip(token_ids, logprobs, strict=False)):
+            entry = _token_logprob(token_id, logprob, decode)
+            if top is not None and index < len(top):
+                entry.top_logprobs = [_token_logprob(i, v, decode) for i, v in top[index]]
+            entries.append(entry)
         return cls(content=entries)
+
+
+def _token_logprob(
+    token_id: int | None, logprob: float, decode: Callable[[list[int]], str] | None
+) -> TokenLogprob:
+    text = decode([token_id]) if decode is not None and token_id is not None else ""
+    raw = list(text.encode()) if decode is not None else None
+    return TokenLogprob(token=text, logprob=logprob, bytes=raw, id=token_id)
 
 
 class AssistantMessage(BaseModel):
@@ -278,7 +289,9 @@ class ChatCompletion(BaseModel):
         """The response to `request` for `completion`, served as `model` (token texts via `decode`)."""
         calls = [WireToolCall.of(c) for c in completion.tool_calls] or None
         ids = completion.completion_token_ids
-        logprobs = ChoiceLogprobs.of(ids, completion.logprobs, decode) if request.logprobs else None
+        logprobs = None
+        if request.logprobs:
+            logprobs = ChoiceLogprobs.of(ids, completion.logprobs, decode, completion.top_logprobs)
         choice = ChatChoice(
             message=AssistantMessage(content=completion.text or None, tool_calls=calls),
             finish_reason=completion.finish_reason,

@@ -6,15 +6,23 @@ prompt given as text or token ids). Errors use OpenAI's JSON error shape: 400 fo
 overflow (`context_length_exceeded`), 404 for an unknown model (`model_not_found`), 500 otherwise. The bodies
 are the models of `evsys.model.openai_wire` (shared with the proxy); prompts are rendered and completions
 parsed by the engine's `Renderer` (`evsys.model.render`).
+
+A client that disconnects cancels its generation: a streamed response stops with the stream, a plain one is
+raced against the connection's `http.disconnect` (the engine drops the request at its next decode step).
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
+import logging
 import time
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Awaitable
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from evsys.model.base import Completion
+from fastapi import Request  # this module is imported only by the serve command, which needs fastapi
+
+from evsys.model.base import Completion, SamplingParams
 from evsys.model.errors import ContextOverflowError, ModelError, UnknownModelError
 from evsys.model.openai_wire import (
     SSE_DONE,
@@ -38,6 +46,7 @@ from evsys.model.serve_requests import (
     validation_error_param,
     validation_error_text,
 )
+from evsys.records import Usage
 
 if TYPE_CHECKING:
     from fastapi import FastAPI
@@ -45,10 +54,39 @@ if TYPE_CHECKING:
     from evsys.model.local.client import LocalModelClient
     from evsys.model.local.engine import LocalEngine
 
+log = logging.getLogger("evsys.model.serve")
+T = TypeVar("T")
+
+
+class ClientDisconnected(Exception):
+    """The client went away before its answer was ready; its generation was cancelled."""
+
+
+async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
+    """Await `work`, cancelling it (and so its generation) if the client disconnects first."""
+    job = asyncio.ensure_future(work)
+    watcher = asyncio.ensure_future(_disconnect(request))
+    try:
+        await asyncio.wait({job, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watcher.cancel()
+        if not job.done():
+            job.cancel()
+    if job.cancelled() or not job.done():
+        log.warning("client disconnected; generation cancelled (%s %s)", request.method, request.url.path)
+        raise ClientDisconnected()
+    return job.result()
+
+
+async def _disconnect(request: Request) -> None:
+    """Return once the client has disconnected (the request body is already read)."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
 
 def create_app(client: LocalModelClient, served_name: str | None = None) -> FastAPI:
     """Build the FastAPI app serving `client`'s model under `served_name` (default: the client's name)."""
-    from fastapi import FastAPI, Request
+    from fastapi import FastAPI
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse, StreamingResponse
 
@@ -75,6 +113,10 @@ def create_app(client: LocalModelClient, served_name: str | None = None) -> Fast
             )
         return JSONResponse(error_body(str(exc), "server_error"), status_code=exc.status_code or 500)
 
+    @app.exception_handler(ClientDisconnected)
+    async def _gone(_: Request, exc: ClientDisconnected) -> JSONResponse:
+        return JSONResponse(error_body("client disconnected", "client_closed_request"), status_code=499)
+
     @app.exception_handler(ValueError)
     async def _value_error(_: Request, exc: ValueError) -> JSONResponse:
         return JSONResponse(error_body(str(exc), "invalid_request_error"), status_code=400)
@@ -93,7 +135,7 @@ def create_app(client: LocalModelClient, served_name: str | None = None) -> Fast
         }
 
     @app.post("/v1/chat/completions")
-    async def chat(body: ServeChatRequest) -> Any:
+    async def chat(body: ServeChatRequest, request: Request) -> Any:
         check_model(body.model)
         engine = await client.engine()
         messages, tools = body.chat()
@@ -102,25 +144,60 @@ def create_app(client: LocalModelClient, served_name: str | None = None) -> Fast
             engine.budget(len(prompt_ids), body.sampling().max_tokens)  # fail with 400 before streaming
             events = _stream_chat(client, engine, name, body, prompt_ids)
             return StreamingResponse(events, media_type="text/event-stream")
-        completion = await client.complete(messages, tools=tools, params=body.sampling())
-        return ChatCompletion.of(body, completion, name, engine.decode).model_dump()
+        choices = await unless_disconnected(
+            request,
+            asyncio.gather(
+                *(
+                    client.complete(messages, tools=tools, params=p)
+                    for p in choice_params(body.sampling(), body.n)
+                )
+            ),
+        )
+        responses = [ChatCompletion.of(body, c, name, engine.decode) for c in choices]
+        return _merged(responses, choices).model_dump()
 
     @app.post("/v1/completions")
-    async def completions(body: ServeTextRequest) -> Any:
+    async def completions(body: ServeTextRequest, request: Request) -> Any:
         check_model(body.model)
         engine = await client.engine()
         prompt_ids = body.prompt_ids(engine.encode)
         if not prompt_ids:
             raise ValueError("prompt is empty")
-        completion = await client.complete_ids(prompt_ids, body.sampling())
-        return _text_response(engine, name, body, completion)
+        choices = await unless_disconnected(
+            request,
+            asyncio.gather(
+                *(client.complete_ids(prompt_ids, p) for p in choice_params(body.sampling(), body.n))
+            ),
+        )
+        return _merged([_text_response(engine, name, body, c) for c in choices], choices).model_dump()
 
     return app
 
 
+def choice_params(params: SamplingParams, n: int) -> list[SamplingParams]:
+    """The sampling parameters of each of `n` choices: the request's, seeded `seed + i` when it has a seed
+    (distinct, reproducible choices), else each from fresh entropy."""
+    if params.seed is None:
+        return [params] * n
+    return [params.model_copy(update={"seed": params.seed + i}) for i in range(n)]
+
+
+Response = TypeVar("Response", ChatCompletion, TextCompletion)
+
+
+def _merged(responses: list[Response], completions: list[Completion]) -> Response:
+    """One response holding every choice (indexed in order); usage counts the prompt once."""
+    merged = responses[0]
+    merged.choices = [r.choices[0].model_copy(update={"index": i}) for i, r in enumerate(responses)]
+    prompt = completions[0].usage.prompt_tokens
+    generated = sum(c.usage.completion_tokens for c in completions)
+    merged.usage = WireUsage.of(Usage(prompt_tokens=prompt, completion_tokens=generated))
+    return merged
+
+
 def _text_response(
     engine: LocalEngine, name: str, body: TextCompletionRequest, completion: Completion
-) -> dict:
+) -> TextCompletion:
     ids = completion.completion_token_ids or []
     logprobs = None
     if body.logprobs is not None:
@@ -131,7 +208,7 @@ def _text_response(
         choice.token_ids, choice.prompt_token_ids = ids, completion.prompt_token_ids
         prompt_ids = completion.prompt_token_ids
     usage = WireUsage.of(completion.usage)
-    return TextCompletion(model=name, choices=[choice], usage=usage, prompt_token_ids=prompt_ids).model_dump()
+    return TextCompletion(model=name, choices=[choice], usage=usage, prompt_token_ids=prompt_ids)
 
 
 def _held_back(text: str, markers: list[str]) -> int:
@@ -154,7 +231,22 @@ async def _stream_chat(
     body: ChatCompletionRequest,
     prompt_ids: list[int],
 ) -> AsyncIterator[str]:
-    """SSE chunks: content deltas as tokens arrive, then tool calls + finish reason, usage, [DONE]."""
+    """SSE chunks: content deltas as tokens arrive, then tool calls + finish reason, usage, [DONE]; an error
+    event instead when the engine stops mid-stream (the server shutting down)."""
+    try:
+        async for event in _chat_events(client, engine, name, body, prompt_ids):
+            yield event
+    except ModelError as exc:
+        yield f"data: {json.dumps(error_body(str(exc), 'server_error'))}\n\n"
+
+
+async def _chat_events(
+    client: LocalModelClient,
+    engine: LocalEngine,
+    name: str,
+    body: ChatCompletionRequest,
+    prompt_ids: list[int],
+) -> AsyncIterator[str]:
     from evsys.model.local.client import build_completion
     from evsys.model.local.engine import GenerationResult
 

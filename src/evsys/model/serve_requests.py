@@ -1,9 +1,11 @@
 """The request bodies `evsys model serve` takes: the shared OpenAI wire requests, with every parameter the
 local engine does not honour refused (a 400 naming it in `error.param`) instead of silently ignored.
 
-Accepted: the sampling fields of `evsys.model.openai_wire`, `user` (it only names the caller),
+Accepted: the sampling fields of `evsys.model.openai_wire`, `n` up to `MAX_CHOICES` (not with `stream`; each
+choice samples on its own, seeded `seed + i` when a seed is given), `user` (it only names the caller),
 `parallel_tool_calls`, `tool_choice` "auto" or "none" ("none" hides the tools from the model),
-`response_format` {"type": "text"}, zero penalties and an empty `logit_bias`. Refused: `top_logprobs` above 0,
+`response_format` {"type": "text"}, zero penalties, an empty `logit_bias`, and `top_logprobs` up to 20 with
+`logprobs: true` on non-streamed chat completions (the raw-distribution alternatives of each token). Refused:
 other values of those fields, and any field not listed (the proxy keeps accepting unknown fields: harnesses
 send many).
 """
@@ -15,12 +17,22 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from evsys.model.base import Message, ToolSchema
+from evsys.model.base import Message, SamplingParams, ToolSchema
 from evsys.model.openai_wire import ChatCompletionRequest, TextCompletionRequest
+
+MAX_CHOICES = 16
+MAX_TOP_LOGPROBS = 20
+N_FIELD = Field(1, ge=1, le=MAX_CHOICES, description="Choices to sample for the prompt (GRPO-style groups).")
 
 
 def _refuse(name: str, why: str) -> ValueError:
     return ValueError(f"{name} is not supported by evsys model serve: {why}")
+
+
+def _stream_with_n(stream: bool, info: ValidationInfo) -> bool:
+    if stream and info.data.get("n", 1) > 1:
+        raise _refuse("stream", "with n > 1 (several choices are served without stream only)")
+    return stream
 
 
 class _Refusing(BaseModel):
@@ -52,6 +64,7 @@ class ServeChatRequest(_Refusing, ChatCompletionRequest):
 
     model_config = ConfigDict(extra="forbid")
 
+    n: int = N_FIELD
     top_logprobs: int | None = None
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
@@ -59,10 +72,19 @@ class ServeChatRequest(_Refusing, ChatCompletionRequest):
 
     @field_validator("top_logprobs")
     @classmethod
-    def _no_top_logprobs(cls, value: int | None) -> int | None:
-        if value:
-            raise _refuse("top_logprobs", "only the sampled token's logprob is returned (logprobs=true)")
+    def _top_logprobs(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value and not 0 < value <= MAX_TOP_LOGPROBS:
+            raise _refuse("top_logprobs", f"{value}; 0 to {MAX_TOP_LOGPROBS} are")
+        if value and info.data.get("stream"):
+            raise _refuse("top_logprobs", "with stream (it is served on non-streamed chat completions)")
+        if value and not info.data.get("logprobs"):
+            raise ValueError("top_logprobs needs logprobs: true")
         return value
+
+    def sampling(self, max_tokens_cap: int | None = None) -> SamplingParams:
+        """The request's sampling parameters, with the alternatives `top_logprobs` asks for."""
+        params = super().sampling(max_tokens_cap)
+        return params.model_copy(update={"top_logprobs": self.top_logprobs or 0})
 
     @field_validator("tool_choice")
     @classmethod
@@ -78,6 +100,8 @@ class ServeChatRequest(_Refusing, ChatCompletionRequest):
             raise _refuse("response_format", "only {'type': 'text'} is")
         return value
 
+    _n_without_stream = field_validator("stream")(_stream_with_n)
+
     def chat(self) -> tuple[list[Message], list[ToolSchema] | None]:
         """The messages and the tools the model sees (none with tool_choice='none')."""
         messages, tools = super().chat()
@@ -88,6 +112,10 @@ class ServeTextRequest(_Refusing, TextCompletionRequest):
     """Body of `evsys model serve`'s POST /v1/completions."""
 
     model_config = ConfigDict(extra="forbid")
+
+    n: int = N_FIELD
+
+    _n_without_stream = field_validator("stream")(_stream_with_n)
 
 
 def validation_error_text(error: Mapping[str, Any]) -> str:

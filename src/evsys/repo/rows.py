@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from pathlib import Path
 from typing import Any, Literal
 
@@ -120,6 +121,9 @@ class RepoRowSet(BaseModel):
     path: Path
     tasks: list[RepoTask] = Field(default_factory=list)
     errors: list[RowError] = Field(default_factory=list)
+
+
+MAX_LISTED_ERRORS = 5
 
 
 class RepoRowsError(ValueError):
@@ -247,9 +251,24 @@ def load_repo_rows(path: Path | str) -> RepoRowSet:
     return result
 
 
-def load_repo_tasks(path: Path | str) -> list[RepoTask]:
-    """The valid rows of a rows file; raises `RepoRowsError` listing the bad ones when every row is bad."""
+class SkippedRowsWarning(UserWarning):
+    """`load_repo_tasks` left out bad rows (`load_repo_rows(path).errors` lists them with row and field)."""
+
+
+def load_repo_tasks(path: Path | str, *, strict: bool = False) -> list[RepoTask]:
+    """The valid rows of a rows file. Bad rows are never dropped silently: with `strict` any bad row raises
+    `RepoRowsError` listing them, otherwise they are named in a `SkippedRowsWarning`; every row bad always
+    raises."""
     rows = load_repo_rows(path)
-    if rows.errors and not rows.tasks:
+    if rows.errors and (strict or not rows.tasks):
         raise RepoRowsError("\n".join(str(e) for e in rows.errors))
+    if rows.errors:
+        listed = "; ".join(str(e) for e in rows.errors[:MAX_LISTED_ERRORS])
+        more = len(rows.errors) - MAX_LISTED_ERRORS
+        warnings.warn(
+            f"{len(rows.errors)} invalid row(s) of {path} left out: {listed}"
+            + (f"; and {more} more" if more > 0 else ""),
+            SkippedRowsWarning,
+            stacklevel=2,
+        )
     return rows.tasks

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from evsys.task.config import UNKNOWN_KEY_PREFIXES
 from evsys.task.loader import TaskLoadError, load_task, task_dirs
 from evsys.task.models import Problem
 
@@ -53,8 +54,9 @@ class CheckReport(BaseModel):
         return out
 
 
-def check_tasks(path: Path | str, *, require_solution: bool = False) -> CheckReport:
+def check_tasks(path: Path | str, *, require_solution: bool = False, strict: bool = False) -> CheckReport:
     """Load every task under `path` and collect its problems (errors and warnings); bad tasks never raise.
+    With `strict`, unknown or misspelt keys and sections of task.toml are errors, not warnings.
 
     Raises `DatasetNotFoundError` when `path` is missing or holds no task directory.
     """
@@ -64,9 +66,11 @@ def check_tasks(path: Path | str, *, require_solution: bool = False) -> CheckRep
         try:
             task = load_task(task_dir, require_solution=require_solution)
         except TaskLoadError as exc:
-            report.tasks.append(TaskReport(name=exc.task_name, path=task_dir, problems=exc.problems))
+            problems = [_strict(p) if strict else p for p in exc.problems]
+            report.tasks.append(TaskReport(name=exc.task_name, path=task_dir, problems=problems))
             continue
         problems = [_parse_warning(w) for w in task.warnings]
+        problems = [_strict(p) if strict else p for p in problems]
         if task.name in names:
             problems.append(
                 Problem(
@@ -83,3 +87,10 @@ def _parse_warning(text: str) -> Problem:
     where, _, message = text.partition(": ")
     file, _, field = where.partition(":")
     return Problem(file=file, field=field or None, message=message, severity="warning")
+
+
+def _strict(problem: Problem) -> Problem:
+    """The problem as `--strict` sees it: a warning about an unknown key or section becomes an error."""
+    if problem.severity == "warning" and problem.message.startswith(UNKNOWN_KEY_PREFIXES):
+        return problem.model_copy(update={"severity": "error"})
+    return problem

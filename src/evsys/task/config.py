@@ -127,6 +127,9 @@ def _unknown_keys(
             _unknown_keys(table, sub_model, f"{dotted}.", problems, sub_harbor)
 
 
+UNKNOWN_KEY_PREFIXES = ("unknown key", "unknown section")  # what `evsys tasks check --strict` makes errors
+
+
 def _unknown_key_problem(
     key: str, dotted: str, value: Any, model: type[BaseModel] | None, harbor: harbor_keys.KeyTree | None
 ) -> Problem:

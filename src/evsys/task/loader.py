@@ -107,7 +107,17 @@ def _read_instruction(task_dir: Path, problems: list[Problem]) -> str:
     return text
 
 
+CRLF_NOTE = (
+    "has Windows (CRLF) line endings, so bash reads '\\r' into every command and the script fails; convert "
+    "it: sed -i 's/\\r$//' FILE"
+)
+
+
 def _check_scripts(task_dir: Path, problems: list[Problem], *, require_solution: bool) -> None:
+    for script in ("tests/test.sh", "solution/solve.sh"):
+        path = task_dir / script
+        if path.is_file() and b"\r\n" in path.read_bytes():
+            problems.append(Problem(file=script, message=CRLF_NOTE.replace("FILE", script)))
     if not (task_dir / "tests" / "test.sh").is_file():
         problems.append(
             Problem(file="tests/test.sh", message="missing (the verifier runs it to write the reward)")

@@ -169,7 +169,9 @@ def sft_rows(
 ) -> list[dict[str, Any]]:
     """One SFT row per sample with a trajectory: messages, tool definitions, reward, ids.
 
-    `successful_only` keeps samples without an error whose reward is at least `min_reward`.
+    `successful_only` keeps samples without an error whose reward is at least `min_reward`. A sample with no
+    assistant message holding text or tool calls (the oracle's, a model that said nothing) is left out: it has
+    nothing to learn from.
     """
     rows = []
     for group in groups:
@@ -178,17 +180,30 @@ def sft_rows(
                 continue
             if successful_only and (not sample.ok or sample.reward < min_reward):
                 continue
+            messages = sft_messages(sample.trajectory)
+            if not any(_teaches(m) for m in messages):  # e.g. the oracle: no model turn to learn from
+                continue
             rows.append(
                 {
                     "group_id": group.group_id,
                     "task_id": sample.task_id,
                     "trial_name": sample.trial_name,
-                    "messages": sft_messages(sample.trajectory),
+                    "messages": messages,
                     "tools": sample.trajectory.agent.tool_definitions or [],
                     "reward": sample.reward,
                 }
             )
     return rows
+
+
+def _teaches(message: dict[str, Any]) -> bool:
+    """True for an assistant message with text or tool calls."""
+    content = message.get("content")
+    return message.get("role") == "assistant" and bool(
+        (isinstance(content, str) and content.strip())
+        or (content and not isinstance(content, str))
+        or message.get("tool_calls")
+    )
 
 
 def _write_jsonl(path: Path, rows: list[dict[str, Any]]) -> Path:

@@ -28,7 +28,6 @@ from evsys.viewer.jobdata import (
     diff_jobs,
     job_listing,
     job_names,
-    job_status,
     load_job,
     resolve_job,
 )
@@ -132,7 +131,7 @@ def create_app(source: JobSource) -> ASGIApp:
         body = loaded.model_dump(mode="json")
         body["running"] = loaded.running
         body["n_errors"] = loaded.n_errors
-        body["status"] = job_status(loaded)
+        body["state"] = loaded.state
         return body
 
     def trial(request: Request) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from evsys.viewer.files import SafeDir, UnsafePathError, check_name
 
 CONFIG = "config.json"
 RESULT = "result.json"
+JobState = Literal["running/stopped", "done", "cancelled", "incomplete"]
 
 
 class BadTrial(BaseModel):
@@ -61,6 +62,19 @@ class LoadedJob(BaseModel):
         """True while the job has not written a finished result.json (running, or killed)."""
         return self.finished_at is None
 
+    @property
+    def state(self) -> JobState:
+        """What became of the job: `running/stopped` (no finished result.json: running, or killed), `done`
+        (only when result.json says complete), `cancelled` (finished with cancelled trials) or `incomplete`
+        (finished without a result for every planned trial)."""
+        if self.running:
+            return "running/stopped"
+        if self.complete:
+            return "done"
+        if any(t.cause == FailureCause.CANCELLED for t in self.trials):
+            return "cancelled"
+        return "incomplete"
+
     def as_job_result(self) -> JobResult:
         """The job as a `JobResult` (what `evsys run` prints its summary from)."""
         scored = [t for t in self.trials if t.cause != FailureCause.CANCELLED]
@@ -80,9 +94,6 @@ class LoadedJob(BaseModel):
         )
 
 
-JobStatus = Literal["running", "done", "cancelled", "incomplete"]
-
-
 class JobListing(BaseModel):
     """One line of `evsys jobs list` and the viewer's job list."""
 
@@ -90,11 +101,7 @@ class JobListing(BaseModel):
     started_at: str | None
     finished_at: str | None
     running: bool
-    status: JobStatus = Field(
-        "running",
-        description="running (no finished result.json: running, or killed), done (complete), cancelled "
-        "(finished with cancelled trials), incomplete (finished without every planned trial's result).",
-    )
+    state: JobState
     agents: list[str]
     models: list[str]
     datasets: list[str] = Field(default_factory=list)
@@ -202,7 +209,7 @@ def job_listing(job: LoadedJob) -> JobListing:
         started_at=job.started_at,
         finished_at=job.finished_at,
         running=job.running,
-        status=job_status(job),
+        state=job.state,
         agents=agents,
         models=sorted({t.model for t in job.trials if t.model}) or _config_models(job),
         datasets=sorted({t.dataset for t in job.trials}) or _config_datasets(job),
@@ -213,18 +220,6 @@ def job_listing(job: LoadedJob) -> JobListing:
         pass_at_k=mean_pass_at_k(scored, job.n_attempts),
         problem=job.config_error,
     )
-
-
-def job_status(job: LoadedJob) -> JobStatus:
-    """What became of the job: only a result.json saying `complete` is done; a finished job with cancelled
-    trials was cancelled, one missing results otherwise is incomplete."""
-    if job.running:
-        return "running"
-    if job.complete:
-        return "done"
-    if any(t.cause == FailureCause.CANCELLED for t in job.trials):
-        return "cancelled"
-    return "incomplete"
 
 
 def _config_datasets(job: LoadedJob) -> list[str]:
@@ -289,6 +284,32 @@ def resolve_job(jobs_dir: Path, name: str) -> Path:
     if SafeDir(jobs_dir).kind(f"{name}/{CONFIG}") != "file":
         raise UnsafePathError(f"no job named {name!r} in {jobs_dir}")
     return Path(jobs_dir) / name
+
+
+MAX_GROUP_TRIALS = 5
+
+
+class ErrorGroup(BaseModel):
+    """Failed trials sharing a cause and a first message line: how many, and a few of their names."""
+
+    cause: str
+    message: str
+    count: int
+    trials: list[str] = Field(description=f"Up to {MAX_GROUP_TRIALS} of the trials, in name order.")
+
+
+def error_summary(trials: list[TrialResult]) -> list[ErrorGroup]:
+    """Failed trials grouped by cause and the first line of their message, most frequent first."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    for trial in trials:
+        if trial.failure is not None:
+            key = (trial.failure.cause.value, first_line(trial.failure.message))
+            groups.setdefault(key, []).append(trial.trial_name)
+    summary = [
+        ErrorGroup(cause=cause, message=message, count=len(names), trials=sorted(names)[:MAX_GROUP_TRIALS])
+        for (cause, message), names in groups.items()
+    ]
+    return sorted(summary, key=lambda g: (-g.count, g.cause, g.message))
 
 
 def first_line(text: str, limit: int = 160) -> str:

@@ -111,6 +111,7 @@ class HarnessAgent(Agent):
             ctx.timeout_sec or DEFAULT_TURN_TIMEOUT,
             mcp_servers=ctx.task.config.environment.mcp_servers,
         )
+        adapter.config.env_vars.update(ctx.env)  # the job's --agent-env / --env-file
         events = EventLog()
         try:
             await adapter.start()

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections import Counter
 from pathlib import Path
 from typing import Any, Literal
@@ -205,6 +206,7 @@ class RayExecutor(Executor):
     def _connect(self) -> None:
         if self.ray.is_initialized():
             return
+        logging.getLogger("ray._private.worker").addFilter(drop_thread_sigterm_notice)
         self.ray.init(
             address=self.options.address,
             namespace=self.options.namespace,
@@ -380,3 +382,9 @@ class ActorBackend:
         for actor in actors:
             with contextlib.suppress(Exception):
                 self.ray.kill(actor)
+
+
+def drop_thread_sigterm_notice(record: logging.LogRecord) -> bool:
+    """Drop Ray's "SIGTERM handler is not set because current thread is not the main thread": evsys calls
+    `ray.init` from a worker thread on purpose and handles SIGTERM itself (a graceful cancel)."""
+    return not record.getMessage().startswith("SIGTERM handler is not set")

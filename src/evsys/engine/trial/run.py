@@ -148,6 +148,7 @@ class Trial:
             timeout_sec=state.config.agent_timeout_sec,
             kwargs=state.config.agent.kwargs,
             on_event=state.on_event,
+            env={name: value.get_secret_value() for name, value in state.config.agent.env.items()},
         )
         early = None
         try:

@@ -17,6 +17,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from evsys.engine.spec import TrialSpec
 from evsys.engine.store import JobStore
+from evsys.engine.trial.pause import PausableTimeout
+from evsys.model.waiting import pausing
 from evsys.records import FailureCause, StepResult, Trajectory, TrajectoryRecorder, TrialFailure, TrialResult
 from evsys.repo.workspace import METADATA_KEY
 from evsys.sandbox.base import Sandbox
@@ -145,8 +147,13 @@ class TrialState:
         try:
             if limit is None:
                 return await awaitable
-            async with asyncio.timeout(limit):  # no task of its own, unlike asyncio.wait_for
-                return await awaitable
+            async with asyncio.timeout(limit) as timeout:  # no task of its own, unlike asyncio.wait_for
+                clock = PausableTimeout(timeout)
+                try:
+                    with pausing(clock):  # a local model's load and queue do not count
+                        return await awaitable
+                finally:
+                    clock.active = False  # tasks started in the block (a proxy) may outlive it
         finally:
             spent = getattr(self.result.timing, phase) or 0.0
             setattr(self.result.timing, phase, spent + time.perf_counter() - started)

@@ -10,6 +10,11 @@ All model calls happen in the scheduler's own thread; callers get a concurrent.f
 update (`between_generations`) runs in that thread too, once the running batch has drained: requests that
 arrive meanwhile wait for it, so every generation is sampled by one weights version from its first token to
 its last, and records that version.
+
+All model calls happen in the scheduler's own thread; callers get a concurrent.futures.Future. A request
+whose future is cancelled (or whose cancel event is set) stops at the next step, and is never prefilled if it
+is still queued. `close()` stops the thread between two steps and fails what is left; the client calls it at
+interpreter exit, so no forward pass is still running in a thread the interpreter tears down.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from evsys.model.base import SamplingParams
+from evsys.model.errors import ModelError
 from evsys.model.local.engine import (
     GenerationResult,
     LocalEngine,
@@ -43,10 +49,12 @@ class _Sequence:
     on_token: TokenCallback | None
     cancel: threading.Event | None
     future: Future
+    on_admit: Callable[[], Any] | None = None
     generator: Any = None
     version: int = 0
     ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    top: list[list[tuple[int, float]]] = field(default_factory=list)
     finish: Literal["stop", "length"] | None = None
 
 
@@ -63,6 +71,7 @@ class BatchingScheduler:
         self._cache: Any = None
         self._mask: Any = None
         self._batchable = True
+        self._closed = False
         self._thread = threading.Thread(target=self._loop, name="evsys-local-batcher", daemon=True)
         self._thread.start()
         self.steps = 0
@@ -74,12 +83,16 @@ class BatchingScheduler:
         params: SamplingParams,
         on_token: TokenCallback | None = None,
         cancel: threading.Event | None = None,
+        on_admit: Callable[[], Any] | None = None,
     ) -> Future:
-        """Queue a generation; raises ContextOverflowError at once if it cannot fit."""
+        """Queue a generation; raises ContextOverflowError at once if it cannot fit. `on_admit` is called
+        (in the scheduler's thread) when the request leaves the queue and its prefill starts."""
         limit = self.engine.budget(len(prompt_ids), params.max_tokens)
-        seq = _Sequence(list(prompt_ids), params, limit, on_token, cancel, Future())
+        seq = _Sequence(list(prompt_ids), params, limit, on_token, cancel, Future(), on_admit)
         seq.generator = make_generator(params.seed)
         with self._wakeup:
+            if self._closed:
+                raise EngineClosedError("the local engine is shut down")
             self._pending.append(seq)
             self._wakeup.notify()
         return seq.future
@@ -91,23 +104,33 @@ class BatchingScheduler:
         future holds its return value (or its exception)."""
         future: Future = Future()
         with self._wakeup:
+            if self._closed:
+                future.set_exception(EngineClosedError("the local engine is shut down"))
+                return future
             self._updates.append((update, future))
             self._wakeup.notify()
         return future
 
+    def close(self, timeout: float | None = None) -> None:
+        """Stop the worker between two steps, fail every unfinished request, and wait for the thread."""
+        with self._wakeup:
+            self._closed = True
+            self._wakeup.notify()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+
     def _loop(self) -> None:
         while True:
             with self._wakeup:
-                while not self._pending and not self._active and not self._updates:
+                while not self._pending and not self._active and not self._updates and not self._closed:
                     self._wakeup.wait()
+                if self._closed:
+                    break
                 update = self._updates.popleft() if self._updates and not self._active else None
                 room = self.max_batch_size if self._batchable else 1
                 if self._updates or update is not None:
                     room = 0  # drain the batch; new requests wait for the update
-                admitted = [
-                    self._pending.popleft()
-                    for _ in range(max(0, min(len(self._pending), room - len(self._active))))
-                ]
+                admitted = _take_live(self._pending, room - len(self._active))
             if update is not None:
                 self._apply(*update)
                 continue
@@ -121,6 +144,23 @@ class BatchingScheduler:
                     if not seq.future.done():
                         seq.future.set_exception(exc)
                 self._active, self._cache, self._mask = [], None, None
+        self._fail_unfinished()
+
+    def _fail_unfinished(self) -> None:
+        with self._wakeup:
+            left = [*self._pending, *self._active]
+            self._pending.clear()
+            updates = list(self._updates)
+            self._updates.clear()
+        for _, future in updates:
+            if not future.done():
+                future.set_exception(
+                    EngineClosedError("the local engine shut down before the weights update")
+                )
+        self._active, self._cache, self._mask = [], None, None
+        for seq in left:
+            if not seq.future.done():
+                seq.future.set_exception(EngineClosedError("the local engine shut down mid-generation"))
 
     def _apply(self, update: Callable[[LocalEngine], Any], future: Future) -> None:
         try:
@@ -133,6 +173,8 @@ class BatchingScheduler:
         import torch
 
         seq.version = self.engine.weights_version
+        if seq.on_admit is not None:
+            seq.on_admit()
         with torch.inference_mode():
             out = prefill(self.engine.model, seq.prompt_ids)
         self._record(seq, out.logits[0, -1])
@@ -215,24 +257,49 @@ class BatchingScheduler:
         token = sample(step_logprobs, seq.params, seq.generator)
         seq.ids.append(token)
         seq.logprobs.append(float(step_logprobs[token]))
+        if seq.params.top_logprobs:
+            best = torch.topk(step_logprobs, min(seq.params.top_logprobs, step_logprobs.numel()))
+            seq.top.append([(int(i), float(v)) for v, i in zip(best.values, best.indices, strict=True)])
         if seq.on_token is not None:
             seq.on_token(token, seq.logprobs[-1])
         if token in self.engine.eos_ids and not seq.params.ignore_eos:
             seq.finish = "stop"
         elif seq.params.stop and find_stop(self.engine.decode(seq.ids), seq.params.stop) is not None:
             seq.finish = "stop"
-        elif (
-            len(seq.ids) >= seq.limit
-            or seq.future.cancelled()
-            or (seq.cancel is not None and seq.cancel.is_set())
-        ):
+        elif len(seq.ids) >= seq.limit or _is_dropped(seq):
             seq.finish = "length"
 
     def _resolve(self, seq: _Sequence) -> None:
         assert seq.finish is not None, "only finished sequences are resolved"
-        result = GenerationResult(seq.ids, seq.logprobs, seq.finish, seq.version)
+        result = GenerationResult(
+            seq.ids, seq.logprobs, seq.finish, seq.version, seq.top if seq.params.top_logprobs else None
+        )
         if not seq.future.done():
             seq.future.set_result(result)
+
+
+class EngineClosedError(ModelError):
+    """A generation was asked of, or cut short by, a scheduler that is shut down (HTTP 503 when served)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, status_code=503)
+
+
+def _is_dropped(seq: _Sequence) -> bool:
+    return seq.future.cancelled() or (seq.cancel is not None and seq.cancel.is_set())
+
+
+def _take_live(pending: deque[_Sequence], room: int) -> list[_Sequence]:
+    """Pop up to `room` queued requests, dropping those cancelled while they waited (never prefilled)."""
+    taken: list[_Sequence] = []
+    while pending and len(taken) < room:
+        seq = pending.popleft()
+        if _is_dropped(seq):
+            if not seq.future.done():
+                seq.future.cancel()
+            continue
+        taken.append(seq)
+    return taken
 
 
 def _left_pad(tensor: Any, width: int) -> Any:

@@ -2,12 +2,16 @@
 
 Model weights load once per process and model directory (many trials share one engine). Generation goes
 through a continuous-batching scheduler (concurrent requests share each forward pass); loading, rendering and
-scoring run in one worker thread. Nothing blocks the event loop.
+scoring run in one worker thread. Nothing blocks the event loop. At interpreter exit every shared engine is
+closed: generation stops between two steps and its thread is joined, so the process exits cleanly even when
+trials were cut off mid-generation.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
+import contextlib
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -21,6 +25,7 @@ from evsys.model.local.engine import GenerationResult, LocalEngine, TokenCallbac
 from evsys.model.local.loader import resolve_model_dir
 from evsys.model.local.policy import LocalPolicy
 from evsys.model.render import Renderer
+from evsys.model.waiting import model_wait
 from evsys.records import Usage
 
 _SHARED: dict[str, SharedEngine] = {}
@@ -52,10 +57,24 @@ class SharedEngine:
         on_token: TokenCallback | None = None,
         cancel: threading.Event | None = None,
     ) -> GenerationResult:
-        """Generate through the batching scheduler (concurrent requests share forward passes)."""
-        await self.run(lambda engine: engine)
-        assert self.scheduler is not None
-        return await asyncio.wrap_future(self.scheduler.submit(prompt_ids, params, on_token, cancel))
+        """Generate through the batching scheduler (concurrent requests share forward passes). Loading the
+        model and waiting in the queue before the prefill count as a model wait (`evsys.model.waiting`)."""
+        loop = asyncio.get_running_loop()
+        end_wait = model_wait()
+        try:
+            await self.run(lambda engine: engine)
+            assert self.scheduler is not None
+            future = self.scheduler.submit(
+                prompt_ids, params, on_token, cancel, on_admit=lambda: _call_soon(loop, end_wait)
+            )
+            return await asyncio.wrap_future(future)
+        finally:
+            end_wait()
+
+    def close(self) -> None:
+        """Stop generating (unfinished requests fail) and wait for the scheduler's thread."""
+        if self.scheduler is not None:
+            self.scheduler.close()
 
     async def load_weights(self, state_dict: Mapping[str, Any]) -> int:
         """Copy `state_dict` into the running model between generations; returns the new weights version.
@@ -84,6 +103,21 @@ def shared_engine(model: str, name: str | None = None, max_batch_size: int = 32)
                 model, name or (f"local:{model}" if model else "local"), max_batch_size
             )
         return _SHARED[key]
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[[], None]) -> None:
+    """Schedule `fn` on `loop` from another thread; nothing if the loop is already closed."""
+    with contextlib.suppress(RuntimeError):
+        loop.call_soon_threadsafe(fn)
+
+
+@atexit.register
+def close_shared_engines() -> None:
+    """Close every shared engine (runs at interpreter exit, before daemon threads are torn down)."""
+    with _SHARED_LOCK:
+        engines = list(_SHARED.values())
+    for engine in engines:
+        engine.close()
 
 
 class LocalModelClient:
@@ -186,6 +220,7 @@ def build_completion(
         prompt_token_ids=list(prompt_ids),
         completion_token_ids=result.completion_ids,
         logprobs=result.logprobs if params.logprobs else None,
+        top_logprobs=result.top_logprobs,
         usage=Usage(prompt_tokens=len(prompt_ids), completion_tokens=len(result.completion_ids)),
         cost_usd=0.0,
         weights_version=result.weights_version,

@@ -35,6 +35,7 @@ class GenerationResult:
     logprobs: list[float]
     finish_reason: Literal["stop", "length"]
     weights_version: int | None = None
+    top_logprobs: list[list[tuple[int, float]]] | None = None  # with SamplingParams.top_logprobs > 0
 
 
 class LocalEngine:

@@ -14,6 +14,7 @@ import logging
 import os
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +121,7 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
     global conversion_count
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    quiet_transformers()
     log.info("converting %s to safetensors under %s (once)", gguf, target)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model: Any = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)  # class per GGUF
@@ -143,11 +145,25 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
     conversion_count += 1
 
 
+def quiet_transformers() -> None:
+    """Silence what transformers prints on every load and forward pass (weight-loading bars, deprecation
+    notices about its own keyword arguments); evsys reports load failures itself. Setting
+    TRANSFORMERS_VERBOSITY (e.g. `info`) keeps transformers' own output."""
+    if os.environ.get("TRANSFORMERS_VERBOSITY"):
+        return
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    warnings.filterwarnings("ignore", category=FutureWarning, message=r".*is deprecated and will be removed")
+
+
 def load_model_and_tokenizer(model_dir: Path) -> tuple[Any, Any]:
     """Load a causal LM (float32, eval mode, CPU) and its tokenizer from an HF directory."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    quiet_transformers()
     try:
         tokenizer = AutoTokenizer.from_pretrained(model_dir)
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)

@@ -106,8 +106,8 @@ export async function jobPage(name) {
   const scored = job.trials.filter((t) => !t.failure || t.failure.cause !== "cancelled");
   const state = job.running
     ? h("span", { class: "badge run" }, job.complete ? "finished" : "running (or stopped before the end)")
-    : h("span", { class: job.complete ? "badge ok" : job.status === "cancelled" ? "badge bad" : "badge run" },
-      job.complete ? "complete" : job.status === "cancelled" ? "cancelled (resume to finish)" : "finished, incomplete");
+    : h("span", { class: job.complete ? "badge ok" : job.state === "cancelled" ? "badge bad" : "badge run" },
+      job.complete ? "complete" : job.state === "cancelled" ? "cancelled (resume to finish)" : "finished, incomplete");
   const planned = job.n_planned || job.trials.length + job.pending.length;
   const node = h("div", {},
     h("h1", {}, job.name, " ", state),

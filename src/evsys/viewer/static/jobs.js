@@ -7,16 +7,16 @@ function passk(p) {
 }
 
 // A job's state as a badge: only a job whose result.json says complete is "done" (green).
-const STATUS_BADGE = { done: "badge ok", running: "badge run", incomplete: "badge run", cancelled: "badge bad" };
-const STATUS_TEXT = { done: "done", running: "running / stopped", incomplete: "incomplete", cancelled: "cancelled" };
-const STATUSES = ["done", "cancelled", "incomplete", "running"];
+const STATUS_BADGE = { done: "badge ok", "running/stopped": "badge run", incomplete: "badge run", cancelled: "badge bad" };
+const STATUS_TEXT = { done: "done", "running/stopped": "running / stopped", incomplete: "incomplete", cancelled: "cancelled" };
+const STATUSES = ["done", "cancelled", "incomplete", "running/stopped"];
 
 // Kept across the page's refreshes while a job runs.
 const listFilter = { text: "", status: "" };
 const listSort = { index: null, dir: 1 };
 
 function jobMatches(job, f) {
-  if (f.status && job.status !== f.status) return false;
+  if (f.status && job.state !== f.status) return false;
   if (!f.text) return true;
   const needle = f.text.toLowerCase();
   return [job.name, ...job.agents, ...job.models, ...job.datasets].some((v) => v.toLowerCase().includes(needle));
@@ -37,7 +37,7 @@ export async function jobsPage() {
     { label: "", get: (j) => pick(j.name), sort: () => 0 },
     { label: "job", get: (j) => link(`#/job/${enc(j.name)}`, j.name), sort: (j) => j.name },
     { label: "started", get: (j) => when(j.started_at), sort: (j) => j.started_at || "" },
-    { label: "state", get: (j) => h("span", { class: STATUS_BADGE[j.status] || "badge run" }, STATUS_TEXT[j.status] || j.status), sort: (j) => j.status },
+    { label: "state", get: (j) => h("span", { class: STATUS_BADGE[j.state] || "badge run" }, STATUS_TEXT[j.state] || j.state), sort: (j) => j.state },
     { label: "agents", get: (j) => j.agents.join(", ") },
     { label: "models", get: (j) => j.models.join(", ") || "–" },
     { label: "datasets", get: (j) => j.datasets.join(", ") || "–" },

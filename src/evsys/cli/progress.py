@@ -1,0 +1,180 @@
+"""`evsys run`'s progress: a live bar on a terminal, plain `progress:` lines on stderr otherwise (CI logs).
+
+Both start only once the job is prepared (tasks planned, job directory ready), so a pre-flight or plan error
+is the only thing printed. Each shows trials done of planned, running, errored (cancelled trials are counted
+apart), the mean reward so far per agent, elapsed time and an ETA from the rate of this run's trials.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+
+from evsys.cli.markup import shown
+
+if TYPE_CHECKING:
+    from evsys.engine.job import Job
+
+DEFAULT_INTERVAL = 10.0
+REFRESH = 0.2
+
+
+def clock(seconds: float) -> str:
+    """`H:MM:SS`."""
+    seconds = max(0, round(seconds))
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+def eta_seconds(planned: int, done: int, done_at_start: int, elapsed: float) -> float | None:
+    """Seconds left at this run's rate (trials finished since it started per second); None before the first
+    trial of this run finishes."""
+    finished_here = done - done_at_start
+    if finished_here <= 0 or elapsed <= 0:
+        return None
+    return max(0, planned - done) * elapsed / finished_here
+
+
+def describe(status: dict[str, Any]) -> str:
+    """`running 2 | errored 1 | cancelled 0 | mean reward loop 0.500, oracle 1.000`."""
+    means = status["mean_reward_by_agent"]
+    if len(means) <= 1:
+        mean = next(iter(means.values()), None)
+        reward = f"mean reward {'-' if mean is None else f'{mean:.3f}'}"
+    else:
+        reward = "mean reward " + ", ".join(f"{label} {value:.3f}" for label, value in means.items())
+    parts = [f"running {status['running']}", f"errored {status['errored']}"]
+    if status["cancelled"]:
+        parts.append(f"cancelled {status['cancelled']}")
+    return " | ".join([*parts, reward])
+
+
+class _Tracker:
+    """What the progress displays share: the job's status plus timing since the job was prepared."""
+
+    def __init__(self, job: Job) -> None:
+        self.job = job
+        self.started: float | None = None
+        self.done_at_start = 0
+
+    def status(self) -> dict[str, Any] | None:
+        """The job's status, or None while it is still being prepared."""
+        status = self.job.status()
+        if not status["prepared"]:
+            return None
+        if self.started is None:
+            self.started, self.done_at_start = time.monotonic(), status["done"]
+        return status
+
+    def timing(self, status: dict[str, Any]) -> str:
+        assert self.started is not None, "timing is asked only once the job is prepared"
+        elapsed = time.monotonic() - self.started
+        left = eta_seconds(status["planned"], status["done"], self.done_at_start, elapsed)
+        return f"elapsed {clock(elapsed)} | ETA {'-' if left is None else clock(left)}"
+
+    def line(self, status: dict[str, Any]) -> str:
+        """The plain progress line."""
+        done = f"{status['done']}/{status['planned']} trials"
+        return f"progress: {done} | {describe(status)} | {self.timing(status)}"
+
+
+@contextlib.asynccontextmanager
+async def live_progress(job: Job, out: Console, interval: float = DEFAULT_INTERVAL) -> AsyncIterator[None]:
+    """Show the job's progress while it runs: a live bar on a terminal, else a plain line every `interval`
+    seconds (and one at the end)."""
+    tracker = _Tracker(job)
+    display = _Bar(tracker, out) if out.is_terminal else _Lines(tracker, out, interval)
+    watcher = asyncio.create_task(display.watch())
+    try:
+        yield
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+        display.finish()
+
+
+class _Lines:
+    """Plain lines: one every `interval` seconds once the job is prepared, and one when it ends."""
+
+    def __init__(self, tracker: _Tracker, out: Console, interval: float) -> None:
+        self.tracker, self.out, self.interval = tracker, out, interval
+
+    async def watch(self) -> None:
+        """Print a line each interval (the first one interval after the job is prepared)."""
+        last: float | None = None
+        while True:
+            await asyncio.sleep(REFRESH)
+            if self.tracker.status() is None:
+                continue
+            now = time.monotonic()
+            if last is not None and now - last >= self.interval:
+                self._print()
+            if last is None or now - last >= self.interval:
+                last = now
+
+    def finish(self) -> None:
+        """The final line (nothing when the job never got past its preparation)."""
+        self._print()
+
+    def _print(self) -> None:
+        status = self.tracker.status()
+        if status is not None:
+            self.out.print(shown(self.tracker.line(status)), highlight=False, soft_wrap=True)
+
+
+class _Bar:
+    """A rich progress bar, started once the job is prepared."""
+
+    def __init__(self, tracker: _Tracker, out: Console) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+        self.tracker = tracker
+        self.progress = Progress(
+            TextColumn("[bold]{task.fields[job]}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[detail]}"),
+            console=out,
+            transient=False,
+        )
+        name = shown(tracker.job.config.job_name)
+        self.bar = self.progress.add_task("trials", total=None, job=name, detail="")
+        self.started = False
+
+    async def watch(self) -> None:
+        """Start the bar once the job is prepared, then refresh it."""
+        while True:
+            if self._update() and not self.started:
+                self.progress.start()
+                self.started = True
+            await asyncio.sleep(REFRESH)
+
+    def finish(self) -> None:
+        """Draw the final state and stop (nothing was drawn if the job never got past its preparation)."""
+        if self.started:
+            self._update()
+            self.progress.stop()
+
+    def _update(self) -> bool:
+        status = self.tracker.status()
+        if status is None:
+            return False
+        detail = f"{shown(describe(status))} | {self.tracker.timing(status)}{_building()}"
+        self.progress.update(
+            self.bar, total=status["planned"] or None, completed=status["done"], detail=detail
+        )
+        return True
+
+
+def _building() -> str:
+    from evsys.engine.trial.images import build_activity
+
+    building = build_activity()
+    if not building:
+        return ""
+    return f" | building {shown(building[0][:90])}" + (f" (+{len(building) - 1})" if building[1:] else "")
