@@ -49,7 +49,7 @@ def test_agents_models_sandboxes_and_formats():
     assert {"local", "local:", "openai:", "vllm:", "sglang:", "llamacpp:"} <= set(complete_model(""))
     assert complete_model("vl") == ["vllm:"]
     assert {"local", "docker"} <= set(complete_sandbox(""))
-    assert complete_export_format("") == ["atif", "parquet", "rl", "sft"]
+    assert complete_export_format("") == ["atif", "openenv", "parquet", "rl", "sequences", "sft"]
     assert complete_export_format("s") == ["sft"]
 
 
@@ -105,7 +105,9 @@ def test_zsh_gets_the_same_values(jobs: Path):
     out = " ".join(_complete("evsys export jobs/alpha --format ", jobs.parent, shell="zsh"))
     assert re.findall(r'"([^"]+)"', out) == [
         "atif",
+        "openenv",
         "parquet",
         "rl",
+        "sequences",
         "sft",
     ]  # _arguments '*: :(("atif" ...))'
