@@ -50,7 +50,7 @@ def test_agents_models_sandboxes_and_formats():
     assert complete_model("vl") == ["vllm:"]
     assert {"local", "docker"} <= set(complete_sandbox(""))
     assert complete_export_format("") == ["atif", "openenv", "parquet", "rl", "sequences", "sft"]
-    assert complete_export_format("s") == ["sft"]
+    assert complete_export_format("sf") == ["sft"]
 
 
 def test_job_and_trial_directories(jobs: Path):
