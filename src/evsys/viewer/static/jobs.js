@@ -8,7 +8,7 @@ function passk(p) {
 
 // A job's state as a badge: only a job whose result.json says complete is "done" (green).
 const STATUS_BADGE = { done: "badge ok", "running/stopped": "badge run", incomplete: "badge run", cancelled: "badge bad" };
-const STATUS_TEXT = { done: "done", "running/stopped": "running / stopped", incomplete: "incomplete", cancelled: "cancelled" };
+const STATUS_TEXT = { done: "done", "running/stopped": "running/stopped", incomplete: "incomplete", cancelled: "cancelled" };
 const STATUSES = ["done", "cancelled", "incomplete", "running/stopped"];
 
 // Kept across the page's refreshes while a job runs.
