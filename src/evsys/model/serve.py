@@ -5,7 +5,8 @@ Endpoints: `GET /v1/models`, `POST /v1/chat/completions` (tools, logprobs, `stre
 prompt given as text or token ids). Errors use OpenAI's JSON error shape: 400 for a bad request or a context
 overflow (`context_length_exceeded`), 404 for an unknown model (`model_not_found`), 500 otherwise. The bodies
 are the models of `evsys.model.openai_wire` (shared with the proxy); prompts are rendered and completions
-parsed by the engine's `Renderer` (`evsys.model.render`).
+parsed by the engine's `Renderer` (`evsys.model.render`). `tool_choice` "required" or naming a tool, and a
+JSON `response_format`, are enforced by constrained decoding (`evsys.model.local.constrain`).
 
 A client that disconnects cancels its generation: a streamed response stops with the stream, a plain one is
 raced against the connection's `http.disconnect` (the engine drops the request at its next decode step).
@@ -27,7 +28,6 @@ from evsys.model.errors import ContextOverflowError, ModelError, UnknownModelErr
 from evsys.model.openai_wire import (
     SSE_DONE,
     ChatCompletion,
-    ChatCompletionRequest,
     ChoiceLogprobs,
     ChunkChoice,
     ChunkStream,
@@ -148,7 +148,7 @@ def create_app(client: LocalModelClient, served_name: str | None = None) -> Fast
             request,
             asyncio.gather(
                 *(
-                    client.complete(messages, tools=tools, params=p)
+                    client.complete(messages, tools=tools, params=p, constraint=body.constraint())
                     for p in choice_params(body.sampling(), body.n)
                 )
             ),
@@ -228,7 +228,7 @@ async def _stream_chat(
     client: LocalModelClient,
     engine: LocalEngine,
     name: str,
-    body: ChatCompletionRequest,
+    body: ServeChatRequest,
     prompt_ids: list[int],
 ) -> AsyncIterator[str]:
     """SSE chunks: content deltas as tokens arrive, then tool calls + finish reason, usage, [DONE]; an error
@@ -244,7 +244,7 @@ async def _chat_events(
     client: LocalModelClient,
     engine: LocalEngine,
     name: str,
-    body: ChatCompletionRequest,
+    body: ServeChatRequest,
     prompt_ids: list[int],
 ) -> AsyncIterator[str]:
     from evsys.model.local.client import build_completion
@@ -258,7 +258,7 @@ async def _chat_events(
     ids: list[int] = []
     sent = 0
     started = time.perf_counter()
-    async for item in client.stream(prompt_ids, params):
+    async for item in client.stream(prompt_ids, params, body.constraint()):
         if isinstance(item, GenerationResult):
             elapsed = time.perf_counter() - started
             completion = build_completion(client.model, engine.renderer, prompt_ids, item, params, elapsed)

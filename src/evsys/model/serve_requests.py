@@ -3,11 +3,14 @@ local engine does not honour refused (a 400 naming it in `error.param`) instead 
 
 Accepted: the sampling fields of `evsys.model.openai_wire`, `n` up to `MAX_CHOICES` (not with `stream`; each
 choice samples on its own, seeded `seed + i` when a seed is given), `user` (it only names the caller),
-`parallel_tool_calls`, `tool_choice` "auto" or "none" ("none" hides the tools from the model),
-`response_format` {"type": "text"}, zero penalties, an empty `logit_bias`, and `top_logprobs` up to 20 with
-`logprobs: true` on non-streamed chat completions (the raw-distribution alternatives of each token). Refused:
-other values of those fields, and any field not listed (the proxy keeps accepting unknown fields: harnesses
-send many).
+`parallel_tool_calls`, `tool_choice` "auto", "none" ("none" hides the tools from the model), "required" or
+{"type": "function", "function": {"name": ...}} (the completion is one call of an offered tool, by constrained
+decoding), `response_format` {"type": "text"}, {"type": "json_object"} or {"type": "json_schema",
+"json_schema": {"schema": {...}}} (the completion is JSON, valid against the schema), zero penalties, an empty
+`logit_bias`, and `top_logprobs` up to 20 with `logprobs: true` on non-streamed chat completions (the
+raw-distribution alternatives of each token). Refused: other values of those fields, a forced tool call
+together with a JSON response format, and any field not listed (the proxy keeps accepting unknown fields:
+harnesses send many).
 """
 
 from __future__ import annotations
@@ -15,9 +18,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from evsys.model.base import Message, SamplingParams, ToolSchema
+from evsys.model.local.constrain import OutputConstraint
 from evsys.model.openai_wire import ChatCompletionRequest, TextCompletionRequest
 
 MAX_CHOICES = 16
@@ -88,17 +92,46 @@ class ServeChatRequest(_Refusing, ChatCompletionRequest):
 
     @field_validator("tool_choice")
     @classmethod
-    def _auto_or_none(cls, value: str | dict | None) -> str | dict | None:
-        if value not in (None, "auto", "none"):
-            raise _refuse("tool_choice", f"{value!r}; only 'auto' and 'none' are")
-        return value
+    def _known_tool_choice(cls, value: str | dict | None) -> str | dict | None:
+        if value in (None, "auto", "none", "required") or _forced_tool_name(value):
+            return value
+        raise _refuse(
+            "tool_choice",
+            f"{value!r}; 'auto', 'none', 'required' and "
+            "{'type': 'function', 'function': {'name': ...}} are",
+        )
 
     @field_validator("response_format")
     @classmethod
-    def _text_only(cls, value: dict | None) -> dict | None:
-        if value not in (None, {"type": "text"}):
-            raise _refuse("response_format", "only {'type': 'text'} is")
-        return value
+    def _known_format(cls, value: dict | None) -> dict | None:
+        if value is None or value in ({"type": "text"}, {"type": "json_object"}):
+            return value
+        if value.get("type") == "json_schema":
+            if not isinstance((value.get("json_schema") or {}).get("schema"), dict):
+                raise ValueError("response_format json_schema needs json_schema.schema (a JSON schema)")
+            return value
+        raise _refuse("response_format", "only the types 'text', 'json_object' and 'json_schema' are")
+
+    @model_validator(mode="after")
+    def _constraint_is_possible(self) -> ServeChatRequest:
+        self.constraint()  # raises ValueError (a 400) for a tool choice or format that cannot be honoured
+        return self
+
+    def constraint(self) -> OutputConstraint | None:
+        """What constrained decoding must enforce for this request: a forced tool call, JSON, or nothing."""
+        forced = self.tool_choice == "required" or _forced_tool_name(self.tool_choice)
+        json_format = self.response_format is not None and self.response_format["type"] != "text"
+        if forced and json_format:
+            raise _refuse("tool_choice", "a forced tool call together with a JSON response_format")
+        if forced:
+            if not self.tools:
+                raise ValueError(f"tool_choice {self.tool_choice!r} needs tools")
+            return OutputConstraint.tool_call(self.tools, _forced_tool_name(self.tool_choice))
+        if json_format:
+            assert self.response_format is not None
+            schema = (self.response_format.get("json_schema") or {}).get("schema")
+            return OutputConstraint.for_json(schema)
+        return None
 
     _n_without_stream = field_validator("stream")(_stream_with_n)
 
@@ -106,6 +139,14 @@ class ServeChatRequest(_Refusing, ChatCompletionRequest):
         """The messages and the tools the model sees (none with tool_choice='none')."""
         messages, tools = super().chat()
         return messages, None if self.tool_choice == "none" else tools
+
+
+def _forced_tool_name(choice: str | dict | None) -> str | None:
+    """The tool a {"type": "function", "function": {"name": ...}} tool_choice forces, else None."""
+    if not isinstance(choice, dict) or choice.get("type") != "function":
+        return None
+    name = (choice.get("function") or {}).get("name")
+    return name if isinstance(name, str) and name else None
 
 
 class ServeTextRequest(_Refusing, TextCompletionRequest):

@@ -5,6 +5,8 @@ common length and stacked, an attention mask hides the padding and explicit posi
 positions its own. Every decode step feeds the last token of all active sequences in one forward pass, samples
 each row with its own parameters and generator, and drops finished rows. Logprobs stay the raw-distribution
 log-softmax of each row's logits, so teacher forcing reproduces them (differences are float rounding, ~1e-6).
+A row with an output constraint (`evsys.model.local.constrain`) samples from its logits with every token the
+constraint does not allow masked out; its logprobs are still the raw ones.
 
 All model calls happen in the scheduler's own thread; callers get a concurrent.futures.Future. A weight
 update (`between_generations`) runs in that thread too, once the running batch has drained: requests that
@@ -28,6 +30,7 @@ from typing import Any, Literal
 
 from evsys.model.base import SamplingParams
 from evsys.model.errors import ModelError
+from evsys.model.local.constrain import TokenConstraint
 from evsys.model.local.engine import (
     GenerationResult,
     LocalEngine,
@@ -50,6 +53,7 @@ class _Sequence:
     cancel: threading.Event | None
     future: Future
     on_admit: Callable[[], Any] | None = None
+    constraint: TokenConstraint | None = None
     generator: Any = None
     version: int = 0
     ids: list[int] = field(default_factory=list)
@@ -84,11 +88,13 @@ class BatchingScheduler:
         on_token: TokenCallback | None = None,
         cancel: threading.Event | None = None,
         on_admit: Callable[[], Any] | None = None,
+        constraint: TokenConstraint | None = None,
     ) -> Future:
         """Queue a generation; raises ContextOverflowError at once if it cannot fit. `on_admit` is called
-        (in the scheduler's thread) when the request leaves the queue and its prefill starts."""
+        (in the scheduler's thread) when the request leaves the queue and its prefill starts; `constraint`
+        restricts which tokens may be sampled."""
         limit = self.engine.budget(len(prompt_ids), params.max_tokens)
-        seq = _Sequence(list(prompt_ids), params, limit, on_token, cancel, Future(), on_admit)
+        seq = _Sequence(list(prompt_ids), params, limit, on_token, cancel, Future(), on_admit, constraint)
         seq.generator = make_generator(params.seed)
         with self._wakeup:
             if self._closed:
@@ -254,7 +260,8 @@ class BatchingScheduler:
         import torch
 
         step_logprobs = torch.log_softmax(logits.float(), dim=-1)
-        token = sample(step_logprobs, seq.params, seq.generator)
+        allowed = step_logprobs if seq.constraint is None else seq.constraint.mask(step_logprobs, seq.ids)
+        token = sample(allowed, seq.params, seq.generator)
         seq.ids.append(token)
         seq.logprobs.append(float(step_logprobs[token]))
         if seq.params.top_logprobs:

@@ -21,6 +21,7 @@ from typing import Any
 
 from evsys.model.base import Completion, FinishReason, Message, SamplingParams, ToolSchema
 from evsys.model.local.batching import BatchingScheduler
+from evsys.model.local.constrain import OutputConstraint
 from evsys.model.local.engine import GenerationResult, LocalEngine, TokenCallback
 from evsys.model.local.loader import resolve_model_dir
 from evsys.model.local.policy import LocalPolicy
@@ -56,16 +57,23 @@ class SharedEngine:
         params: SamplingParams,
         on_token: TokenCallback | None = None,
         cancel: threading.Event | None = None,
+        constraint: OutputConstraint | None = None,
     ) -> GenerationResult:
-        """Generate through the batching scheduler (concurrent requests share forward passes). Loading the
-        model and waiting in the queue before the prefill count as a model wait (`evsys.model.waiting`)."""
+        """Generate through the batching scheduler (concurrent requests share forward passes), sampling only
+        what `constraint` allows. Loading the model and waiting in the queue before the prefill count as a
+        model wait (`evsys.model.waiting`)."""
         loop = asyncio.get_running_loop()
         end_wait = model_wait()
         try:
-            await self.run(lambda engine: engine)
+            tokens = await self.run(lambda engine: constraint.start(engine) if constraint else None)
             assert self.scheduler is not None
             future = self.scheduler.submit(
-                prompt_ids, params, on_token, cancel, on_admit=lambda: _call_soon(loop, end_wait)
+                prompt_ids,
+                params,
+                on_token,
+                cancel,
+                on_admit=lambda: _call_soon(loop, end_wait),
+                constraint=tokens,
             )
             return await asyncio.wrap_future(future)
         finally:
@@ -147,13 +155,15 @@ class LocalModelClient:
         *,
         tools: list[ToolSchema] | None = None,
         params: SamplingParams | None = None,
+        constraint: OutputConstraint | None = None,
     ) -> Completion:
-        """Render the chat, generate, and parse Hermes tool calls from the completion."""
+        """Render the chat, generate (only what `constraint` allows, when given), and parse Hermes tool calls
+        from the completion."""
         params = params or SamplingParams()
         started = time.perf_counter()
 
         prompt_ids = await self.shared.run(lambda engine: engine.renderer.render(messages, tools))
-        result = await self.shared.generate(prompt_ids, params)
+        result = await self.shared.generate(prompt_ids, params, constraint=constraint)
         elapsed = time.perf_counter() - started
         return await self.shared.run(
             lambda engine: build_completion(self.model, engine.renderer, prompt_ids, result, params, elapsed)
@@ -172,7 +182,7 @@ class LocalModelClient:
         )
 
     async def stream(
-        self, prompt_ids: list[int], params: SamplingParams
+        self, prompt_ids: list[int], params: SamplingParams, constraint: OutputConstraint | None = None
     ) -> AsyncIterator[tuple[int, float] | GenerationResult]:
         """Yield (token id, logprob) as each token is sampled, then the final GenerationResult."""
         loop = asyncio.get_running_loop()
@@ -182,7 +192,7 @@ class LocalModelClient:
         def on_token(token: int, logprob: float) -> None:
             loop.call_soon_threadsafe(queue.put_nowait, (token, logprob))
 
-        task = asyncio.ensure_future(self.shared.generate(prompt_ids, params, on_token, cancel))
+        task = asyncio.ensure_future(self.shared.generate(prompt_ids, params, on_token, cancel, constraint))
         task.add_done_callback(lambda _: loop.call_soon_threadsafe(queue.put_nowait, None))
         try:
             while (item := await queue.get()) is not None:
