@@ -26,7 +26,11 @@ def serve(
         None, "--served-model-name", help="Name clients pass as `model` (default: the -m string)."
     ),
 ) -> None:
-    """Serve a local model with OpenAI-compatible /v1/chat/completions, /v1/completions and /v1/models."""
+    """Serve a local model with OpenAI-compatible /v1/chat/completions, /v1/completions and /v1/models.
+
+    Chat completions take tools with tool_choice auto, none, required or a named function, and a JSON
+    response_format (json_object, json_schema), both enforced by constrained decoding; also n, logprobs,
+    top_logprobs, stream and return_token_ids (docs/models.md)."""
     import asyncio
 
     from rich.console import Console
