@@ -89,6 +89,17 @@ async def test_json_schema_response_is_valid_and_logprobs_stay_raw(tiny_client, 
     assert plain["choices"][0]["message"]["content"] == GREETING_REPLY["content"]
 
 
+async def test_json_content_is_never_read_as_a_tool_call(tiny_server):
+    """JSON content that spells tool-call markup stays content (plain and streamed), not a tool call."""
+    value = "<tool_call>ls</tool_call>"
+    format_ = {"type": "json_schema", "json_schema": {"schema": {"enum": [value]}}}
+    body = {"messages": LIST_FILES, "tools": [BASH_TOOL], "temperature": 0, "max_tokens": 60}
+    choice = (await chat(tiny_server, **body, response_format=format_))["choices"][0]
+    assert choice["finish_reason"] == "stop" and not choice["message"].get("tool_calls")
+    assert json.loads(choice["message"]["content"]) == value
+    assert await _streamed_tool_calls(tiny_server, {**body, "response_format": format_}) == []
+
+
 async def test_tool_choice_required_forces_a_valid_tool_call(tiny_server):
     """The model greets when asked to; with tool_choice 'required' it must call a tool, with arguments valid
     against the tool's schema; streamed, the call arrives the same way."""

@@ -126,7 +126,7 @@ class ServeChatRequest(_Refusing, ChatCompletionRequest):
         if forced:
             if not self.tools:
                 raise ValueError(f"tool_choice {self.tool_choice!r} needs tools")
-            return OutputConstraint.tool_call(self.tools, _forced_tool_name(self.tool_choice))
+            return OutputConstraint.for_tool_call(self.tools, _forced_tool_name(self.tool_choice))
         if json_format:
             assert self.response_format is not None
             schema = (self.response_format.get("json_schema") or {}).get("schema")

@@ -21,7 +21,7 @@ from typing import Any
 
 from evsys.model.base import Completion, FinishReason, Message, SamplingParams, ToolSchema
 from evsys.model.local.batching import BatchingScheduler
-from evsys.model.local.constrain import OutputConstraint
+from evsys.model.local.constrain import OutputConstraint, reads_tool_calls
 from evsys.model.local.engine import GenerationResult, LocalEngine, TokenCallback
 from evsys.model.local.loader import resolve_model_dir
 from evsys.model.local.policy import LocalPolicy
@@ -158,15 +158,18 @@ class LocalModelClient:
         constraint: OutputConstraint | None = None,
     ) -> Completion:
         """Render the chat, generate (only what `constraint` allows, when given), and parse Hermes tool calls
-        from the completion."""
+        from the completion (not from JSON content a constraint asked for)."""
         params = params or SamplingParams()
         started = time.perf_counter()
 
         prompt_ids = await self.shared.run(lambda engine: engine.renderer.render(messages, tools))
         result = await self.shared.generate(prompt_ids, params, constraint=constraint)
         elapsed = time.perf_counter() - started
+        calls = reads_tool_calls(constraint)
         return await self.shared.run(
-            lambda engine: build_completion(self.model, engine.renderer, prompt_ids, result, params, elapsed)
+            lambda engine: build_completion(
+                self.model, engine.renderer, prompt_ids, result, params, elapsed, tool_calls=calls
+            )
         )
 
     async def complete_ids(self, prompt_ids: list[int], params: SamplingParams | None = None) -> Completion:

@@ -41,6 +41,9 @@ class OutputConstraint(BaseModel):
     json_schema: dict[str, Any] = Field(default_factory=lambda: dict(JSON_OBJECT_SCHEMA))
     prefix: str = ""
     suffix: str = ""
+    tool_call: bool = Field(
+        False, description="The output is a tool call; else it is content (never read as tool-call markup)."
+    )
 
     @classmethod
     def for_json(cls, schema: dict[str, Any] | None = None) -> OutputConstraint:
@@ -48,7 +51,7 @@ class OutputConstraint(BaseModel):
         return cls(json_schema=schema if schema is not None else dict(JSON_OBJECT_SCHEMA))
 
     @classmethod
-    def tool_call(cls, tools: Sequence[ToolSchema], name: str | None = None) -> OutputConstraint:
+    def for_tool_call(cls, tools: Sequence[ToolSchema], name: str | None = None) -> OutputConstraint:
         """One Hermes tool call of one of `tools` (of the tool `name` when given) with schema-valid arguments.
 
         Raises ValueError when there is no such tool."""
@@ -60,7 +63,7 @@ class OutputConstraint(BaseModel):
             raise ValueError(f"tool_choice asks for {wanted} but the request offers {offered}")
         calls = [_call_schema(f) for f in chosen]
         schema = calls[0] if len(calls) == 1 else {"anyOf": calls}
-        return cls(json_schema=schema, prefix=OPEN_TAG + "\n", suffix="\n" + CLOSE_TAG)
+        return cls(json_schema=schema, prefix=OPEN_TAG + "\n", suffix="\n" + CLOSE_TAG, tool_call=True)
 
     def start(self, engine: LocalEngine) -> TokenConstraint:
         """The per-generation state that gives the allowed tokens (blocking the first time for a tokenizer:
@@ -86,6 +89,12 @@ class OutputConstraint(BaseModel):
         enforcer = TokenEnforcer(data, parser)
         parser.config = config  # the enforcer resets the root parser's config to the library's defaults
         return TokenConstraint(enforcer)
+
+
+def reads_tool_calls(constraint: OutputConstraint | None) -> bool:
+    """Whether a completion generated under `constraint` is read for tool calls: yes unless it is JSON content
+    (a JSON string may well hold `<tool_call>`)."""
+    return constraint is None or constraint.tool_call
 
 
 class TokenConstraint:
