@@ -72,10 +72,17 @@ async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:
         watcher.cancel()
         if not job.done():
             job.cancel()
+            job.add_done_callback(_retrieve)  # a cancelled gather ends with an exception nobody awaits
     if job.cancelled() or not job.done():
         log.warning("client disconnected; generation cancelled (%s %s)", request.method, request.url.path)
         raise ClientDisconnected()
     return job.result()
+
+
+def _retrieve(done: asyncio.Future) -> None:
+    """Mark a finished future's exception as seen (asyncio logs unseen ones with a traceback)."""
+    if not done.cancelled():
+        done.exception()
 
 
 async def _disconnect(request: Request) -> None:
@@ -248,20 +255,31 @@ async def _chat_events(
     prompt_ids: list[int],
 ) -> AsyncIterator[str]:
     from evsys.model.local.client import build_completion
+    from evsys.model.local.constrain import reads_tool_calls
     from evsys.model.local.engine import GenerationResult
 
     params = body.sampling()
     stream = ChunkStream(name)
     first = ChunkChoice(delta=Delta(role="assistant", content=""))
     yield stream.event(first, prompt_token_ids=prompt_ids if body.return_token_ids else None)
-    markers = [*engine.renderer.tool_call_markers, *params.stop]
+    constraint = body.constraint()
+    calls = reads_tool_calls(constraint)
+    markers = [*(engine.renderer.tool_call_markers if calls else ()), *params.stop]
     ids: list[int] = []
     sent = 0
     started = time.perf_counter()
-    async for item in client.stream(prompt_ids, params, body.constraint()):
+    async for item in client.stream(prompt_ids, params, constraint):
         if isinstance(item, GenerationResult):
             elapsed = time.perf_counter() - started
-            completion = build_completion(client.model, engine.renderer, prompt_ids, item, params, elapsed)
+            completion = build_completion(
+                client.model,
+                engine.renderer,
+                prompt_ids,
+                item,
+                params,
+                elapsed,
+                tool_calls=calls,
+            )
             break
         token_id, logprob = item
         ids.append(token_id)
