@@ -147,6 +147,10 @@ REFUSED = [
     ({"tools": [BASH_TOOL], "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "'nope'"),
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}, "json_schema.schema"),
     (
+        {"response_format": {"type": "json_schema", "json_schema": {"schema": {"type": "frob"}}}},
+        "cannot be enforced",
+    ),
+    (
         {"tools": [BASH_TOOL], "tool_choice": "required", "response_format": {"type": "json_object"}},
         "JSON response_format",
     ),
@@ -155,7 +159,8 @@ REFUSED = [
 
 @pytest.mark.parametrize(("extra", "why"), REFUSED)
 async def test_constraints_that_cannot_be_honoured_are_a_400(tiny_server, extra, why):
-    """A forced tool call without (that) tool, a schema-less json_schema, or both constraints at once."""
+    """A forced tool call without (that) tool, a json_schema without a schema or with one that cannot be
+    enforced, or both constraints at once."""
     answer = await chat(tiny_server, messages=GREETING, **extra)
     assert answer["status"] == 400 and why in answer["error"]["message"], answer
 

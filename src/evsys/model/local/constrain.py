@@ -13,12 +13,13 @@ Rows without a constraint do no per-step work at all.
 
 from __future__ import annotations
 
+import logging
 import re
 import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from evsys.model.base import ToolSchema
 from evsys.model.render.hermes import CLOSE_TAG, OPEN_TAG
@@ -26,6 +27,7 @@ from evsys.model.render.hermes import CLOSE_TAG, OPEN_TAG
 if TYPE_CHECKING:
     from evsys.model.local.engine import LocalEngine
 
+log = logging.getLogger("evsys.model.local.constrain")
 MAX_WHITESPACE = 2
 """Whitespace characters allowed in a row between JSON tokens: compact or shallowly indented JSON, never runs
 of blank space a small model may fall into."""
@@ -44,6 +46,16 @@ class OutputConstraint(BaseModel):
     tool_call: bool = Field(
         False, description="The output is a tool call; else it is content (never read as tool-call markup)."
     )
+
+    @model_validator(mode="after")
+    def _enforceable(self) -> OutputConstraint:
+        from lmformatenforcer import JsonSchemaParser
+
+        try:
+            JsonSchemaParser(self.json_schema)
+        except Exception as exc:  # the library raises bare Exception for some schemas
+            raise ValueError(f"the JSON schema cannot be enforced: {exc}") from exc
+        return self
 
     @classmethod
     def for_json(cls, schema: dict[str, Any] | None = None) -> OutputConstraint:
@@ -88,7 +100,7 @@ class OutputConstraint(BaseModel):
         parser = parsers[0] if len(parsers) == 1 else SequenceParser(parsers)
         enforcer = TokenEnforcer(data, parser)
         parser.config = config  # the enforcer resets the root parser's config to the library's defaults
-        return TokenConstraint(enforcer)
+        return TokenConstraint(enforcer, sorted(engine.eos_ids))
 
 
 def reads_tool_calls(constraint: OutputConstraint | None) -> bool:
@@ -100,12 +112,18 @@ def reads_tool_calls(constraint: OutputConstraint | None) -> bool:
 class TokenConstraint:
     """One generation's constraint: which token ids may come next after the ids generated so far."""
 
-    def __init__(self, enforcer: Any) -> None:
+    def __init__(self, enforcer: Any, end_ids: list[int]) -> None:
         self._enforcer = enforcer
+        self._end_ids = end_ids
 
     def allowed(self, generated: list[int]) -> list[int]:
-        """The ids allowed after `generated` (end-of-sequence ids only once the output is complete)."""
-        return list(self._enforcer.get_allowed_tokens(generated).allowed_tokens)
+        """The ids allowed after `generated` (end-of-sequence ids only once the output is complete). Should
+        the library fail, the generation ends (its row only; the batch goes on)."""
+        try:
+            return list(self._enforcer.get_allowed_tokens(generated).allowed_tokens)
+        except Exception:
+            log.exception("constrained decoding failed after %d tokens; ending it", len(generated))
+            return list(self._end_ids)
 
     def mask(self, logprobs: Any, generated: list[int]) -> Any:
         """`logprobs` with every token not allowed after `generated` set to -inf (a new tensor)."""
