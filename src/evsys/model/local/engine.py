@@ -2,9 +2,9 @@
 
 Token fidelity is the point. The prompt ids are the tokenisation of the rendered chat template, exactly as fed
 to the model; the completion ids are exactly the sampled ids (including a final end-of-sequence token); each
-logprob is the log-softmax of the model's **raw** logits at that step (before temperature, top-k or top-p), so
-teacher forcing the same ids through the same model reproduces them. This matches what vLLM reports by
-default.
+logprob is the log-softmax of the model's **raw** logits at that step (before temperature, top-k, top-p or the
+mask of a constrained request, `evsys.model.local.constrain`), so teacher forcing the same ids through the
+same model reproduces them. This matches what vLLM reports by default.
 
 The engine is synchronous and not thread-safe; `LocalModelClient` runs it in one worker thread.
 """
