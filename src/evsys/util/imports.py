@@ -12,6 +12,7 @@ import importlib
 import importlib.util
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -75,3 +76,31 @@ def importable_name(obj: Any) -> str | None:
     if module.__name__ == "__main__":
         return None
     return f"{module.__name__}:{target.__qualname__}"
+
+
+def lazy_exports(
+    package: str,
+    exports: dict[str, str],
+    needs: tuple[str, ...],
+    requirement: str,
+    *,
+    match_message: bool = False,
+) -> Callable[[str], Any]:
+    """A package's module-level `__getattr__` that imports each name of `exports` (name -> module) on first
+    use, so the package imports without the optional framework behind it. An ImportError of a top-level module
+    in `needs` (or, with `match_message`, one whose message names one) becomes an ImportError naming
+    `requirement` (`"<what>: pip install ..."`)."""
+
+    def load(name: str) -> Any:
+        module = exports.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        try:
+            return getattr(importlib.import_module(module), name)
+        except ImportError as exc:
+            missing = (exc.name or "").split(".")[0] in needs
+            if missing or (match_message and any(n in str(exc) for n in needs)):
+                raise ImportError(f"{package}.{name} needs {requirement}") from exc
+            raise
+
+    return load

@@ -9,8 +9,7 @@ install, see scripts/bootstrap.sh)."""
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from evsys.util.imports import lazy_exports
 
 _EXPORTS = {
     "EvsysSession": "evsys.integrations.openenv.sessions",
@@ -21,15 +20,6 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    try:
-        return getattr(importlib.import_module(module), name)
-    except ImportError as exc:
-        if (exc.name or "").split(".")[0] == "openenv" or "openenv" in str(exc):
-            raise ImportError(
-                f"evsys.integrations.openenv.{name} needs OpenEnv 0.10: pip install 'openenv==0.10.*'"
-            ) from exc
-        raise
+__getattr__ = lazy_exports(
+    __name__, _EXPORTS, ("openenv",), "OpenEnv 0.10: pip install 'openenv==0.10.*'", match_message=True
+)

@@ -13,8 +13,7 @@ Importing this package needs neither the SDK nor the cookbook; the names below l
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from evsys.util.imports import lazy_exports
 
 _EXPORTS = {
     "EvsysSandbox": "evsys.integrations.tinker.sandbox",
@@ -30,15 +29,6 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    try:
-        return getattr(importlib.import_module(module), name)
-    except ImportError as exc:
-        if exc.name is not None and exc.name.split(".")[0] in ("tinker", "tinker_cookbook", "chz"):
-            raise ImportError(
-                f"evsys.integrations.tinker.{name} needs tinker-cookbook: pip install 'evsys[tinker]'"
-            ) from exc
-        raise
+__getattr__ = lazy_exports(
+    __name__, _EXPORTS, ("tinker", "tinker_cookbook", "chz"), "tinker-cookbook: pip install 'evsys[tinker]'"
+)

@@ -6,8 +6,7 @@ Importing this package needs no verifiers; the names below load it on first use 
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from evsys.util.imports import lazy_exports
 
 _EXPORTS = {
     "EvsysConfig": "evsys.integrations.verifiers.runtime",
@@ -21,15 +20,6 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    try:
-        return getattr(importlib.import_module(module), name)
-    except ImportError as exc:
-        if exc.name is not None and exc.name.split(".")[0] in ("verifiers", "pydantic_config"):
-            raise ImportError(
-                f"evsys.integrations.verifiers.{name} needs verifiers: pip install 'evsys[verifiers]'"
-            ) from exc
-        raise
+__getattr__ = lazy_exports(
+    __name__, _EXPORTS, ("verifiers", "pydantic_config"), "verifiers: pip install 'evsys[verifiers]'"
+)
