@@ -71,4 +71,5 @@ def mcp_recipe() -> TinyModelRecipe:
     """The tiny model scripted to call the task's MCP tool (see the module docstring); its tokenizer learns
     the chats' text, so Claude Code's prompt stays short."""
     chats = [*_loop_chats(), *_claude_chats()]
-    return TinyModelRecipe(chats=chats, vocab_size=2048, context_window=32768, train_steps=300, seed=3)
+    return TinyModelRecipe(chats=chats, vocab_size=2048, context_window=32768, train_steps=300, seed=3,
+                           min_target_prob=0.999)  # fmt: skip

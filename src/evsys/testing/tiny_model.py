@@ -64,11 +64,19 @@ class TinyModelRecipe(BaseModel):
     chats: list[TrainingChat] = Field(default_factory=list)
     train_steps: int = 300
     learning_rate: float = 3e-3
+    min_target_prob: float | None = Field(
+        None,
+        gt=0.0,
+        lt=1.0,
+        description="Also train until every scripted token has at least this probability, so that sampling "
+        "at temperature 1 (what harnesses like Claude Code use) replays the script too, not only greedy "
+        "decoding. None: the argmax is enough.",
+    )
     version: int = Field(4, description="Bumped when the build procedure changes.")
 
     def key(self) -> str:
         """A stable hash of the recipe (and of the Python version when the stdlib is part of the corpus)."""
-        text = self.model_dump_json()
+        text = self.model_dump_json(exclude={"min_target_prob"} if self.min_target_prob is None else None)
         if self.stdlib_corpus_kb:
             text += f"|python{sys.version_info[0]}.{sys.version_info[1]}"
         return hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -238,7 +246,8 @@ def _train(model: Any, tokenizer: Any, recipe: TinyModelRecipe) -> None:
     """Teach the model the scripted assistant turns (loss on those tokens only), full batch, AdamW.
 
     Trains `train_steps` steps, then keeps going in chunks of `train_steps // 2` (up to 4x in all) until every
-    target token is the model's argmax under teacher forcing, which makes greedy decoding replay the script.
+    target token is the model's argmax under teacher forcing (and, with `min_target_prob`, that likely), which
+    makes greedy decoding (or sampling) replay the script.
     """
     import torch
 
@@ -255,7 +264,7 @@ def _train(model: Any, tokenizer: Any, recipe: TinyModelRecipe) -> None:
             optimizer.step()
         steps += chunk
         model.eval()
-        wrong = _wrong_rows(model, ids, labels, mask)
+        wrong = _wrong_rows(model, ids, labels, mask, recipe.min_target_prob)
         if not wrong:
             return
         if steps >= 4 * recipe.train_steps:
@@ -283,14 +292,18 @@ def _training_batch(tokenizer: Any, recipe: TinyModelRecipe) -> tuple[Any, Any, 
     return ids, labels, mask
 
 
-def _wrong_rows(model: Any, ids: Any, labels: Any, mask: Any) -> list[int]:
-    """Rows where some target token is not the argmax of the model's prediction for it."""
+def _wrong_rows(model: Any, ids: Any, labels: Any, mask: Any, min_prob: float | None = None) -> list[int]:
+    """Rows where some target token is not the argmax of the model's prediction for it (or, with `min_prob`,
+    has a lower probability than that)."""
     import torch
 
     with torch.inference_mode():
-        predicted = model(input_ids=ids, attention_mask=mask).logits[:, :-1].argmax(-1)
+        logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1]
     targets = labels[:, 1:]
-    bad = (targets != -100) & (predicted != targets)
+    bad = (targets != -100) & (logits.argmax(-1) != targets)
+    if min_prob is not None:
+        probs = logits.float().softmax(-1).gather(-1, targets.clamp(min=0).unsqueeze(-1)).squeeze(-1)
+        bad |= (targets != -100) & (probs < min_prob)
     return [int(row) for row in bad.any(dim=1).nonzero().flatten()]
 
 
