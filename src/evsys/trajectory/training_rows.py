@@ -1,12 +1,13 @@
 """Training rows from capture graphs: evsys's `sequences` rows and OpenEnv's `TrainingTrace` documents.
 
 `sequence_rows` gives one row per training sequence of every sample (see evsys.trajectory.graph): the
-sample's ids, reward and advantage, the sequence's tokens, mask and logprobs, which calls it holds and the
-break that opened it. `openenv_traces` gives one OpenEnv 0.10 `TrainingTrace` per sample (`schema_version`
-1, one turn per call with `node_id`, `prompt_token_ids`, `completion_token_ids`, `per_token_logps` and a
-`loss_mask` over prompt + completion whose prompt part is 0); the graph's links, the sample's reward and the
-sequences a call belongs to travel in each turn's `metadata`. Errored samples are exported like the others
-with their `error` set (nothing disappears silently)."""
+sample's ids, reward and advantage, the sequence's tokens, mask and logprobs, which calls it holds (and the
+policy weights version that sampled each) and the break that opened it. `openenv_traces` gives one OpenEnv
+0.10 `TrainingTrace` per sample (`schema_version` 1, one turn per call with `node_id`, `prompt_token_ids`,
+`completion_token_ids`, `per_token_logps` and a `loss_mask` over prompt + completion whose prompt part is 0);
+the graph's links, the call's weights version, the sample's reward and the sequences a call belongs to travel
+in each turn's `metadata`. Errored samples are exported like the others with their `error` set (nothing
+disappears silently)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,8 @@ SEQUENCE_COLUMNS = (
     "loss_mask",
     "logprobs",
     "opened_by",
+    "weights_version",
+    "weights_versions",
     "reward",
     "advantage",
     "error",
@@ -40,6 +43,11 @@ def _error(sample: RolloutTrajectory) -> str | None:
     return f"{sample.error.cause}: {sample.error.message}" if sample.error else None
 
 
+def _shared(versions: list[int | None]) -> int | None:
+    """The one weights version every call was sampled with, else None (unknown or mixed)."""
+    return versions[0] if versions and len(set(versions)) == 1 else None
+
+
 def sequence_rows(groups: Iterable[TrajectoryGroup]) -> list[dict[str, Any]]:
     """One row per training sequence of every sample, in group, sample and sequence order."""
     rows = []
@@ -47,6 +55,7 @@ def sequence_rows(groups: Iterable[TrajectoryGroup]) -> list[dict[str, Any]]:
         for sample in group.trajectories:
             graph = capture_graph(sample.trajectory)
             for seq in graph.sequences:
+                versions = [graph.nodes[n].weights_version for n in seq.nodes]
                 rows.append(
                     {
                         "group_id": group.group_id,
@@ -61,6 +70,8 @@ def sequence_rows(groups: Iterable[TrajectoryGroup]) -> list[dict[str, Any]]:
                         "loss_mask": seq.loss_mask,
                         "logprobs": seq.logprobs,
                         "opened_by": seq.opened_by.model_dump() if seq.opened_by else None,
+                        "weights_version": _shared(versions),
+                        "weights_versions": versions,
                         "reward": sample.reward,
                         "advantage": sample.advantage,
                         "error": _error(sample),
@@ -88,6 +99,7 @@ def _turn(graph: CaptureGraph, node: CallNode, sample: RolloutTrajectory, group_
             "parent_id": _node_id(graph.nodes[node.parent]) if node.parent is not None else None,
             "step_id": node.step_id,
             "call_index": node.call_index,
+            "weights_version": node.weights_version,
             "sequences": [s.index for s in graph.sequences if node.node in s.nodes],
             "group_id": group_id,
             "task_id": sample.task_id,
