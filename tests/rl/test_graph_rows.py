@@ -79,3 +79,21 @@ def test_rows_carry_the_weights_version_of_each_call():
     [trace] = openenv_traces(groups)
     assert [t["metadata"]["weights_version"] for t in trace["turns"]] == [3, 3, 4]
     assert rl_rows(groups)[0]["weights_version"] is None
+
+
+def test_openenv_turns_hold_the_reply_and_never_train_on_calls_without_logprobs():
+    """Each turn's `response` is the call's assistant message; a call whose server returned no logprobs stays
+    in the trace as context (completion mask 0, `logprobs_recorded` false) instead of claiming logprob 0."""
+    from evsys.trajectory.training_rows import openenv_trace
+
+    built = trajectory([([1, 2], [3]), ([1, 2, 3, 4], [5, 6])])
+    unscored = [s for s in built.steps if s.source == "agent"][1]
+    assert unscored.metrics is not None
+    unscored.metrics.logprobs = None
+    trace = openenv_trace(built, {"trial_name": "t1"})
+    assert trace is not None
+    scored, context = trace["turns"]
+    assert scored["loss_mask"] == [0, 0, 1] and scored["metadata"]["logprobs_recorded"] is True
+    assert context["loss_mask"] == [0, 0, 0, 0, 0, 0] and context["metadata"]["logprobs_recorded"] is False
+    assert scored["response"] == {"choices": [{"message": {"role": "assistant", "content": ""}}]}
+    assert context["metadata"]["trial_name"] == "t1" and openenv_trace(None, {}) is None
