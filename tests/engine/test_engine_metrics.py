@@ -118,7 +118,7 @@ def test_the_per_task_table_leaves_cancelled_trials_out_like_the_summary():
     """After Ctrl-C: two attempts scored 1, one cancelled. Summary mean and per-task cell agree on 1.000."""
     from rich.console import Console
 
-    from evsys.cli.run import print_summary
+    from evsys.cli.summary import print_summary
     from evsys.records import JobResult
 
     trials = [trial("t", 1.0, 1), trial("t", 1.0, 2), trial("t", None, 3, FailureCause.CANCELLED)]

@@ -125,3 +125,29 @@ def test_export_to_an_existing_file_is_one_clear_error(tmp_path: Path, where: st
     assert result.exit_code == 2
     assert "error:" in result.stderr and str(tmp_path / "file") in result.stderr
     assert "Traceback" not in result.output and (tmp_path / "file").read_text() == "keep me\n"
+
+
+async def test_every_token_export_row_names_the_weights_version_that_sampled_it(
+    tmp_path: Path, math_client, questions
+):
+    """After a weights load (the same weights, a new version) every `rl`, `sequences` and `openenv` row of the
+    next job carries the version the local engine sampled it with."""
+    engine = await math_client.engine()
+    version = await math_client.load_weights(engine.model.state_dict())
+    assert version >= 1
+    await run_rollouts(
+        questions[:2], outcome_reward=False, model=math_client, num_samples=2, jobs_dir=tmp_path, job_name="v"
+    )
+    exported = {
+        fmt: [json.loads(line) for line in path.read_text().splitlines()]
+        for fmt in ("rl", "sequences", "openenv")
+        for path in export_job(tmp_path / "v", fmt, tmp_path / "out")
+    }
+    assert len(exported["rl"]) == len(exported["sequences"]) == len(exported["openenv"]) == 4
+    assert [row["weights_version"] for row in exported["rl"]] == [version] * 4
+    for row in exported["sequences"]:
+        assert row["weights_version"] == version and row["weights_versions"] == [version] * len(
+            row["step_ids"]
+        )
+    turns = [turn for trace in exported["openenv"] for turn in trace["turns"]]
+    assert turns and all(turn["metadata"]["weights_version"] == version for turn in turns)

@@ -99,7 +99,7 @@ def show(
 ) -> None:
     """The job's summary as `evsys run` printed it, its errors grouped by cause and message, then every failed
     trial with its cause and first error."""
-    from evsys.cli.run import print_summary
+    from evsys.cli.summary import print_summary
     from evsys.viewer.jobdata import error_summary, first_line
 
     job = _load(job_dir)

@@ -60,7 +60,7 @@ def validate(
 ) -> None:
     """Run the gold patch (oracle) and no change (nop) on every row: valid rows score 1.0 and 0.0; the
     others are listed with the reason (failing tests, a patch that does not apply, a row error)."""
-    from evsys.cli.run import _run_job
+    from evsys.cli.run_job import run_job
     from evsys.engine.config import AgentSpec, JobConfig
     from evsys.engine.job import Job
 
@@ -71,7 +71,7 @@ def validate(
         n_concurrent=n_concurrent,
         sandbox=sandbox,
     )
-    result = _run_job(Job(config))
+    result = run_job(Job(config))
     table = Table(title=f"validation of {rows.name}", title_justify="left")
     for column in ("instance", "valid", "gold", "no-op", "reason"):
         table.add_column(column, overflow="fold")

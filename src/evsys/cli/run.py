@@ -1,32 +1,19 @@
 """`evsys run`: run agents on task directories (or resume a job) with a live progress bar and a summary table.
 
 Exit codes: 0 when the job ran (whatever the rewards), 2 on usage errors, 130 when cancelled by Ctrl-C/SIGTERM
-(the job directory stays resumable with `evsys run --resume jobs/<name>`).
+(the job directory stays resumable with `evsys run --resume jobs/<name>`). The flags become a JobConfig in
+`run_config`, the job runs in `run_job`, and `summary` prints the tables.
 """
 
 from __future__ import annotations
 
-import asyncio
-import os
-import signal
-from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
-from rich.console import Console
 
 from evsys.cli.agent_env import read_agent_env, restore_env
-from evsys.cli.checks import (
-    all_flags,
-    console,
-    flags_given,
-    import_from_current_directory,
-    resume_job,
-    run_preflight,
-    save_traceback,
-)
-from evsys.cli.checks import fail as _fail
+from evsys.cli.checks import console, flags_given, import_from_current_directory, resume_job, run_preflight
 from evsys.cli.complete import (
     complete_agent,
     complete_executor,
@@ -34,92 +21,20 @@ from evsys.cli.complete import (
     complete_model,
     complete_sandbox,
 )
-from evsys.cli.datasets import RegistryPath, RegistryUrl, dataset_paths
-from evsys.cli.executor_flags import ExecutorFlags, executor_spec, resume_hint
-from evsys.cli.job_file import CONFIG_FLAGS, AgentFlags, config_from_file, validation_message
-from evsys.cli.markup import shown
-from evsys.cli.progress import DEFAULT_INTERVAL, live_progress
-
-if TYPE_CHECKING:
-    from evsys.engine.config import JobConfig
-    from evsys.engine.job import Job
-    from evsys.records import JobResult
-
-
-class NetworkChoice(StrEnum):
-    """`--network`: the network every phase of every trial gets."""
-
-    NO_NETWORK = "no-network"
-    PUBLIC = "public"
-
-
-class RayMode(StrEnum):
-    """`--ray-mode`: one Ray task per trial, or one actor per node running many trials."""
-
-    TASKS = "tasks"
-    ACTORS = "actors"
-
-
-EXIT_CANCELLED = 130
-
-
-def _stdout_console() -> Console:
-    """stdout; wide enough for the summary table when it is not a terminal (logs, CI, pipes)."""
-    out = Console()
-    return out if out.is_terminal else Console(width=200)
-
-
-def _build_job(
-    paths: list[Path],
-    agents: list[str],
-    model: str | None,
-    base_url: str | None,
-    agent_kwargs: list[str],
-    settings: dict,
-    flags: dict[str, str] | None = None,
-    env: dict[str, str] | None = None,
-) -> JobConfig:
-    from pydantic import ValidationError
-
-    from evsys.agent.registry import parse_agent_kwarg
-    from evsys.engine import AgentSpec, JobConfig
-    from evsys.engine.preflight import dedupe_paths
-
-    if not paths:
-        raise _fail("give at least one task directory or dataset path (or --resume jobs/<name>)")
-    paths, dropped = dedupe_paths(paths)
-    for path in dropped:
-        console.print(f"[yellow]note:[/] {path} is given more than once; its tasks run once", highlight=False)
-    try:
-        kwargs = dict(parse_agent_kwarg(text) for text in agent_kwargs)
-        specs = [
-            AgentSpec(name=name, model=model, base_url=base_url, kwargs=kwargs, env=env or {})  # type: ignore[arg-type]
-            for name in (agents or ["oracle"])
-        ]
-        return JobConfig(datasets=paths, agents=specs, **{k: v for k, v in settings.items() if v is not None})
-    except (ValueError, ValidationError) as exc:
-        raise _fail(validation_message(exc, {**(flags or {}), **CONFIG_FLAGS})) from None
-
-
-def _check_env_executor(config: JobConfig) -> None:
-    """Agent environment stays in this process: refuse it on an executor that ships trials elsewhere."""
-    from evsys.engine.config import DEFAULT_EXECUTOR
-
-    if config.executor.name != DEFAULT_EXECUTOR and any(agent.env for agent in config.agents):
-        raise _fail(
-            f"--agent-env/--env-file values are never shipped to the {config.executor.name} executor's "
-            "workers; set them in its environment (for Ray: the runtime_env) instead"
-        )
-
-
-def _log_limits(texts: list[str]) -> dict[str, int] | None:
-    """The `--log-limit KEY=VALUE` flags as a dict (None when there are none); a usage error if one is bad."""
-    from evsys.records import parse_limit
-
-    try:
-        return dict(parse_limit(text) for text in texts) or None
-    except ValueError as exc:
-        raise _fail(str(exc)) from None
+from evsys.cli.datasets import RegistryPath, RegistryUrl
+from evsys.cli.executor_flags import ExecutorFlags, resume_hint
+from evsys.cli.job_file import AgentFlags
+from evsys.cli.progress import DEFAULT_INTERVAL
+from evsys.cli.run_config import (
+    DatasetFlags,
+    NetworkChoice,
+    RayMode,
+    check_env_executor,
+    log_limits,
+    new_job_config,
+)
+from evsys.cli.run_job import EXIT_CANCELLED, run_job
+from evsys.cli.summary import print_summary, stdout_console
 
 
 def run(
@@ -348,7 +263,7 @@ def run(
         "exclude_task_names": exclude_task or [],
         "n_tasks": n_tasks,
         "task_sample_seed": task_seed,
-        "log_limits": _log_limits(log_limit or []),
+        "log_limits": log_limits(log_limit or []),
     }
     from evsys.engine import Job
 
@@ -366,27 +281,22 @@ def run(
     if resume is not None:
         job = resume_job(ctx, resume, paths or [], retry_errors, settings, where)
         restore_env(job.config, env)
-        _check_env_executor(job.config)
+        check_env_executor(job.config)
         job.tasksets = run_preflight(job.config, probe=model_probe, strict=False).tasksets
     else:
-        settings["executor"] = executor_spec(where.name, where.options)
-        flags = all_flags(ctx)
-        paths = [*(paths or []), *dataset_paths(dataset or [], registry_path, registry_url)]
         kwargs = [*(agent_kwarg or []), *(["mcp_tools=true"] if harness_mcp_tools else [])]
-        if config_file is not None:
-            agents = AgentFlags(agent, model, base_url, kwargs, env)
-            config = config_from_file(config_file, given, settings, paths, agents, flags)
-        else:
-            config = _build_job(paths, agent or [], model, base_url, kwargs, settings, flags, env)
-        _check_env_executor(config)
+        agents = AgentFlags(agent, model, base_url, kwargs, env)
+        datasets = DatasetFlags(dataset or [], registry_path, registry_url)
+        config = new_job_config(ctx, paths or [], datasets, config_file, agents, settings, where)
+        check_env_executor(config)
         report = run_preflight(config, probe=model_probe, strict=strict)
         job = Job(config, retry_errors=retry_errors, tasksets=report.tasksets)
     if stream:
         from evsys.cli.stream import event_printer
 
         job.on_agent_event = event_printer(console)
-    result = _run_job(job, progress_interval)
-    print_summary(_stdout_console(), result, job.job_dir)
+    result = run_job(job, progress_interval)
+    print_summary(stdout_console(), result, job.job_dir)
     if job.cancelled:
         console.print(
             f"[yellow]cancelled[/]: resume with `{resume_hint(job.job_dir, job.config.executor)}`",
@@ -394,148 +304,3 @@ def run(
             soft_wrap=True,
         )
         raise typer.Exit(EXIT_CANCELLED)
-
-
-def _run_job(job: Job, progress_interval: float = DEFAULT_INTERVAL) -> JobResult:
-    from evsys.engine import JobStoreError, PlanError
-    from evsys.task.loader import DatasetNotFoundError
-
-    try:
-        return asyncio.run(_run_with_signals(job, progress_interval))
-    except (JobStoreError, PlanError, DatasetNotFoundError) as exc:
-        raise _fail(str(exc)) from None
-    except ValueError as exc:  # unknown agent, bad agent kwargs
-        raise _fail(str(exc)) from None
-    except Exception as exc:  # a bug in evsys or a plugin: one line here, the traceback in a file
-        path = save_traceback(exc, job.job_dir)
-        console.print(
-            f"[bold red]error:[/] {type(exc).__name__}: {shown(exc)} (traceback in {shown(path)})",
-            highlight=False,
-            soft_wrap=True,
-            emoji=False,
-        )
-        raise typer.Exit(1) from None
-
-
-async def _run_with_signals(job: Job, progress_interval: float) -> JobResult:
-    loop = asyncio.get_running_loop()
-
-    def on_signal() -> None:
-        if job.cancelled:
-            os._exit(EXIT_CANCELLED)
-        console.print("\n[yellow]cancelling: stopping running trials (press Ctrl-C again to exit at once)[/]")
-        job.cancel()
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, on_signal)
-    try:
-        async with live_progress(job, console, progress_interval):
-            return await job.run()
-    finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
-
-
-def _fmt(value: float | None, digits: int = 3) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
-MAX_TASK_ROWS = 40
-
-
-def print_task_table(out: Console, result: JobResult) -> None:
-    """Reward per task and agent (mean over attempts) with failure causes; skipped for large datasets."""
-    from rich.table import Table
-
-    from evsys.engine.metrics import scored
-
-    cells: dict[str, dict[str, list]] = {}
-    for trial in result.trials:
-        cells.setdefault(trial.task_name, {}).setdefault(trial.agent, []).append(trial)
-    if not cells or len(cells) > MAX_TASK_ROWS:
-        return
-    agents = sorted({trial.agent for trial in result.trials})
-    table = Table(title="reward per task (mean over attempts)", title_justify="left")
-    table.add_column("task")
-    for name in agents:
-        table.add_column(shown(name), overflow="fold")
-    for task_name in sorted(cells):
-        row = [shown(task_name)]
-        for name in agents:
-            trials = cells[task_name].get(name, [])
-            rewards = [t.reward or 0.0 for t in scored(trials)]  # the summary's rule: cancelled left out
-            causes = sorted({t.failure.cause.value for t in trials if t.failure is not None})
-            text = _fmt(sum(rewards) / len(rewards)) if rewards else "-"
-            text = f"{text} ({', '.join(causes)})" if causes else text
-            tests = [t.tests_summary for t in trials if t.tests_summary]
-            row.append(shown(f"{text}: {tests[0]}" if len(trials) == 1 and tests else text))
-        table.add_row(*row)
-    out.print(table)
-
-
-MAX_TRACEBACK_LINES = 5
-
-
-def _print_tracebacks(out: Console, result: JobResult, job_dir: Path | str) -> None:
-    """Where the tracebacks of failed trials are (never printed themselves)."""
-    files = [f"{job_dir}/{t.trial_name}/{t.exception_file}" for t in result.trials if t.exception_file]
-    if not files:
-        return
-    out.print(f"{len(files)} trial(s) raised an exception; tracebacks in:", highlight=False)
-    for path in files[:MAX_TRACEBACK_LINES]:
-        out.print(f"  {shown(path)}", highlight=False, soft_wrap=True)
-    if len(files) > MAX_TRACEBACK_LINES:
-        out.print(
-            f"  ... and {len(files) - MAX_TRACEBACK_LINES} more (evsys jobs show {job_dir})", highlight=False
-        )
-
-
-def print_summary(out: Console, result: JobResult, job_dir: Path | str) -> None:
-    """The summary table per (agent, model, dataset), then the job directory."""
-    from rich.table import Table
-
-    table = Table(title=f"job {shown(result.job_name)}", title_justify="left")
-    for column in ("agent", "model", "dataset", "trials", "errors", "mean reward", "per key", "pass@k"):
-        table.add_column(column, overflow="fold")
-    for column in ("tokens in/out", "cost $", "wall s"):
-        table.add_column(column, justify="right")
-    for group in result.metrics:
-        errors = ", ".join(f"{cause} {n}" for cause, n in group.errors_by_cause.items()) or "0"
-        keys = ", ".join(f"{k} {_fmt(v)}" for k, v in group.reward_means.items() if k != "reward") or "-"
-        passk = ", ".join(f"@{k} {_fmt(v)}" for k, v in (group.pass_at_k or {}).items()) or "-"
-        table.add_row(
-            shown(group.agent),
-            shown(group.model or "-"),
-            shown(group.dataset),
-            str(group.n_trials),
-            shown(errors),
-            _fmt(group.mean_reward),
-            shown(keys),
-            passk,
-            f"{group.usage.prompt_tokens}/{group.usage.completion_tokens}",
-            "unknown" if group.usage.cost_usd is None else _fmt(group.usage.cost_usd, 4),
-            _fmt(group.wall_time_sec, 1),
-        )
-    out.print(table)
-    for group in result.metrics:
-        generated = group.usage.completion_tokens
-        if generated and group.wall_time_sec > 0:
-            out.print(
-                f"{shown(group.agent)} ({shown(group.model)}): {generated} tokens generated in "
-                f"{group.wall_time_sec:.1f} s"
-                f" = {generated / group.wall_time_sec:.1f} tokens/s",
-                highlight=False,
-            )
-    print_task_table(out, result)
-    reused = sum(1 for t in result.trials if t.sandbox_reused)
-    if reused:
-        out.print(
-            f"sandboxes: {reused} of {len(result.trials)} trials ran in a sandbox reset after an earlier "
-            "trial (--fresh-sandboxes to start one per trial)",
-            highlight=False,
-        )
-    _print_tracebacks(out, result, job_dir)
-    missing = result.n_planned - result.n_done
-    if missing:
-        out.print(f"{missing} of {result.n_planned} planned trials did not run", highlight=False)
-    out.print(f"job directory: {shown(job_dir)}", highlight=False, soft_wrap=True, emoji=False)

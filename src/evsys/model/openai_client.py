@@ -17,7 +17,6 @@ connections alive, so a job with a thousand calls in flight reuses its connectio
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import time
@@ -35,6 +34,7 @@ from evsys.model.errors import (
     RetryableModelError,
     UnknownModelError,
 )
+from evsys.model.loop_sessions import LoopSessions
 from evsys.model.openai_wire import parse_tool_call
 from evsys.model.pricing import price_usd
 from evsys.model.retry import RetryHook, RetryPolicy, call_with_retries, parse_retry_after
@@ -72,21 +72,16 @@ class OpenAIClient:
         self.base_url = base_url.rstrip("/")
         self._headers = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"}
         self._timeout = timeout_s
-        self._session: aiohttp.ClientSession | None = None
-        self._session_loop: asyncio.AbstractEventLoop | None = None
+        # one HTTP session per event loop (aiohttp binds it to its loop), closed with aclose() or the loop
+        self._sessions = LoopSessions(self._new_session)
 
-    def _client(self) -> aiohttp.ClientSession:
-        """The HTTP session of the running event loop (made on first use: aiohttp binds it to its loop)."""
-        loop = asyncio.get_running_loop()
-        if self._session is None or self._session.closed or self._session_loop is not loop:
-            self._session = aiohttp.ClientSession(
-                headers=self._headers,
-                connector=aiohttp.TCPConnector(limit=0),  # no cap: the job's concurrency bounds the calls
-                timeout=aiohttp.ClientTimeout(total=self._timeout),
-                trust_env=True,  # HTTP(S)_PROXY, as other HTTP clients honour it
-            )
-            self._session_loop = loop
-        return self._session
+    def _new_session(self) -> aiohttp.ClientSession:
+        return aiohttp.ClientSession(
+            headers=self._headers,
+            connector=aiohttp.TCPConnector(limit=0),  # no cap: the job's concurrency bounds the calls
+            timeout=aiohttp.ClientTimeout(total=self._timeout),
+            trust_env=True,  # HTTP(S)_PROXY, as other HTTP clients honour it
+        )
 
     async def complete(
         self,
@@ -135,8 +130,9 @@ class OpenAIClient:
         """POST the request body; the response's JSON, or the matching evsys error."""
         url = f"{self.base_url}/chat/completions"
         limit = aiohttp.ClientTimeout(total=timeout_s) if timeout_s is not None else None
+        session = await self._sessions.get()
         try:
-            async with self._client().post(url, data=body, timeout=limit) as response:
+            async with session.post(url, data=body, timeout=limit) as response:
                 text = await response.text()
                 status, headers = response.status, response.headers
         except TimeoutError as exc:
@@ -195,10 +191,8 @@ class OpenAIClient:
         )
 
     async def aclose(self) -> None:
-        """Close the HTTP connection pool."""
-        if self._session is not None and self._session_loop is asyncio.get_running_loop():
-            await self._session.close()
-        self._session = None
+        """Close this event loop's HTTP connection pool (another loop's closes when that loop ends)."""
+        await self._sessions.aclose()
 
 
 def map_status_error(status: int, message: str, headers: Any = None) -> ModelError:

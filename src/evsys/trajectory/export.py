@@ -34,6 +34,7 @@ RL_COLUMNS = (
     "reward",
     "advantage",
     "prefix_break",
+    "weights_version",
     "error",
 )
 
@@ -107,6 +108,7 @@ def _rl_row(group: TrajectoryGroup, sample: RolloutTrajectory) -> dict[str, Any]
         "reward": sample.reward,
         "advantage": sample.advantage,
         "prefix_break": sample.prefix_break,
+        "weights_version": sample.weights_version,
         "error": error,
     }
 
@@ -127,6 +129,7 @@ def rl_table(rows: list[dict[str, Any]]) -> Any:
             ("reward", pa.float64()),
             ("advantage", pa.float64()),
             ("prefix_break", pa.bool_()),
+            ("weights_version", pa.int64()),
             ("error", pa.string()),
         ]
     )

@@ -40,6 +40,9 @@ class CallNode(BaseModel):
     logprobs: list[float]
     loss_mask: list[int]
     parent: int | None = Field(None, description="The node this call continues (None: a root).")
+    weights_version: int | None = Field(
+        None, description="The policy weights version that sampled this call (None: the model reports none)."
+    )
 
     @property
     def end(self) -> list[int]:
@@ -105,6 +108,7 @@ def _node(position: int, step: Step) -> CallNode | None:
         completion_token_ids=list(completion),
         logprobs=[float(x) for x in logprobs],
         loss_mask=[int(x) for x in mask],
+        weights_version=metrics.weights_version,
     )
 
 

@@ -1,18 +1,20 @@
 """Training rows from capture graphs: evsys's `sequences` rows and OpenEnv's `TrainingTrace` documents.
 
 `sequence_rows` gives one row per training sequence of every sample (see evsys.trajectory.graph): the
-sample's ids, reward and advantage, the sequence's tokens, mask and logprobs, which calls it holds and the
-break that opened it. `openenv_traces` gives one OpenEnv 0.10 `TrainingTrace` per sample (`schema_version`
-1, one turn per call with `node_id`, `prompt_token_ids`, `completion_token_ids`, `per_token_logps` and a
-`loss_mask` over prompt + completion whose prompt part is 0); the graph's links, the sample's reward and the
-sequences a call belongs to travel in each turn's `metadata`. Errored samples are exported like the others
-with their `error` set (nothing disappears silently)."""
+sample's ids, reward and advantage, the sequence's tokens, mask and logprobs, which calls it holds (and the
+policy weights version that sampled each) and the break that opened it. `openenv_traces` gives one OpenEnv
+0.10 `TrainingTrace` per sample (`schema_version` 1, one turn per call with `node_id`, `prompt_token_ids`,
+`completion_token_ids`, `per_token_logps` and a `loss_mask` over prompt + completion whose prompt part is 0);
+the graph's links, the call's weights version, the sample's reward and the sequences a call belongs to travel
+in each turn's `metadata`. Errored samples are exported like the others with their `error` set (nothing
+disappears silently)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
 
+from evsys.records import Step, Trajectory
 from evsys.trajectory.graph import CallNode, CaptureGraph, capture_graph
 from evsys.trajectory.groups import RolloutTrajectory, TrajectoryGroup
 
@@ -29,6 +31,8 @@ SEQUENCE_COLUMNS = (
     "loss_mask",
     "logprobs",
     "opened_by",
+    "weights_version",
+    "weights_versions",
     "reward",
     "advantage",
     "error",
@@ -40,6 +44,11 @@ def _error(sample: RolloutTrajectory) -> str | None:
     return f"{sample.error.cause}: {sample.error.message}" if sample.error else None
 
 
+def _shared(versions: list[int | None]) -> int | None:
+    """The one weights version every call was sampled with, else None (unknown or mixed)."""
+    return versions[0] if versions and len(set(versions)) == 1 else None
+
+
 def sequence_rows(groups: Iterable[TrajectoryGroup]) -> list[dict[str, Any]]:
     """One row per training sequence of every sample, in group, sample and sequence order."""
     rows = []
@@ -47,6 +56,7 @@ def sequence_rows(groups: Iterable[TrajectoryGroup]) -> list[dict[str, Any]]:
         for sample in group.trajectories:
             graph = capture_graph(sample.trajectory)
             for seq in graph.sequences:
+                versions = [graph.nodes[n].weights_version for n in seq.nodes]
                 rows.append(
                     {
                         "group_id": group.group_id,
@@ -61,6 +71,8 @@ def sequence_rows(groups: Iterable[TrajectoryGroup]) -> list[dict[str, Any]]:
                         "loss_mask": seq.loss_mask,
                         "logprobs": seq.logprobs,
                         "opened_by": seq.opened_by.model_dump() if seq.opened_by else None,
+                        "weights_version": _shared(versions),
+                        "weights_versions": versions,
                         "reward": sample.reward,
                         "advantage": sample.advantage,
                         "error": _error(sample),
@@ -73,31 +85,63 @@ def _node_id(node: CallNode) -> str:
     return f"call-{node.node}"
 
 
-def _turn(graph: CaptureGraph, node: CallNode, sample: RolloutTrajectory, group_id: str) -> dict[str, Any]:
+def _response(step: Step) -> dict[str, Any]:
+    """The call's reply as an OpenAI-shaped response: the assistant message with its tool calls."""
+    message: dict[str, Any] = {"role": "assistant", "content": step.message}
+    calls = [
+        {
+            "id": c.tool_call_id,
+            "type": "function",
+            "function": {"name": c.function_name, "arguments": c.arguments},
+        }
+        for c in step.tool_calls or []
+    ]
+    if calls:
+        message["tool_calls"] = calls
+    return {"choices": [{"message": message}]}
+
+
+def _sampled(step: Step, node: CallNode) -> bool:
+    """Whether the call's sampling logprobs were recorded, one per completion token."""
+    logprobs = step.metrics.logprobs if step.metrics is not None else None
+    return logprobs is not None and len(logprobs) == len(node.completion_token_ids)
+
+
+def _turn(graph: CaptureGraph, node: CallNode, step: Step, metadata: dict[str, Any]) -> dict[str, Any]:
     """One OpenEnv `TrainingTurn`: a call with its mask over prompt + completion (prompt part 0). Each call is
-    one turn, so its completion is learnt from once, whatever number of sequences pass through it."""
+    one turn, so its completion is learnt from once, whatever number of sequences pass through it; a call
+    without recorded sampling logprobs stays as context (completion mask 0)."""
+    sampled = _sampled(step, node)
     return {
         "node_id": _node_id(node),
         "prompt_token_ids": node.prompt_token_ids,
         "completion_token_ids": node.completion_token_ids,
         "per_token_logps": node.logprobs,
-        "loss_mask": [0] * len(node.prompt_token_ids) + node.loss_mask,
+        "loss_mask": [0] * len(node.prompt_token_ids)
+        + (node.loss_mask if sampled else [0] * len(node.loss_mask)),
         "request": {},
-        "response": {},
+        "response": _response(step),
         "metadata": {
             "parent_id": _node_id(graph.nodes[node.parent]) if node.parent is not None else None,
             "step_id": node.step_id,
             "call_index": node.call_index,
+            "weights_version": node.weights_version,
+            "logprobs_recorded": sampled,
             "sequences": [s.index for s in graph.sequences if node.node in s.nodes],
-            "group_id": group_id,
-            "task_id": sample.task_id,
-            "trial_name": sample.trial_name,
-            "attempt": sample.attempt,
-            "reward": sample.reward,
-            "advantage": sample.advantage,
-            "error": _error(sample),
+            **metadata,
         },
     }
+
+
+def openenv_trace(trajectory: Trajectory | None, metadata: dict[str, Any]) -> dict[str, Any] | None:
+    """One OpenEnv `TrainingTrace` document of a trial's calls (None when it made none with token ids), with
+    `metadata` added to every turn's."""
+    graph = capture_graph(trajectory)
+    if trajectory is None or not graph.nodes:
+        return None
+    steps = {step.step_id: step for step in trajectory.steps}
+    turns = [_turn(graph, node, steps[node.step_id], metadata) for node in graph.nodes]
+    return {"schema_version": OPENENV_SCHEMA_VERSION, "turns": turns}
 
 
 def openenv_traces(groups: Iterable[TrajectoryGroup]) -> list[dict[str, Any]]:
@@ -105,9 +149,16 @@ def openenv_traces(groups: Iterable[TrajectoryGroup]) -> list[dict[str, Any]]:
     traces = []
     for group in groups:
         for sample in group.trajectories:
-            graph = capture_graph(sample.trajectory)
-            if not graph.nodes:
-                continue
-            turns = [_turn(graph, node, sample, group.group_id) for node in graph.nodes]
-            traces.append({"schema_version": OPENENV_SCHEMA_VERSION, "turns": turns})
+            metadata = {
+                "group_id": group.group_id,
+                "task_id": sample.task_id,
+                "trial_name": sample.trial_name,
+                "attempt": sample.attempt,
+                "reward": sample.reward,
+                "advantage": sample.advantage,
+                "error": _error(sample),
+            }
+            trace = openenv_trace(sample.trajectory, metadata)
+            if trace is not None:
+                traces.append(trace)
     return traces

@@ -23,7 +23,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +108,7 @@ class ModelProxy:
         self.session_limits = session_limits
         self.shared_limits = shared_limits
         self._sessions: dict[str, ProxySession] = {}
+        self._made_clients: dict[str, ModelClient] = {}  # by session key: what the client factory made
         self._session_listeners: dict[str, GuardedServer] = {}
         self._pending: set[asyncio.Task] = set()
         self._listener: GuardedServer | None = None
@@ -159,7 +160,7 @@ class ModelProxy:
             listener, self._listener = self._listener, None
             await _stop(listener)
 
-    def _make_client(self, model_client: ModelClient | None) -> ModelClient:
+    def _make_client(self, model_client: ModelClient | None, key: str) -> ModelClient:
         if model_client is not None:
             return model_client
         source = self._client_source
@@ -169,16 +170,18 @@ class ModelProxy:
             )
         if hasattr(source, "complete"):  # a client, else a factory of clients
             return source  # type: ignore[return-value]  # hasattr narrows a union to a made-up intersection
-        return source()
+        made = self._made_clients[key] = source()  # the proxy's own: closed with the session
+        return made
 
     def open_session(
         self, model_client: ModelClient | None = None, *, key: str | None = None
     ) -> ProxySession:
-        """A new session (fresh key unless given) using `model_client`, else the proxy's client or factory."""
+        """A new session (fresh key unless given) using `model_client`, else the proxy's client or factory (a
+        client the factory makes is closed with its session)."""
         key = key or new_session_key()
         if key in self._sessions:
             raise ValueError("a session with this key is already open")
-        session = ProxySession(key, self._make_client(model_client))
+        session = ProxySession(key, self._make_client(model_client, key))
         self._sessions[key] = session
         return session
 
@@ -206,7 +209,10 @@ class ModelProxy:
         session = self._sessions.pop(key, None)
         if session is not None:
             session.closed = True
-            self._close_mcp_app(session)
+            self._close_later(getattr(session.mcp_app, "aclose", None))
+        made = self._made_clients.pop(key, None)
+        if made is not None:
+            self._close_later(made.aclose)
         listener = self._session_listeners.pop(key, None)
         if listener is not None:
             task = asyncio.get_running_loop().create_task(_stop(listener))
@@ -214,9 +220,8 @@ class ModelProxy:
             task.add_done_callback(self._pending.discard)
         return session
 
-    def _close_mcp_app(self, session: ProxySession) -> None:
-        """Stop the session's tool server in the background (nothing runs when there is no event loop)."""
-        closer = getattr(session.mcp_app, "aclose", None)
+    def _close_later(self, closer: Callable[[], Coroutine[Any, Any, None]] | None) -> None:
+        """Run `closer` in the background, awaited by `stop()` (nothing runs when there is no event loop)."""
         with contextlib.suppress(RuntimeError):
             if closer is not None:
                 task = asyncio.get_running_loop().create_task(closer())

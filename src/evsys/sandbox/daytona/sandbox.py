@@ -13,6 +13,7 @@ or private verifier places: those are refused up front (docs/cloud.md).
 
 from __future__ import annotations
 
+import asyncio
 import math
 import os
 from typing import Any, ClassVar
@@ -115,6 +116,9 @@ class DaytonaSandbox(RemoteSandbox):
         except Exception as exc:
             await self._close_client()
             raise SandboxError(f"sandbox {self.spec.name}: Daytona could not create it: {exc}") from None
+        except BaseException:  # cancelled while the service creates it: its HTTP sessions are closed too
+            await asyncio.shield(self._close_client())
+            raise
 
     async def _delete(self) -> None:
         box, self._box = self._box, None
