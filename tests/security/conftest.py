@@ -21,8 +21,16 @@ import os
 
 import pytest
 
+from slot_backends import daytona_standin, e2b_standin, slot_backend
+
 from evsys.records import ExecResult, SandboxSpec
 from evsys.sandbox import LocalSandbox
+
+__all__ = [
+    "daytona_standin",
+    "e2b_standin",
+    "slot_backend",
+]  # the slot tests' backends (tests/slot_backends.py)
 
 NOOP_ENV = "EVSYS_SECURITY_NOOP"
 _names = itertools.count()
