@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "sandbox" / "cloud"))
-from standins import daytona_standin, e2b_standin  # noqa: E402
+from standins import daytona_standin, e2b_standin
 
 __all__ = ["SLOT_BACKENDS", "daytona_standin", "e2b_standin", "slot_backend"]
 

@@ -21,10 +21,9 @@ import os
 
 import pytest
 
-from slot_backends import daytona_standin, e2b_standin, slot_backend
-
 from evsys.records import ExecResult, SandboxSpec
 from evsys.sandbox import LocalSandbox
+from slot_backends import daytona_standin, e2b_standin, slot_backend
 
 __all__ = [
     "daytona_standin",

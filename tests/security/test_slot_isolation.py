@@ -1,8 +1,8 @@
 """Shared slots (`SlotPool(slots_per_sandbox=N)`) against a hostile trajectory, on every backend of
 SLOT_BACKENDS (tests/slot_backends.py): what one slot's code can do to the next trajectory that gets the same
 slot after its release (the same uid, workspace and temporary directory), and to a neighbour slot running at
-the same time in the same sandbox. Each test first shows its attack ran as the slot's uid (a positive control),
-then that it failed. What shared slots cannot isolate is listed in docs/cloud.md ("Slots")."""
+the same time in the same sandbox. Each test first shows its attack ran as the slot's uid (a positive
+control), then that it failed. What shared slots cannot isolate is listed in docs/cloud.md ("Slots")."""
 
 from __future__ import annotations
 
@@ -76,7 +76,8 @@ async def test_no_process_of_a_released_slot_survives_and_its_neighbours_do(pool
 
 
 PLANTS = (
-    "echo w > mine.txt; mkdir -p .config/d; echo 'export EVIL=1' | tee .bashrc .profile .bash_profile >/dev/null;"
+    "echo w > mine.txt; mkdir -p .config/d;"
+    "echo 'export EVIL=1' | tee .bashrc .profile .bash_profile >/dev/null;"
     'echo t > "$TMPDIR/left"; echo s > /tmp/plant; ln -s /etc/passwd /tmp/plant-link; mkdir /tmp/plant-dir;'
     "echo d > /tmp/plant-dir/f; chmod 777 /tmp/plant-dir; echo v > /var/tmp/plant; echo m > /dev/shm/plant;"
     "echo l > /run/lock/plant 2>/dev/null; echo planted"
