@@ -142,6 +142,11 @@ class SlotPool:
         return [box.sandbox for box in self._shared.boxes]
 
     @property
+    def waiting(self) -> int:
+        """Shared-slot `acquire`s waiting for a release (every sandbox full, `max_sandboxes` running)."""
+        return self._shared.waiting
+
+    @property
     def started_sandboxes(self) -> int:
         """Shared sandboxes started so far."""
         return self._shared.started

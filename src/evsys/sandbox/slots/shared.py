@@ -75,6 +75,11 @@ class SharedSandboxes:
         """Sandboxes running or being started."""
         return len(self.boxes) + sum(self._starting.values())
 
+    @property
+    def waiting(self) -> int:
+        """`take`s waiting for a place or for room."""
+        return len(self._waiters)
+
     def _room(self) -> bool:
         return self.max_sandboxes is None or self.running < self.max_sandboxes
 
