@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 from sandbox_helpers import spec
-from slot_backends import daytona_standin, e2b_standin, slot_backend
 
 from evsys.sandbox import LocalSandbox
+from slot_backends import daytona_standin, e2b_standin, slot_backend
 
 # the slot pool's backends and their stand-ins (tests/slot_backends.py)
 __all__ = ["daytona_standin", "e2b_standin", "slot_backend"]

@@ -1,5 +1,5 @@
-"""The slot pool over the backends of SLOT_BACKENDS (tests/slot_backends.py): 2 sandboxes x 10 slots serving 20
-concurrent trajectories with isolated workspaces, `max_sandboxes` (acquire waits for a release),
+"""The slot pool over the backends of SLOT_BACKENDS (tests/slot_backends.py): 2 sandboxes x 10 slots serving
+20 concurrent trajectories with isolated workspaces, `max_sandboxes` (acquire waits for a release),
 `min_sandboxes` started ahead of demand, idle sandboxes above it stopped, and `close` stopping the rest."""
 
 from __future__ import annotations
