@@ -11,8 +11,9 @@ raises it), its own workspace (`/slots/<index>`, mode 0700, owned by that uid, a
 temporary directory (`/slots/.tmp/<index>`, its TMPDIR), umask 077, and every command in a new session.
 Releasing a slot kills every process of its uid; with `reset_workspace=True` it also empties its workspace
 and temporary directory and removes its SysV IPC objects and its files in the shared /tmp, /var/tmp, /dev/shm
-and /run/lock — and taking a slot does all of that again, so a slot is always handed over clean. What shared
-slots do not isolate (the sandbox's network, /proc listings, names in the shared /tmp...) is in docs/cloud.md.
+and /run/lock — and taking a slot not released that way does it first, so a slot is always handed over clean.
+What shared slots do not isolate (the sandbox's network, /proc listings, names in the shared /tmp...) is in
+docs/cloud.md.
 
 Two interfaces, for two different callers:
 - `exec_tool(slot, tool, args) -> ExecutionResult` — structured (success, output, error, exit code), for an

@@ -198,7 +198,10 @@ class SlotPool:
         name = f"{box.sandbox.spec.name}/{index}"
         slot = Slot(name, trajectory_id, box.sandbox, f"{SLOTS_DIR}/{index}", uid, index)
         try:
-            await clean_slot(slot)
+            if index in box.clean:  # cleaned on its release, and nothing of its uid ran since
+                box.clean.discard(index)
+            else:
+                await clean_slot(slot)
         except BaseException as exc:
             self._shared.give_back(box, index, broken=isinstance(exc, SandboxError))
             raise
@@ -234,7 +237,7 @@ class SlotPool:
             await clean_slot(slot, processes_only=not reset_workspace)
             broken = False
         finally:
-            self._shared.give_back(box, slot.index, broken=broken)
+            self._shared.give_back(box, slot.index, cleaned=reset_workspace and not broken, broken=broken)
 
     async def close(self) -> None:
         """Stop every sandbox the pool holds (slots still taken included)."""

@@ -37,6 +37,7 @@ class SharedBox:
     key: str
     size: int
     free: list[int] = field(default_factory=list)
+    clean: set[int] = field(default_factory=set)  # free places cleaned when released (nothing since)
     broken: bool = False
     idle_stop: asyncio.Task[None] | None = None
 
@@ -139,9 +140,12 @@ class SharedSandboxes:
         if not task.cancelled() and task.exception() is not None:
             log.warning("stopping a shared sandbox failed: %s", task.exception())
 
-    def give_back(self, box: SharedBox, index: int, *, broken: bool = False) -> None:
-        """Put place `index` of `box` back (after its cleanup); `broken`: the sandbox is not used again."""
+    def give_back(self, box: SharedBox, index: int, *, cleaned: bool = False, broken: bool = False) -> None:
+        """Put place `index` of `box` back: `cleaned` when it was cleaned fully on the way (the next `take`
+        needs not clean it again), `broken` when the sandbox must not be used again."""
         bisect.insort(box.free, index)
+        if cleaned:
+            box.clean.add(index)
         box.broken = box.broken or broken
         if box in self.boxes and box.idle:
             if box.broken:
