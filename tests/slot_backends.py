@@ -1,6 +1,9 @@
 """The sandbox backends the slot pool's tests run on (`SLOT_BACKENDS`), each with the fixture that serves its
 stand-in service (tests/sandbox/cloud) when it is a cloud backend. A conftest imports `slot_backend` (and the
-stand-in fixtures); a test taking `slot_backend` runs once per backend."""
+stand-in fixtures); a test taking `slot_backend` runs once per backend (tests/sandbox/test_slot_pool.py,
+tests/security/test_slot_isolation.py). A new backend is one entry here, its stand-in's fixture imported
+below. `daytona` passes them too; it is left out to keep the suite short (its sandboxes are the same
+RemoteSandbox as E2B's)."""
 
 from __future__ import annotations
 
