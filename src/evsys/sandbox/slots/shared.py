@@ -66,7 +66,8 @@ class SharedSandboxes:
         self.idle_timeout_sec = idle_timeout_sec
         self.boxes: list[SharedBox] = []
         self.started = 0  # sandboxes started so far
-        self._starting: dict[str, int] = {}
+        self._starting: dict[str, int] = {}  # by spec key: sandboxes being started
+        self._demand: dict[str, int] = {}  # by spec key: `take`s not served yet
         self._waiters: set[asyncio.Future[None]] = set()  # `take`s waiting for a place or room
         self._stopping: set[asyncio.Task[None]] = set()
         self._closed = False
@@ -86,26 +87,31 @@ class SharedSandboxes:
 
     async def take(self, spec: SandboxSpec) -> tuple[SharedBox, int]:
         """A free place in a sandbox of `spec` (started when none has one and there is room; else waiting for
-        a release); the box and the place's index."""
+        a release); the box and the place's index. Sandboxes start side by side when more `take`s wait than
+        the ones already starting will hold."""
         key = share_key(spec)
-        while True:
-            if self._closed:
-                raise SandboxError("the slot pool is closed")
-            box = next((b for b in self.boxes if b.key == key and b.free and not b.broken), None)
-            if box is not None:
-                return box, self._take_place(box)
-            if not self._room():
-                self._make_room()
-            if self._room() and not self._starting.get(key):
-                break
-            await self._wait()
-        self._starting[key] = self._starting.get(key, 0) + 1
+        self._demand[key] = self._demand.get(key, 0) + 1
         try:
-            box = await self._start(spec, key)
+            while True:
+                if self._closed:
+                    raise SandboxError("the slot pool is closed")
+                box = next((b for b in self.boxes if b.key == key and b.free and not b.broken), None)
+                if box is not None:
+                    return box, self._take_place(box)
+                if not self._room():
+                    self._make_room()
+                if self._room() and self._starting.get(key, 0) * self.size < self._demand[key]:
+                    break
+                await self._wait()
+            self._starting[key] = self._starting.get(key, 0) + 1
+            try:
+                box = await self._start(spec, key)
+            finally:
+                self._starting[key] -= 1
+                self._notify()
+            return box, self._take_place(box)  # no await since the start: the place cannot be lost
         finally:
-            self._starting[key] -= 1
-            self._notify()
-        return box, self._take_place(box)  # no await since the start: the place cannot be lost
+            self._demand[key] -= 1
 
     def _take_place(self, box: SharedBox) -> int:
         if box.idle_stop is not None:
@@ -115,6 +121,9 @@ class SharedSandboxes:
 
     async def _start(self, spec: SandboxSpec, key: str) -> SharedBox:
         sandbox = await self.pool.acquire_within(spec, None)
+        if self._closed:  # closed while it started
+            await self.pool.release(sandbox, reusable=False)
+            raise SandboxError("the slot pool is closed")
         box = SharedBox(sandbox, key, self.size, list(range(self.size)))
         self.boxes.append(box)  # before any other await: a cancelled caller never loses it
         self.started += 1
