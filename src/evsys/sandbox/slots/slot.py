@@ -78,13 +78,15 @@ async def slot_exec(
 # Root, for a shared slot: $1 its uid, $2 its workspace, $3 its temporary directory, $4 `kill` (its processes
 # only) or `clean` (everything of it, its workspace and temporary directory made empty), then SHARED_DIRS.
 # Every process of the uid is killed by the uid itself: one kill(-1) reaches all of them at once (a process
-# forking in a loop included: a child is either listed by that call or never made). Its SysV IPC objects are
+# forking in a loop included: a child is either listed by that call or never made), and waited for (a write
+# under way when the signal came ends before anything is deleted). Its SysV IPC objects are
 # removed as the uid too (root here may lack CAP_IPC_OWNER), its files in the shared sticky directories by
 # root.
 _CLEAN = r"""export PATH=/usr/sbin:/usr/bin:/sbin:/bin
 u=$1 ws=$2 tmp=$3 mode=$4; shift 4
 n=$(pgrep -c -U "$u")
 {kill}
+for _ in $(seq 500); do ps -U "$u" -o stat= | grep -qv '^Z' || break; sleep 0.01; done  # until they are gone
 [ "$mode" = kill ] && {{ echo "${{n:-0}}"; exit 0; }}
 for f in shm msg sem; do
   [ -r /proc/sysvipc/$f ] || continue
