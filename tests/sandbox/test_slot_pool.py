@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 from itertools import count
 
 import pytest
@@ -14,6 +15,7 @@ from evsys.records import SandboxSpec
 from evsys.sandbox.base import SandboxError
 from evsys.sandbox.slots import SlotPool
 
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap missing")
 _names = count()
 PEEK = (
     "for i in $(seq 0 9); do cat /slots/$i/notes/mine.txt 2>/dev/null; done; echo; id -u; pwd; echo $TMPDIR"
@@ -59,6 +61,23 @@ async def test_acquire_waits_for_a_release_when_max_sandboxes_are_full(slot_back
         assert pool.waiting == 0
         await pool.release(a)
         assert (await pool.acquire("e")).uid == a.uid
+
+
+async def test_one_slot_per_sandbox_waits_at_max_sandboxes_too(eventually):
+    async with SlotPool(_spec(), max_sandboxes=1) as pool:
+        a = await pool.acquire("a")
+        second = asyncio.create_task(pool.acquire("b"))
+        await eventually(lambda: pool.waiting == 1, "the second acquire waits")
+        assert not second.done()
+        await pool.release(a)
+        b = await second
+        assert b.sandbox is a.sandbox and pool.was_reused(b)  # a's sandbox, reset, and no second one
+        await pool.release(b)
+        await pool.release(b)  # a second release changes nothing
+        c = await pool.acquire("c", timeout=60)
+        assert c.sandbox is a.sandbox
+        with pytest.raises(TimeoutError):
+            await pool.acquire("d", timeout=0.2)
 
 
 async def test_min_sandboxes_are_kept_started_and_idle_ones_above_it_stopped(slot_backend, eventually):

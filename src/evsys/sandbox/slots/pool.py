@@ -93,6 +93,8 @@ class SlotPool:
             idle_timeout_sec=idle_timeout_sec,
         )
         self._own_room = asyncio.Semaphore(max_sandboxes) if max_sandboxes is not None else None
+        self._own_waiting = 0  # acquires of an own sandbox waiting at max_sandboxes
+        self._own: set[int] = set()  # id() of the own-sandbox slots handed out
         self._boxes: dict[int, SharedBox] = {}  # id(slot) -> its shared sandbox
         self._count = 0
 
@@ -143,8 +145,8 @@ class SlotPool:
 
     @property
     def waiting(self) -> int:
-        """Shared-slot `acquire`s waiting for a release (every sandbox full, `max_sandboxes` running)."""
-        return self._shared.waiting
+        """`acquire`s waiting for a release (`max_sandboxes` running, every slot of theirs taken)."""
+        return self._shared.waiting + self._own_waiting
 
     @property
     def started_sandboxes(self) -> int:
@@ -179,14 +181,20 @@ class SlotPool:
 
     async def _acquire_own(self, trajectory_id: str, spec: SandboxSpec) -> Slot:
         if self._own_room is not None:
-            await self._own_room.acquire()
+            self._own_waiting += 1
+            try:
+                await self._own_room.acquire()
+            finally:
+                self._own_waiting -= 1
         try:
             sandbox = await self._pool.acquire_within(spec, None)
         except BaseException:
             if self._own_room is not None:
                 self._own_room.release()
             raise
-        return Slot(sandbox.spec.name, trajectory_id, sandbox, sandbox.spec.workdir)
+        slot = Slot(sandbox.spec.name, trajectory_id, sandbox, sandbox.spec.workdir)
+        self._own.add(id(slot))
+        return slot
 
     async def _acquire_shared(self, trajectory_id: str, spec: SandboxSpec) -> Slot:
         box, index = await self._shared.take(spec)
@@ -220,6 +228,9 @@ class SlotPool:
         when it keeps its files (`reset_workspace=False`); a shared sandbox whose cleanup fails is stopped
         once its other slots are back."""
         if not slot.shared:
+            if id(slot) not in self._own:
+                return  # released already
+            self._own.discard(id(slot))
             try:
                 if not reset_workspace:
                     await slot.sandbox.kill_processes()
