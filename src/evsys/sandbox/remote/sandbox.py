@@ -35,6 +35,7 @@ class RemoteSandbox(Sandbox):
     def __init__(self, spec: SandboxSpec) -> None:
         super().__init__(spec)
         self._running = False
+        self._extra_uid_base: int | None = None
 
     # ---------------------------------------------------------------- what a service provides
     @abstractmethod
@@ -65,7 +66,8 @@ class RemoteSandbox(Sandbox):
         await self._create()
         self._running = True
         try:
-            await self._root(scripts.prepare(self.spec.workdir), "preparing the sandbox")
+            prepared = await self._root(scripts.prepare(self.spec.workdir), "preparing the sandbox")
+            self._extra_uid_base = scripts.extra_uid_base(prepared)
             for copy in self.spec.files:
                 await self._put_tree(Path(copy.src), copy.dst, copy.exclude)
         except BaseException:
@@ -78,6 +80,16 @@ class RemoteSandbox(Sandbox):
             return
         self._running = False
         await asyncio.shield(self._delete())
+
+    def extra_uid(self, index: int) -> int:
+        """The uid of the sandbox's `index`-th extra user (a shared slot's): the ones after the agent's when
+        the image has no user with them, else EXTRA_UID_BASE + index (`scripts.prepare`)."""
+        self._require_running()
+        if not 0 <= index < scripts.EXTRA_UIDS or self._extra_uid_base is None:
+            raise SandboxError(
+                f"sandbox {self.spec.name}: no extra uid {index} (0..{scripts.EXTRA_UIDS - 1})"
+            )
+        return self._extra_uid_base + index
 
     def _require_running(self) -> None:
         if not self._running:

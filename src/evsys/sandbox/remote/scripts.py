@@ -10,11 +10,20 @@ import base64
 import shlex
 from dataclasses import dataclass
 
-from evsys.sandbox.base import AGENT_LOGS_DIR, ARTIFACTS_DIR, SOLUTION_DIR, TESTS_DIR, VERIFIER_LOGS_DIR
+from evsys.sandbox.base import (
+    AGENT_LOGS_DIR,
+    ARTIFACTS_DIR,
+    EXTRA_UID_BASE,
+    SOLUTION_DIR,
+    TESTS_DIR,
+    VERIFIER_LOGS_DIR,
+)
 
 RUN_DIR = "/run/evsys"  # root-only (0700): pid files, stdin and output of running commands
 MACHINERY_FILE = f"{RUN_DIR}/machinery"  # `pid:start-time` of the service's own processes, never killed
 MARKER = "@@evsys-result"
+EXTRA_UIDS_MARKER = "@@evsys-extra-uids"
+EXTRA_UIDS = 31  # extra users' uids (shared slots', as many as on the local backend) checked free at start
 NO_USER = "no-user"
 AGENT = "agent"
 AGENT_UID = 1000
@@ -48,6 +57,11 @@ for s in /proc/[0-9]*/stat; do
   rest=$(cat "$s" 2>/dev/null) || continue; rest=${{rest##*) }}; set -- $rest
   echo "$pid:${{20}}" >> {machinery}
 done
+base=$(( $(id -u {agent}) + 1 ))
+for i in $(seq 0 {last_extra}); do
+  getent passwd $((base + i)) >/dev/null && {{ base={extra_base}; break; }}
+done
+echo "{extra_marker} $base"
 """
 
 # One command: $1 the token, $2 the user, $3 the cwd, $4 the output cap, NAME=VALUE pairs, the command.
@@ -120,7 +134,10 @@ def _bash(script: str, *args: str) -> str:
 
 
 def prepare(workdir: str) -> str:
-    """The start-up command: the agent user, the trial directories, the service's processes recorded."""
+    """The start-up command: the agent user, the trial directories, the service's processes recorded; it
+    prints the first extra user's uid (`extra_uid_base`): the agent's next one when no user of the image has
+    it or the EXTRA_UIDS after it (so a service that gives each sandbox a uid range of its own keeps them in
+    it), else EXTRA_UID_BASE."""
     q = shlex.quote
     dirs = " ".join(q(d) for d in (AGENT_LOGS_DIR, VERIFIER_LOGS_DIR, ARTIFACTS_DIR, TESTS_DIR, SOLUTION_DIR))
     script = _PREPARE.format(
@@ -131,8 +148,18 @@ def prepare(workdir: str) -> str:
         uid=AGENT_UID,
         agent_dirs=" ".join(q(d) for d in (AGENT_LOGS_DIR, ARTIFACTS_DIR)),
         machinery=MACHINERY_FILE,
+        last_extra=EXTRA_UIDS - 1,
+        extra_base=EXTRA_UID_BASE,
+        extra_marker=EXTRA_UIDS_MARKER,
     )
     return _bash(script)
+
+
+def extra_uid_base(output: str) -> int:
+    """The first extra user's uid `prepare` printed (EXTRA_UID_BASE when it printed none)."""
+    _, found, tail = output.rpartition(EXTRA_UIDS_MARKER)
+    fields = tail.split()
+    return int(fields[0]) if found and fields and fields[0].isdigit() else EXTRA_UID_BASE
 
 
 def run_command(token: str, command: str, *, user: str, cwd: str, env: dict[str, str], cap: int) -> str:
