@@ -1,0 +1,448 @@
+"""A stand-in for Modal's service, written for evsys's tests. It follows Modal's gRPC API as the `modal` SDK
+ships it (`modal_proto`): the control plane's `modal.client.ModalClient` service (`ClientHello`,
+`AuthTokenGet`, `EnvironmentGetOrCreate`, `AppGetOrCreate`, `ImageGetOrCreate`, `SandboxCreateV2`,
+`SandboxGetCommandRouterAccess`, `SandboxTerminateV2`, checked against the `x-modal-token-id`/`-secret` the
+SDK sends and the auth token it was given) and a worker's `TaskCommandRouter` service (`TaskExecStart`,
+`TaskExecStdinWrite`, `TaskExecStdioRead`, `TaskExecPoll`, `TaskExecWait`, checked against the task's
+bearer JWT), both served by grpclib on one 127.0.0.1 port; every other call answers UNIMPLEMENTED.
+
+Each Modal sandbox is one of evsys's local sandboxes: its `milli_cpu`/`memory_mb` are its CPUs and memory,
+its network access its network mode (BLOCKED: `no-network`, OPEN: `public`, ALLOWLIST: `allowlist` with the
+allowed domains and CIDRs), each exec one process spawned in it as root. It builds no images: an image whose
+`FROM` names an image it was not told to serve from the host's root file system fails its build, with the
+reason in Modal's `GenericResult`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import itertools
+import json
+import secrets
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from google.protobuf import empty_pb2
+from grpclib import GRPCError
+from grpclib.const import Status
+from grpclib.server import Server, Stream
+from modal_proto import api_pb2
+from modal_proto import task_command_router_pb2 as sr_pb2
+from modal_proto.api_grpc import ModalClientBase
+from modal_proto.task_command_router_grpc import TaskCommandRouterBase
+
+from evsys.records import NetworkMode, SandboxSpec
+from evsys.sandbox.base import SandboxError, StreamingProcess
+from evsys.sandbox.local.sandbox import LocalSandbox
+
+BUILDER_VERSION = "2025.06"
+_names = itertools.count()
+
+
+def unimplemented(base: type) -> type:
+    """`base` (a generated grpclib service base) with every call answering UNIMPLEMENTED."""
+
+    async def refuse(self: Any, stream: Stream[Any, Any]) -> None:
+        raise GRPCError(Status.UNIMPLEMENTED, "not implemented by the Modal stand-in")
+
+    return type(f"Unimplemented{base.__name__}", (base,), dict.fromkeys(base.__abstractmethods__, refuse))
+
+
+def jwt(claims: dict[str, Any]) -> str:
+    """An unsigned JWT with `claims` (the SDK reads `exp` only)."""
+
+    def part(value: dict[str, Any]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(value).encode()).decode().rstrip("=")
+
+    return f"{part({'alg': 'none', 'typ': 'JWT'})}.{part(claims)}.stand-in"
+
+
+@dataclass
+class Exec:
+    """One exec: its process, its output so far (and which streams ended), its stdin written so far."""
+
+    process: StreamingProcess
+    output: dict[int, bytearray] = field(default_factory=lambda: {1: bytearray(), 2: bytearray()})
+    closed: set[int] = field(default_factory=set)
+    changed: asyncio.Condition = field(default_factory=asyncio.Condition)
+    stdin_offset: int = 0
+    pumps: list[asyncio.Future[None]] = field(default_factory=list)
+
+    async def output_after(self, fd: int, offset: int) -> tuple[bytes, bool]:
+        """The stream's output after `offset` once there is some (or it ended), and whether it ended."""
+        async with self.changed:
+            await self.changed.wait_for(lambda: len(self.output[fd]) > offset or fd in self.closed)
+            return bytes(self.output[fd][offset:]), fd in self.closed
+
+
+@dataclass
+class Box:
+    """A Modal sandbox: its task, the JWT its router calls carry, the local sandbox, its execs."""
+
+    sandbox_id: str
+    task_id: str
+    token: str
+    local: LocalSandbox
+    execs: dict[str, Exec] = field(default_factory=dict)
+
+
+@dataclass
+class ModalStandin:
+    """The stand-in's state: the token it accepts, its apps, images and sandboxes, what it was asked."""
+
+    token_id: str
+    token_secret: str
+    host_images: frozenset[str] = frozenset()
+    router_url: str = ""
+    auth_token: str = field(default_factory=lambda: jwt({"exp": time.time() + 3600, "sub": "stand-in"}))
+    apps: dict[str, str] = field(default_factory=dict)  # name -> app id
+    images: dict[str, api_pb2.GenericResult] = field(default_factory=dict)  # image id -> build result
+    boxes: dict[str, Box] = field(default_factory=dict)  # sandbox id -> box
+    created: list[api_pb2.SandboxCreateV2Request] = field(default_factory=list)
+    built: list[api_pb2.Image] = field(default_factory=list)
+
+    def box_for_task(self, task_id: str, metadata: Any) -> Box:
+        """The box of a router call (its task and bearer JWT); UNAUTHENTICATED or NOT_FOUND otherwise."""
+        box = next((b for b in self.boxes.values() if b.task_id == task_id), None)
+        if box is None:
+            raise GRPCError(Status.NOT_FOUND, f"task {task_id} not found")
+        if metadata.get("authorization") != f"Bearer {box.token}":
+            raise GRPCError(Status.UNAUTHENTICATED, "invalid command router token")
+        return box
+
+    def check_credentials(self, metadata: Any, *, auth_token: bool = False) -> None:
+        """UNAUTHENTICATED unless the call carries the token (and, for V2 calls, the issued auth token)."""
+        if (metadata.get("x-modal-token-id"), metadata.get("x-modal-token-secret")) != (
+            self.token_id,
+            self.token_secret,
+        ):
+            raise GRPCError(Status.UNAUTHENTICATED, "Token ID or secret is invalid")
+        if auth_token and metadata.get("x-modal-auth-token") != self.auth_token:
+            raise GRPCError(Status.UNAUTHENTICATED, "missing or invalid auth token")
+
+    def build(self, image: api_pb2.Image) -> api_pb2.GenericResult:
+        """The result of "building" an image: only a `FROM` of a served host image (or of a built image)."""
+        self.built.append(image)
+        bases = {base.docker_tag: base.image_id for base in image.base_images}
+        for command in image.dockerfile_commands:
+            words = command.split()
+            if not words or words[0].upper() != "FROM":
+                return _failure(f"the stand-in builds nothing but FROM lines, not {command!r}")
+            ref = words[1]
+            if ref in self.host_images or bases.get(ref) in self.images:
+                continue
+            return _failure(f"the stand-in cannot build from {ref!r}")
+        return api_pb2.GenericResult(status=api_pb2.GenericResult.GENERIC_STATUS_SUCCESS)
+
+    async def create(self, request: api_pb2.SandboxCreateV2Request) -> Box:
+        """Start a local sandbox for the definition; FAILED_PRECONDITION when that is impossible."""
+        self.created.append(request)
+        definition = request.definition
+        result = self.images.get(definition.image_id)
+        if result is None or result.status != api_pb2.GenericResult.GENERIC_STATUS_SUCCESS:
+            raise GRPCError(Status.NOT_FOUND, f"image {definition.image_id} not found or not built")
+        network, hosts = _network(definition.network_access)
+        resources = definition.resources
+        spec = SandboxSpec(
+            name=f"modal-standin-{next(_names)}-{uuid.uuid4().hex[:8]}",
+            workdir="/",
+            user="agent",
+            network=network,
+            allowed_hosts=hosts,
+            cpus=resources.milli_cpu / 1000 or None,
+            memory_mb=resources.memory_mb or None,
+            max_output_bytes=256 << 20,
+        )
+        local = LocalSandbox(spec)
+        try:
+            await local.start()
+        except SandboxError as exc:
+            raise GRPCError(Status.FAILED_PRECONDITION, str(exc)) from None
+        box = Box(f"sb-{uuid.uuid4().hex[:20]}", f"ta-{uuid.uuid4().hex[:20]}", "", local)
+        box.token = jwt({"exp": time.time() + 3600, "task_id": box.task_id})
+        self.boxes[box.sandbox_id] = box
+        return box
+
+    async def terminate(self, sandbox_id: str) -> None:
+        """Stop the sandbox and every exec in it; NOT_FOUND for an unknown one."""
+        box = self.boxes.pop(sandbox_id, None)
+        if box is None:
+            raise GRPCError(Status.NOT_FOUND, f"sandbox {sandbox_id} not found")
+        for running in box.execs.values():
+            await running.process.kill()
+        await box.local.stop()
+
+    async def stop_all(self) -> None:
+        """Stop every sandbox still running (the stand-in shutting down)."""
+        for sandbox_id in list(self.boxes):
+            await self.terminate(sandbox_id)
+
+
+def _failure(reason: str) -> api_pb2.GenericResult:
+    return api_pb2.GenericResult(status=api_pb2.GenericResult.GENERIC_STATUS_FAILURE, exception=reason)
+
+
+def _network(access: api_pb2.NetworkAccess) -> tuple[NetworkMode, list[str]]:
+    kind = access.network_access_type
+    if kind == api_pb2.NetworkAccess.NetworkAccessType.BLOCKED:
+        return "no-network", []
+    if kind == api_pb2.NetworkAccess.NetworkAccessType.ALLOWLIST:
+        cidrs = [cidr.removesuffix("/32") for cidr in access.allowed_cidrs]
+        return "allowlist", [*access.allowed_domains, *cidrs]
+    return "public", []
+
+
+class ControlPlane(unimplemented(ModalClientBase)):  # type: ignore[misc]
+    """The `modal.client.ModalClient` calls the SDK makes to create, use and terminate a sandbox."""
+
+    def __init__(self, standin: ModalStandin) -> None:
+        self.standin = standin
+
+    async def ClientHello(self, stream: Stream[empty_pb2.Empty, api_pb2.ClientHelloResponse]) -> None:
+        await stream.recv_message()
+        self.standin.check_credentials(stream.metadata)
+        await stream.send_message(api_pb2.ClientHelloResponse(image_builder_version=BUILDER_VERSION))
+
+    async def AuthTokenGet(self, stream: Stream[Any, api_pb2.AuthTokenGetResponse]) -> None:
+        await stream.recv_message()
+        self.standin.check_credentials(stream.metadata)
+        await stream.send_message(api_pb2.AuthTokenGetResponse(token=self.standin.auth_token))
+
+    async def EnvironmentGetOrCreate(
+        self, stream: Stream[Any, api_pb2.EnvironmentGetOrCreateResponse]
+    ) -> None:
+        request = await stream.recv_message()
+        self.standin.check_credentials(stream.metadata)
+        settings = api_pb2.EnvironmentSettings(image_builder_version=BUILDER_VERSION)
+        name = request.deployment_name or "main"
+        metadata = api_pb2.EnvironmentMetadata(name=name, settings=settings)
+        await stream.send_message(
+            api_pb2.EnvironmentGetOrCreateResponse(environment_id=f"en-{name}", metadata=metadata)
+        )
+
+    async def AppGetOrCreate(
+        self, stream: Stream[api_pb2.AppGetOrCreateRequest, api_pb2.AppGetOrCreateResponse]
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        self.standin.check_credentials(stream.metadata)
+        apps = self.standin.apps
+        if request.app_name not in apps:
+            if request.object_creation_type != api_pb2.OBJECT_CREATION_TYPE_CREATE_IF_MISSING:
+                raise GRPCError(Status.NOT_FOUND, f"App '{request.app_name}' not found")
+            apps[request.app_name] = f"ap-{uuid.uuid4().hex[:20]}"
+        await stream.send_message(api_pb2.AppGetOrCreateResponse(app_id=apps[request.app_name]))
+
+    async def ImageGetOrCreate(
+        self, stream: Stream[api_pb2.ImageGetOrCreateRequest, api_pb2.ImageGetOrCreateResponse]
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        self.standin.check_credentials(stream.metadata)
+        image_id = f"im-{uuid.uuid4().hex[:20]}"
+        result = self.standin.images[image_id] = self.standin.build(request.image)
+        metadata = api_pb2.ImageMetadata(image_builder_version=BUILDER_VERSION)
+        await stream.send_message(
+            api_pb2.ImageGetOrCreateResponse(image_id=image_id, result=result, metadata=metadata)
+        )
+
+    async def SandboxCreateV2(
+        self, stream: Stream[api_pb2.SandboxCreateV2Request, api_pb2.SandboxCreateV2Response]
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        self.standin.check_credentials(stream.metadata, auth_token=True)
+        box = await self.standin.create(request)
+        access = api_pb2.CommandRouterAccess(url=self.standin.router_url, jwt=box.token)
+        await stream.send_message(
+            api_pb2.SandboxCreateV2Response(
+                sandbox_id=box.sandbox_id, task_id=box.task_id, command_router_access=access
+            )
+        )
+
+    async def SandboxGetCommandRouterAccess(
+        self,
+        stream: Stream[
+            api_pb2.SandboxGetCommandRouterAccessRequest, api_pb2.SandboxGetCommandRouterAccessResponse
+        ],
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        self.standin.check_credentials(stream.metadata, auth_token=True)
+        box = self.standin.boxes.get(request.sandbox_id) or next(
+            (b for b in self.standin.boxes.values() if b.task_id == request.task_id), None
+        )
+        if box is None:
+            raise GRPCError(Status.NOT_FOUND, "sandbox not found")
+        await stream.send_message(
+            api_pb2.SandboxGetCommandRouterAccessResponse(url=self.standin.router_url, jwt=box.token)
+        )
+
+    async def SandboxTerminateV2(
+        self, stream: Stream[api_pb2.SandboxTerminateRequest, api_pb2.SandboxTerminateResponse]
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        self.standin.check_credentials(stream.metadata, auth_token=True)
+        await self.standin.terminate(request.sandbox_id)
+        await stream.send_message(api_pb2.SandboxTerminateResponse())
+
+
+class CommandRouter(unimplemented(TaskCommandRouterBase)):  # type: ignore[misc]
+    """A worker's `TaskCommandRouter` calls the SDK makes to run a command and move its stdio."""
+
+    def __init__(self, standin: ModalStandin) -> None:
+        self.standin = standin
+
+    def _exec(self, task_id: str, exec_id: str, metadata: Any) -> Exec:
+        running = self.standin.box_for_task(task_id, metadata).execs.get(exec_id)
+        if running is None:
+            raise GRPCError(Status.NOT_FOUND, f"exec {exec_id} not found")
+        return running
+
+    async def TaskExecStart(
+        self, stream: Stream[sr_pb2.TaskExecStartRequest, sr_pb2.TaskExecStartResponse]
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        box = self.standin.box_for_task(request.task_id, stream.metadata)
+        if request.exec_id not in box.execs:  # the exec id is also the call's idempotency key
+            env = {s.env_var: s.value for s in request.secret_sources if s.HasField("env_var")} or None
+            try:
+                process = await box.local.spawn(
+                    list(request.command_args),
+                    user="root",
+                    cwd=request.workdir or "/",
+                    env=env,
+                    timeout=request.timeout_secs or None,
+                )
+            except SandboxError as exc:
+                raise GRPCError(Status.FAILED_PRECONDITION, str(exc)) from None
+            running = box.execs[request.exec_id] = Exec(process)
+            running.pumps = [
+                asyncio.ensure_future(_pump(running, fd, reader))
+                for fd, reader in ((1, process.stdout), (2, process.stderr))
+            ]
+        await stream.send_message(sr_pb2.TaskExecStartResponse())
+
+    async def TaskExecStdinWrite(
+        self, stream: Stream[sr_pb2.TaskExecStdinWriteRequest, sr_pb2.TaskExecStdinWriteResponse]
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        running = self._exec(request.task_id, request.exec_id, stream.metadata)
+        new = request.data[max(0, running.stdin_offset - request.offset) :]  # a retried write adds nothing
+        stdin = running.process.stdin
+        try:
+            if new:
+                stdin.write(new)
+                running.stdin_offset = request.offset + len(request.data)
+                await stdin.drain()
+            if request.eof:
+                stdin.close()
+        except (BrokenPipeError, ConnectionResetError):
+            raise GRPCError(Status.FAILED_PRECONDITION, "the process closed its stdin") from None
+        await stream.send_message(sr_pb2.TaskExecStdinWriteResponse())
+
+    async def TaskExecStdioRead(
+        self, stream: Stream[sr_pb2.TaskExecStdioReadRequest, sr_pb2.TaskExecStdioReadResponse]
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        running = self._exec(request.task_id, request.exec_id, stream.metadata)
+        fd = 1 if request.file_descriptor == sr_pb2.TASK_EXEC_STDIO_FILE_DESCRIPTOR_STDOUT else 2
+        sent = request.offset
+        while True:
+            data, done = await running.output_after(fd, sent)
+            if data:
+                await stream.send_message(sr_pb2.TaskExecStdioReadResponse(data=data))
+                sent += len(data)
+            elif done:
+                return
+
+    async def TaskExecPoll(
+        self, stream: Stream[sr_pb2.TaskExecPollRequest, sr_pb2.TaskExecPollResponse]
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        running = self._exec(request.task_id, request.exec_id, stream.metadata)
+        code = running.process.returncode
+        await stream.send_message(
+            sr_pb2.TaskExecPollResponse(code=code) if code is not None else sr_pb2.TaskExecPollResponse()
+        )
+
+    async def TaskExecWait(
+        self, stream: Stream[sr_pb2.TaskExecWaitRequest, sr_pb2.TaskExecWaitResponse]
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        running = self._exec(request.task_id, request.exec_id, stream.metadata)
+        code = await running.process.wait()
+        await stream.send_message(sr_pb2.TaskExecWaitResponse(code=code))
+
+
+async def _pump(running: Exec, fd: int, reader: asyncio.StreamReader) -> None:
+    """Collect one output stream of an exec as it comes, waking its readers."""
+    try:
+        while chunk := await reader.read(1 << 16):
+            async with running.changed:
+                running.output[fd] += chunk
+                running.changed.notify_all()
+    finally:
+        async with running.changed:
+            running.closed.add(fd)
+            running.changed.notify_all()
+
+
+@contextmanager
+def serve_standin(standin: ModalStandin) -> Iterator[str]:
+    """Serve both services on one free 127.0.0.1 port in a thread; yields the server URL (MODAL_SERVER_URL,
+    and the command router's URL)."""
+    loop = asyncio.new_event_loop()
+    servers: list[Server] = []
+    started = threading.Event()
+
+    async def start() -> None:
+        servers.append(Server([ControlPlane(standin), CommandRouter(standin)]))
+        await servers[0].start("127.0.0.1", 0)
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(start())
+        started.set()
+        loop.run_forever()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    if not started.wait(30):
+        raise RuntimeError("the Modal stand-in did not start")
+    server = servers[0]
+    port = server._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    url = standin.router_url = f"http://127.0.0.1:{port}"
+    try:
+        yield url
+    finally:
+        asyncio.run_coroutine_threadsafe(standin.stop_all(), loop).result(timeout=120)
+
+        async def close() -> None:
+            server.close()
+            await server.wait_closed()
+
+        asyncio.run_coroutine_threadsafe(close(), loop).result(timeout=30)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=30)
+
+
+def new_standin(host_images: frozenset[str]) -> ModalStandin:
+    """A stand-in with fresh credentials."""
+    return ModalStandin(
+        token_id=f"ak-{secrets.token_hex(8)}",
+        token_secret=f"as-{secrets.token_hex(16)}",
+        host_images=host_images,
+    )
