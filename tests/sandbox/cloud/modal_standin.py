@@ -106,6 +106,8 @@ class ModalStandin:
     boxes: dict[str, Box] = field(default_factory=dict)  # sandbox id -> box
     created: list[api_pb2.SandboxCreateV2Request] = field(default_factory=list)
     built: list[api_pb2.Image] = field(default_factory=list)
+    running_execs: int = 0
+    peak_execs: int = 0  # the most execs running at once (across every sandbox)
 
     def box_for_task(self, task_id: str, metadata: Any) -> Box:
         """The box of a router call (its task and bearer JWT); UNAUTHENTICATED or NOT_FOUND otherwise."""
@@ -168,6 +170,15 @@ class ModalStandin:
         box.token = jwt({"exp": time.time() + 3600, "task_id": box.task_id})
         self.boxes[box.sandbox_id] = box
         return box
+
+    async def count_while_running(self, process: StreamingProcess) -> None:
+        """Count `process` among the running execs until it exits."""
+        self.running_execs += 1
+        self.peak_execs = max(self.peak_execs, self.running_execs)
+        try:
+            await process.wait()
+        finally:
+            self.running_execs -= 1
 
     async def terminate(self, sandbox_id: str) -> None:
         """Stop the sandbox and every exec in it; NOT_FOUND for an unknown one."""
@@ -329,6 +340,7 @@ class CommandRouter(unimplemented(TaskCommandRouterBase)):  # type: ignore[misc]
                 asyncio.ensure_future(_pump(running, fd, reader))
                 for fd, reader in ((1, process.stdout), (2, process.stderr))
             ]
+            running.pumps.append(asyncio.ensure_future(self.standin.count_while_running(process)))
         await stream.send_message(sr_pb2.TaskExecStartResponse())
 
     async def TaskExecStdinWrite(
@@ -446,3 +458,16 @@ def new_standin(host_images: frozenset[str]) -> ModalStandin:
         token_secret=f"as-{secrets.token_hex(16)}",
         host_images=host_images,
     )
+
+
+def standin_uids_backend(standin: ModalStandin) -> type:
+    """The modal backend with its slots' extra uids taken from the stand-in's containers. A real Modal
+    container's root may switch to any uid (the backend's default extra uids); the stand-in's containers are
+    local sandboxes, whose root may switch only to the uids of their own block."""
+    from evsys.sandbox.modal.sandbox import ModalSandbox
+
+    class StandinUidsModalSandbox(ModalSandbox):
+        def extra_uid(self, index: int) -> int:
+            return standin.boxes[self._box.object_id].local.extra_uid(index)
+
+    return StandinUidsModalSandbox
