@@ -40,3 +40,7 @@ async def test_a_job_on_daytona_scores_trials_and_keeps_the_key_out_of_the_job(d
 
 async def test_a_job_on_e2b_scores_trials_and_keeps_the_key_out_of_the_job(e2b_standin, tmp_path):
     await _run_job("e2b", tmp_path, os.environ["E2B_API_KEY"])
+
+
+async def test_a_job_on_modal_scores_trials_and_keeps_the_token_out_of_the_job(modal_standin, tmp_path):
+    await _run_job("modal", tmp_path, os.environ["MODAL_TOKEN_SECRET"])
