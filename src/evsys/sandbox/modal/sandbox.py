@@ -15,6 +15,7 @@ enforced (docs/cloud.md).
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import os
 from typing import Any, ClassVar
@@ -113,7 +114,7 @@ class ModalSandbox(RemoteSandbox):
                 **network_options(self.spec),
             )
         except Exception as exc:
-            raise SandboxError(f"sandbox {self.spec.name}: Modal could not create it: {exc}") from exc
+            raise SandboxError(f"sandbox {self.spec.name}: Modal could not create it: {exc}") from None
 
     async def _delete(self) -> None:
         box, self._box = self._box, None
@@ -137,12 +138,16 @@ class ModalSandbox(RemoteSandbox):
                 await process.stdin.drain.aio()
             process.stdin.write_eof()
             await process.stdin.drain.aio()
-        stdout = await process.stdout.read.aio()
-        stderr = await process.stderr.read.aio()
-        return await process.wait.aio(), stdout, stderr
+        stdout, stderr, code = await asyncio.gather(
+            process.stdout.read.aio(), process.stderr.read.aio(), process.wait.aio()
+        )
+        return code, stdout, stderr
 
     async def _run(self, command: str, timeout: float) -> tuple[int, str]:  # noqa: ASYNC109
-        code, stdout, stderr = await self._exec(["/bin/bash", "-c", command], timeout)
+        try:
+            code, stdout, stderr = await self._exec(["/bin/bash", "-c", command], timeout)
+        except Exception as exc:
+            raise SandboxError(f"sandbox {self.spec.name}: Modal could not run a command: {exc}") from None
         return code, (stdout + stderr).decode("utf-8", "replace")
 
     async def _put(self, path: str, data: bytes) -> None:
