@@ -461,12 +461,15 @@ def new_standin(host_images: frozenset[str]) -> ModalStandin:
 
 
 def standin_uids_backend(standin: ModalStandin) -> type:
-    """The modal backend with its slots' extra uids taken from the stand-in's containers. A real Modal
-    container's root may switch to any uid (the backend's default extra uids); the stand-in's containers are
-    local sandboxes, whose root may switch only to the uids of their own block."""
+    """The modal backend with its shared slots' extra uids taken from the stand-in's containers (the one
+    difference from `ModalSandbox`). A real Modal container's root may switch to any uid (the backend's
+    default extra uids, 20000 + index); the stand-in's containers are local sandboxes, whose root may switch
+    only to the uids of their own block."""
     from evsys.sandbox.modal.sandbox import ModalSandbox
 
     class StandinUidsModalSandbox(ModalSandbox):
+        """`ModalSandbox` with the stand-in container's extra uids."""
+
         def extra_uid(self, index: int) -> int:
             return standin.boxes[self._box.object_id].local.extra_uid(index)
 

@@ -71,10 +71,12 @@ def e2b_standin() -> Iterator[object]:
 @pytest.fixture(scope="session")
 def modal_standin() -> Iterator[object]:
     """The Modal stand-in, served for the session; MODAL_SERVER_URL and MODAL_TOKEN_ID/SECRET point at it
-    (the SDK's client made from them is dropped afterwards)."""
+    (the SDK's client made from them is dropped afterwards). For the session the `modal` backend takes its
+    shared slots' uids from the stand-in's containers (`standin_uids_backend`), everything else unchanged."""
     modal = pytest.importorskip("modal", reason="the modal extra is not installed")
-    from modal_standin import new_standin, serve_standin
+    from modal_standin import new_standin, serve_standin, standin_uids_backend
 
+    from evsys.sandbox import register_sandbox
     from evsys.sandbox.modal.sandbox import BASE_IMAGE_VAR
 
     standin = new_standin(frozenset({STANDIN_IMAGE}))
@@ -88,9 +90,11 @@ def modal_standin() -> Iterator[object]:
         ),
     ):
         modal.Client._set_env_client(None)
+        register_sandbox("modal", standin_uids_backend(standin), replace=True)
         try:
             yield standin
         finally:
+            register_sandbox("modal", "evsys.sandbox.modal.sandbox:ModalSandbox", replace=True)
             modal.Client._set_env_client(None)
 
 

@@ -13,7 +13,7 @@ import pytest
 from standins import STANDIN_IMAGE, environment
 
 from evsys.records import Bind, ImageSpec, PodSpec, SandboxSpec
-from evsys.sandbox import create_sandbox, register_sandbox, unregister_sandbox
+from evsys.sandbox import create_sandbox
 from evsys.sandbox.base import Capability, SandboxError, SandboxUnsupported
 from evsys.sandbox.modal.sandbox import APP_VAR, ModalSandbox
 from evsys.sandbox.slots import SlotPool
@@ -125,10 +125,7 @@ BARRIER = (
 
 
 async def test_two_modal_sandboxes_serve_twenty_concurrent_slots_with_workspaces_of_their_own(modal_standin):
-    from modal_standin import standin_uids_backend
-
-    register_sandbox("modal-standin-uids", standin_uids_backend(modal_standin), replace=True)
-    pool = SlotPool(spec(name="modal-slots"), backend="modal-standin-uids", slots_per_sandbox=10)
+    pool = SlotPool(spec(name="modal-slots"), backend="modal", slots_per_sandbox=10)
     slots = []
     try:
         slots = await asyncio.gather(*(pool.acquire(f"traj-{i}") for i in range(20)))
@@ -153,5 +150,4 @@ async def test_two_modal_sandboxes_serve_twenty_concurrent_slots_with_workspaces
         for slot in slots:
             await pool.release(slot)
         await pool.close()
-        unregister_sandbox("modal-standin-uids")
     assert not modal_standin.boxes  # every Modal sandbox terminated
