@@ -134,7 +134,9 @@ class ModalStandin:
         bases = {base.docker_tag: base.image_id for base in image.base_images}
         for command in image.dockerfile_commands:
             words = command.split()
-            if not words or words[0].upper() != "FROM":
+            if not words or words[0].startswith("#"):
+                continue
+            if words[0].upper() != "FROM":
                 return _failure(f"the stand-in builds nothing but FROM lines, not {command!r}")
             ref = words[1]
             if ref in self.host_images or bases.get(ref) in self.images:

@@ -75,6 +75,21 @@ async def test_an_image_modal_cannot_build_fails_with_the_services_reason(modal_
     await box.stop()
 
 
+async def test_a_dockerfile_is_built_by_modal_from_its_own_lines(modal_standin, tmp_path: Path):
+    dockerfile = tmp_path / "environment" / "Dockerfile"
+    dockerfile.parent.mkdir()
+    dockerfile.write_text(f"FROM {STANDIN_IMAGE}\n")
+    from_dockerfile = spec(image=ImageSpec(ref="task (environment/Dockerfile)", dockerfile=dockerfile))
+    async with ModalSandbox(from_dockerfile) as box:
+        assert (await box.exec("id -un")).stdout == "agent\n"
+    assert [line for line in modal_standin.built[-1].dockerfile_commands if line] == [f"FROM {STANDIN_IMAGE}"]
+    dockerfile.write_text(f"FROM {STANDIN_IMAGE}\nRUN echo built-by-modal > /built\n")
+    box = ModalSandbox(from_dockerfile.model_copy(update={"name": from_dockerfile.name + "-run"}))
+    with pytest.raises(SandboxError, match="builds nothing but FROM lines, not 'RUN echo built-by-modal"):
+        await box.start()  # the stand-in builds no RUN: it saw the Dockerfile's own line
+    await box.stop()
+
+
 async def test_large_files_and_binary_bytes_travel_intact_both_ways(modal_standin, tmp_path: Path):
     payload = os.urandom(9 << 20)  # more than one stdin write (4 MiB each)
     (tmp_path / "blob.bin").write_bytes(payload)
@@ -94,7 +109,7 @@ async def test_what_modal_cannot_do_is_refused_up_front(tmp_path: Path):
     for reason, refused in refusals.items():
         with pytest.raises(SandboxUnsupported, match=reason):
             ModalSandbox(refused)
-    assert ModalSandbox.capabilities == {Capability.IMAGES}
+    assert ModalSandbox.capabilities == {Capability.IMAGES, Capability.REMOTE_IMAGES}
     box = ModalSandbox(spec())  # never started: each is refused before any call to the service
     for call in (box.reset(), box.set_network("public"), box.spawn(["cat"])):
         with pytest.raises(SandboxUnsupported):

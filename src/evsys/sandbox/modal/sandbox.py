@@ -4,8 +4,9 @@ extra), imported only when such a sandbox is used, and always through its async 
 Credentials and the service come from the SDK's own configuration (`MODAL_TOKEN_ID`/`MODAL_TOKEN_SECRET` or
 `~/.modal.toml`, `MODAL_SERVER_URL`, `MODAL_ENVIRONMENT`); evsys never reads or records them. Sandboxes
 belong to the Modal app `$EVSYS_MODAL_APP` (default `evsys`, created when missing). The sandbox runs the
-task's `docker_image` (`Image.from_registry`; an image built locally by evsys cannot be pulled by Modal and
-is refused), or `$EVSYS_MODAL_BASE_IMAGE` (default `debian:bookworm-slim`) without one; `cpus` and
+task's `docker_image` (`Image.from_registry`) or its Dockerfile (`Image.from_dockerfile`): Modal pulls and
+builds them itself (`Capability.REMOTE_IMAGES`: evsys builds nothing here, and refuses an image it built),
+or `$EVSYS_MODAL_BASE_IMAGE` (default `debian:bookworm-slim`) without one; `cpus` and
 `memory_mb` are Modal's CPU and memory requests, `no-network` is `block_network`, `allowlist` Modal's
 outbound domain (and, for addresses, CIDR) allowlist. Commands run through `Sandbox.exec` as root, files
 move through an exec's stdin and stdout (see `evsys.sandbox.remote`). Modal has no pids or disk limit,
@@ -58,17 +59,20 @@ def network_options(spec: SandboxSpec) -> dict[str, Any]:
     return {"outbound_domain_allowlist": domains, "outbound_cidr_allowlist": cidrs}
 
 
-def image_ref(spec: SandboxSpec) -> str:
-    """The registry image the sandbox runs: the spec's, else the configured base image."""
-    if spec.image is not None:
-        return spec.image.ref
-    return os.environ.get(BASE_IMAGE_VAR) or DEFAULT_BASE_IMAGE
+def image(spec: SandboxSpec) -> Any:
+    """The Modal image the sandbox runs: the spec's Dockerfile (built by Modal, its directory the context)
+    or registry image, else the configured base image."""
+    modal = sdk()
+    if spec.image is not None and spec.image.dockerfile is not None:
+        return modal.Image.from_dockerfile(spec.image.dockerfile, context_dir=spec.image.dockerfile.parent)
+    ref = spec.image.ref if spec.image is not None else os.environ.get(BASE_IMAGE_VAR) or DEFAULT_BASE_IMAGE
+    return modal.Image.from_registry(ref)
 
 
 class ModalSandbox(RemoteSandbox):
     """A sandbox on Modal (see the module docstring)."""
 
-    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.IMAGES})
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.IMAGES, Capability.REMOTE_IMAGES})
     network_modes: ClassVar[frozenset[NetworkMode]] = frozenset({"no-network", "public", "allowlist"})
 
     def __init__(self, spec: SandboxSpec) -> None:
@@ -79,7 +83,7 @@ class ModalSandbox(RemoteSandbox):
     def unsupported(cls, spec: SandboxSpec) -> str | None:
         """Besides the base checks: an image only Docker on this machine has cannot be pulled by Modal."""
         problem = super().unsupported(spec)
-        if problem is None and spec.image is not None and spec.image.source is not None:
+        if problem is None and spec.image is not None and spec.image.source and not spec.image.dockerfile:
             return f"image {spec.image.ref!r} was built locally; push it to a registry Modal can pull from"
         return problem
 
@@ -105,7 +109,7 @@ class ModalSandbox(RemoteSandbox):
             app = await modal.App.lookup.aio(os.environ.get(APP_VAR) or DEFAULT_APP, create_if_missing=True)
             self._box = await modal.Sandbox.create.aio(
                 app=app,
-                image=modal.Image.from_registry(image_ref(self.spec)),
+                image=image(self.spec),
                 cpu=self.spec.cpus,
                 memory=self.spec.memory_mb,
                 timeout=LIFETIME_SEC,
