@@ -8,9 +8,9 @@ bearer JWT), both served by grpclib on one 127.0.0.1 port; every other call answ
 
 Each Modal sandbox is one of evsys's local sandboxes: its `milli_cpu`/`memory_mb` are its CPUs and memory,
 its network access its network mode (BLOCKED: `no-network`, OPEN: `public`, ALLOWLIST: `allowlist` with the
-allowed domains and CIDRs), each exec one process spawned in it as root. It builds no images: an image whose
-`FROM` names an image it was not told to serve from the host's root file system fails its build, with the
-reason in Modal's `GenericResult`.
+allowed domains and CIDRs), each exec one process spawned in it as root. It builds no images: an image with
+a Dockerfile line other than `FROM`, or whose `FROM` names an image it was not told to serve from the host's
+root file system, fails its build, with the reason in Modal's `GenericResult`.
 """
 
 from __future__ import annotations
