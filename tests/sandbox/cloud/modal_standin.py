@@ -144,6 +144,10 @@ class ModalStandin:
             return _failure(f"the stand-in cannot build from {ref!r}")
         return api_pb2.GenericResult(status=api_pb2.GenericResult.GENERIC_STATUS_SUCCESS)
 
+    def built_lines(self, since: int = 0) -> list[str]:
+        """Every Dockerfile line of the images asked for since the `since`-th (blank ones left out)."""
+        return [line for image in self.built[since:] for line in image.dockerfile_commands if line.strip()]
+
     async def create(self, request: api_pb2.SandboxCreateV2Request) -> Box:
         """Start a local sandbox for the definition; FAILED_PRECONDITION when that is impossible."""
         self.created.append(request)
