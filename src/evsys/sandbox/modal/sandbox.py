@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import math
 import os
 from typing import Any, ClassVar
 
@@ -135,7 +136,8 @@ class ModalSandbox(RemoteSandbox):
         stdin: bytes | None = None,
     ) -> tuple[int, bytes, bytes]:
         """Run `argv` as root in `/` (`stdin` written and closed when given): exit code, stdout, stderr."""
-        process = await self._box.exec.aio(*argv, workdir="/", timeout=max(1, int(timeout)), text=False)
+        limit = None if timeout >= LIFETIME_SEC else max(1, math.ceil(timeout))  # None: the sandbox's own
+        process = await self._box.exec.aio(*argv, workdir="/", timeout=limit, text=False)
         if stdin is not None:
             for start in range(0, len(stdin), STDIN_CHUNK):
                 process.stdin.write(stdin[start : start + STDIN_CHUNK])
