@@ -12,7 +12,7 @@ APT_PACKAGES=(bubblewrap slirp4netns nftables python3 gcc libc6-dev iproute2 uti
     docker-registry apache2-utils)  # the image tests' loopback registry with htpasswd auth
 PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}
-EXTRAS=${EXTRAS:-local,rl,harness,viewer,serve,docker,daytona,e2b,repo,ray,trl,dev}
+EXTRAS=${EXTRAS:-local,rl,harness,viewer,serve,docker,daytona,e2b,modal,repo,ray,trl,dev}
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent / "sandbox" / "cloud"))
-from standins import daytona_standin, e2b_standin
+from standins import daytona_standin, e2b_standin, modal_standin
 
-__all__ = ["SLOT_BACKENDS", "daytona_standin", "e2b_standin", "slot_backend"]
+__all__ = ["SLOT_BACKENDS", "daytona_standin", "e2b_standin", "modal_standin", "slot_backend"]
 
 # backend -> the fixture serving its stand-in (None: runs on this machine)
-SLOT_BACKENDS: dict[str, str | None] = {"local": None, "e2b": "e2b_standin"}
+SLOT_BACKENDS: dict[str, str | None] = {"local": None, "e2b": "e2b_standin", "modal": "modal_standin"}
 
 
 @pytest.fixture(params=list(SLOT_BACKENDS))

@@ -6,10 +6,10 @@ import pytest
 from sandbox_helpers import spec
 
 from evsys.sandbox import LocalSandbox
-from slot_backends import daytona_standin, e2b_standin, slot_backend
+from slot_backends import daytona_standin, e2b_standin, modal_standin, slot_backend
 
 # the slot pool's backends and their stand-ins (tests/slot_backends.py)
-__all__ = ["daytona_standin", "e2b_standin", "slot_backend"]
+__all__ = ["daytona_standin", "e2b_standin", "modal_standin", "slot_backend"]
 
 
 @pytest.fixture

@@ -173,8 +173,8 @@ def test_run_checks_the_sandbox_backend_before_creating_the_job(tmp_path):
     )
     assert done.returncode == 2, done.stderr
     assert (
-        "unknown sandbox backend 'lcoal' (did you mean 'local'?); available: daytona, docker, e2b, local"
-        in done.stderr
+        "unknown sandbox backend 'lcoal' (did you mean 'local'?); "
+        "available: daytona, docker, e2b, local, modal" in done.stderr
     )
     assert not (jobs / "never").exists()
 

@@ -23,10 +23,10 @@ import pytest
 
 from evsys.records import ExecResult, SandboxSpec
 from evsys.sandbox import LocalSandbox
-from slot_backends import daytona_standin, e2b_standin, slot_backend
+from slot_backends import daytona_standin, e2b_standin, modal_standin, slot_backend
 
 # the slot tests' backends and their stand-ins (tests/slot_backends.py)
-__all__ = ["daytona_standin", "e2b_standin", "slot_backend"]
+__all__ = ["daytona_standin", "e2b_standin", "modal_standin", "slot_backend"]
 
 NOOP_ENV = "EVSYS_SECURITY_NOOP"
 _names = itertools.count()

@@ -50,3 +50,9 @@ class ImageSpec(BaseModel):
         description="Where a daemon-based backend copies the image from when its daemon lacks it: a skopeo "
         "transport reference (evsys's own image storage, `containers-storage:[...]name`).",
     )
+    dockerfile: Path | None = Field(
+        None,
+        description="The task's Dockerfile, for a backend that builds images itself "
+        "(`Capability.REMOTE_IMAGES`; its directory is the build context); None: `ref` names a registry "
+        "image or one evsys built.",
+    )

@@ -97,6 +97,9 @@ class Capability(StrEnum):
     SPAWN = "spawn"  # spawn(): processes with streaming stdin/stdout/stderr (external agent harnesses)
     BINDS = "binds"  # SandboxSpec.binds: host paths mounted in
     IMAGES = "images"  # SandboxSpec.image: runs the given image instead of the host-rootfs layer
+    # SandboxSpec.image as the task names it (its docker_image, or ImageSpec.dockerfile): the service pulls or
+    # builds it, the engine builds nothing here
+    REMOTE_IMAGES = "remote-images"
     LIMITS = "limits"  # ExecResult.limits_hit reports the memory and pids limits a command ran into
     SWITCH_NETWORK = "switch-network"  # set_network(): another network mode between a trial's phases
     PODS = "pods"  # SandboxSpec.pod: sandboxes sharing a network, reachable by name

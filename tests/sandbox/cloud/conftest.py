@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from standins import daytona_standin, e2b_standin
+from standins import daytona_standin, e2b_standin, modal_standin
 
-__all__ = ["daytona_standin", "e2b_standin"]
+__all__ = ["daytona_standin", "e2b_standin", "modal_standin"]

@@ -68,6 +68,32 @@ def e2b_standin() -> Iterator[object]:
         yield standin
 
 
+@pytest.fixture(scope="session")
+def modal_standin() -> Iterator[object]:
+    """The Modal stand-in, served for the session; MODAL_SERVER_URL and MODAL_TOKEN_ID/SECRET point at it
+    (the SDK's client made from them is dropped afterwards)."""
+    modal = pytest.importorskip("modal", reason="the modal extra is not installed")
+    from modal_standin import new_standin, serve_standin
+
+    from evsys.sandbox.modal.sandbox import BASE_IMAGE_VAR
+
+    standin = new_standin(frozenset({STANDIN_IMAGE}))
+    with (
+        serve_standin(standin) as url,
+        environment(
+            MODAL_SERVER_URL=url,
+            MODAL_TOKEN_ID=standin.token_id,
+            MODAL_TOKEN_SECRET=standin.token_secret,
+            **{BASE_IMAGE_VAR: STANDIN_IMAGE},
+        ),
+    ):
+        modal.Client._set_env_client(None)
+        try:
+            yield standin
+        finally:
+            modal.Client._set_env_client(None)
+
+
 def real_service_environment(*names: str) -> dict[str, str | None]:
     """The variables `names` as this process started with them (before any stand-in fixture replaced them)."""
     return {name: os.environ.get(name) for name in names}

@@ -13,11 +13,11 @@ from evsys.sandbox import register_sandbox, sandbox_backends, unregister_sandbox
 from evsys.sandbox.conformance.plugin import make_sandbox, sandbox, sandbox_backend
 
 sys.path.insert(0, str(Path(__file__).parent.parent / "cloud"))
-from standins import daytona_standin, e2b_standin
+from standins import daytona_standin, e2b_standin, modal_standin
 
-__all__ = ["daytona_standin", "e2b_standin", "make_sandbox", "sandbox", "sandbox_backend"]
+__all__ = ["daytona_standin", "e2b_standin", "make_sandbox", "modal_standin", "sandbox", "sandbox_backend"]
 # The cloud backends are checked against their stand-in services (tests/sandbox/cloud).
-STANDINS = {"daytona": "daytona_standin", "e2b": "e2b_standin"}
+STANDINS = {"daytona": "daytona_standin", "e2b": "e2b_standin", "modal": "modal_standin"}
 
 EXEC_DEFAULTS = "local-exec-defaults"
 

@@ -6,7 +6,9 @@ task.toml names a `docker_image`, unless the job skips builds (then it runs on t
 trial records `ran_on_host_image`). Tasks with no Dockerfile and Python tasks keep the host rootfs.
 One `ImageService` per pull policy is shared by every trial of the process, so concurrent trials of one
 task wait for a single build. The build log goes to `<trial>/environment/build.log`; the build is bounded by
-the trial's `build_timeout_sec` (the task's, scaled by the job's setup multiplier when planned).
+the trial's `build_timeout_sec` (the task's, scaled by the job's setup multiplier when planned). A backend
+that pulls and builds images itself (`Capability.REMOTE_IMAGES`: modal) is handed the task's `docker_image`
+or Dockerfile instead, and nothing is built here.
 """
 
 from __future__ import annotations
@@ -17,6 +19,9 @@ from pathlib import Path
 from evsys.engine.trial.state import TrialState
 from evsys.images import ImageError, ImageResult, ImageService, PullPolicy
 from evsys.records import FailureCause, FileCopy, ImageSpec, SandboxSpec, TrialImage
+from evsys.sandbox.base import Capability
+from evsys.sandbox.registry import sandbox_class
+from evsys.task.dockerfile import DOCKERFILE
 from evsys.task.models import Task
 from evsys.util.hostca import SANDBOX_CA_PATH, ca_environment, host_ca_bundle
 
@@ -105,9 +110,22 @@ def build_timeout(state: TrialState, task: Task) -> float:
     return planned if planned is not None else task.config.environment.build_timeout_sec
 
 
+def remote_image(task: Task) -> ImageSpec:
+    """The task's image for a backend that pulls and builds images itself (`Capability.REMOTE_IMAGES`): its
+    `docker_image`, else its Dockerfile."""
+    docker_image = task.config.environment.docker_image
+    if docker_image:
+        return ImageSpec(ref=docker_image)
+    return ImageSpec(ref=f"{task.name} ({DOCKERFILE})", dockerfile=task.path / DOCKERFILE)
+
+
 async def on_image(state: TrialState, task: Task, spec: SandboxSpec) -> SandboxSpec | None:
-    """`spec` moved onto the task's image (built, pulled or cached now, recorded on the result); None once
-    a failed build is recorded."""
+    """`spec` moved onto the task's image (built, pulled or cached now, recorded on the result; or, for a
+    backend that builds images itself, named for it to build); None once a failed build is recorded."""
+    if sandbox_class(state.spec.sandbox).supports(Capability.REMOTE_IMAGES):
+        remote = remote_image(task)
+        state.result.image = TrialImage(ref=remote.ref, source="remote")
+        return image_spec(spec, task, remote)
     trial_dir = state.store.trial_dir(state.config.trial_name)
     notices: list[str] = []
     try:

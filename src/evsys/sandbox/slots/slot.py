@@ -81,12 +81,14 @@ async def slot_exec(
 # forking in a loop included: a child is either listed by that call or never made), and waited for (a write
 # under way when the signal came ends before anything is deleted). Its SysV IPC objects are
 # removed as the uid too (root here may lack CAP_IPC_OWNER), its files in the shared sticky directories by
-# root.
+# root. Processes are counted from /proc (`alive`), so images without procps clean slots too.
 _CLEAN = r"""export PATH=/usr/sbin:/usr/bin:/sbin:/bin
 u=$1 ws=$2 tmp=$3 mode=$4; shift 4
-n=$(pgrep -c -U "$u")
+alive() {{ cat /proc/[0-9]*/status 2>/dev/null |
+  awk -v u="$u" '/^State:/ {{s = $2}} /^Uid:/ && $2 == u && s != "Z" {{n++}} END {{print n + 0}}'; }}
+n=$(alive)
 {kill}
-for _ in $(seq 500); do ps -U "$u" -o stat= | grep -qv '^Z' || break; sleep 0.01; done  # until they are gone
+for _ in $(seq 500); do [ "$(alive)" = 0 ] && break; sleep 0.01; done  # until they are gone
 [ "$mode" = kill ] && {{ echo "${{n:-0}}"; exit 0; }}
 for f in shm msg sem; do
   [ -r /proc/sysvipc/$f ] || continue

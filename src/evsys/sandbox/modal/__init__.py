@@ -1,0 +1,1 @@
+"""The Modal sandbox backend (`--sandbox modal`): sandboxes on Modal through its `modal` SDK."""
