@@ -63,7 +63,8 @@ def bwrap_argv(
         "--unshare-uts",
         "--unshare-cgroup-try",
     ]
-    argv.append("--unshare-net")  # always: `public` attaches slirp4netns to this namespace (slirp.py)
+    # no --unshare-net: the setup step gave the sandbox its network namespace (loopback up, low ports open;
+    # native/setup.c), or a pod member joins its pod's; `public` attaches slirp4netns to it (slirp.py)
     argv += ["--die-with-parent", "--new-session", "--hostname", "evsys", "--bind", root, "/"]
     for name, target in rootfs.host_system_entries() if spec.image is None else ():
         if target is None:  # the host rootfs: its system dirs read-only (an image brings its own)

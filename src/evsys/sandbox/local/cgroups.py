@@ -1,6 +1,8 @@
 """cgroup limits for local sandboxes: memory, pids and cpu, on cgroup v2 where it is mounted (with the
 controllers delegated to evsys's own cgroup, delegation.py), v1 otherwise; a controller missing here leaves
-its limit to a fallback or unenforced (limits.py).
+its limit to a fallback or unenforced (limits.py). The directories are created, limited and joined by the
+sandbox's setup step (`evsysd --setup`, native/setup.c) from the items `SandboxCgroup.setup_items` lists, off
+the orchestrator's event loop; the orchestrator removes them at stop.
 
 Every sandbox gets one directory per controller named `evsys-<owner pid>-<sequence>-<sandbox name, cut>`
 (the sequence number makes it unique within its orchestrator however long the name), created below the
@@ -20,7 +22,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from evsys.sandbox.base import SandboxError
 from evsys.sandbox.local import delegation
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -29,6 +30,7 @@ V1_CONTROLLERS = ("memory", "pids", "cpu", "freezer")
 _NAME_OK = re.compile(r"[^A-Za-z0-9_.-]")
 NAME_CHARS = 64  # how much of the sandbox's name a cgroup name keeps (readability only; never uniqueness)
 _SEQUENCE = itertools.count(1)
+NOT_CREATED = "cannot create cgroup"  # how native/setup.c reports a directory it could not create
 
 
 @dataclass
@@ -88,65 +90,63 @@ class SandboxCgroup:
         self.layout = layout
         self.dirs = {ctrl: parent / name for ctrl, parent in layout.parents.items() if ctrl not in skip}
         self._counter_fds: dict[str, int] = {}
-        self.counters: dict[str, int] = {}
+        self._counters_open = False
+        self.counters: dict[str, int] = {}  # the totals at the last reading (none yet: all zero)
 
-    def create(self, *, memory_mb: int | None, pids_max: int, cpus: float | None) -> None:
-        """Make the directories and write the limits. Raises SandboxError naming the file that failed; when a
-        directory cannot be made, the ones made so far are removed and this object forgets every directory,
-        so tearing it down can never touch another sandbox's processes."""
-        made: list[Path] = []
-        for path in dict.fromkeys(self.dirs.values()):
-            try:
-                path.mkdir()
-            except OSError as exc:
-                for done in made:
-                    with contextlib.suppress(OSError):
-                        done.rmdir()
-                self.dirs = {}
-                if isinstance(exc, FileExistsError):
-                    raise SandboxError(f"cgroup {path} already exists (left by an earlier run?)") from None
-                raise SandboxError(f"cannot create cgroup {path}: {exc.strerror}") from exc
-            made.append(path)
-        if "pids" in self.dirs:
-            self._write("pids", "pids.max", str(pids_max))
-        if memory_mb is not None and "memory" in self.dirs:
+    def setup_items(self, *, memory_mb: int | None, pids_max: int, cpus: float | None) -> list[str]:
+        """What `evsysd --setup` does before bwrap (native/setup.c): create the directories, write the
+        limits, join them. A directory it cannot create fails the start with a message beginning with
+        NOT_CREATED, after it removed the ones it made: then call `forget()`, so tearing this sandbox down
+        can never touch another sandbox's processes."""
+        dirs = list(dict.fromkeys(self.dirs.values()))
+        items = [f"cgroup={path}" for path in dirs]
+        for ctrl, filename, value, optional in self._limits(memory_mb, pids_max, cpus):
+            if ctrl in self.dirs:
+                items.append(f"{'try' if optional else 'set'}={value}:{self.dirs[ctrl] / filename}")
+        return items + [f"join={path / 'cgroup.procs'}" for path in dirs]
+
+    def _limits(
+        self, memory_mb: int | None, pids_max: int, cpus: float | None
+    ) -> list[tuple[str, str, str, bool]]:
+        """(controller, file, value, optional) of every limit to write."""
+        v2 = self.layout.version == 2
+        out = [("pids", "pids.max", str(pids_max), False)]
+        if memory_mb is not None:
             limit = str(memory_mb * 1024 * 1024)
-            if self.layout.version == 2:
-                self._write("memory", "memory.max", limit)
-                self._write("memory", "memory.swap.max", "0", optional=True)
+            if v2:
+                out += [("memory", "memory.max", limit, False), ("memory", "memory.swap.max", "0", True)]
             else:
-                self._write("memory", "memory.limit_in_bytes", limit)
-                self._write("memory", "memory.memsw.limit_in_bytes", limit, optional=True)
-        if cpus is not None and "cpu" in self.dirs:
+                out.append(("memory", "memory.limit_in_bytes", limit, False))
+                out.append(("memory", "memory.memsw.limit_in_bytes", limit, True))
+        if cpus is not None:
             period = 100_000
             quota = max(1000, int(cpus * period))
-            if self.layout.version == 2:
-                self._write("cpu", "cpu.max", f"{quota} {period}")
+            if v2:
+                out.append(("cpu", "cpu.max", f"{quota} {period}", False))
             else:
-                self._write("cpu", "cpu.cfs_period_us", str(period))
-                self._write("cpu", "cpu.cfs_quota_us", str(quota))
-        self._open_counters()
+                out.append(("cpu", "cpu.cfs_period_us", str(period), False))
+                out.append(("cpu", "cpu.cfs_quota_us", str(quota), False))
+        return out
 
-    def _write(self, ctrl: str, filename: str, value: str, *, optional: bool = False) -> None:
-        path = self.dirs[ctrl] / filename
-        try:
-            path.write_text(value)
-        except OSError as exc:
-            if optional:
-                return
-            raise SandboxError(f"cannot set cgroup limit {path} = {value}: {exc.strerror}") from exc
+    def forget(self) -> None:
+        """Drop every directory: the setup created none (or removed what it made)."""
+        self.dirs = {}
 
     def _open_counters(self) -> None:
-        """Keep the files that count OOM kills and pids-cap hits open, so reading them is one pread."""
-        v2 = self.layout.version == 2
-        files = {"memory": "memory.events" if v2 else "memory.oom_control", "pids": "pids.events"}
+        """Open the files that count OOM kills and pids-cap hits once, so each later reading is one pread."""
+        self._counters_open = True
+        files = {"memory": "memory.events" if self.layout.version == 2 else "memory.oom_control"}
+        files["pids"] = "pids.events"
         for kind, filename in files.items():
-            if kind in self.dirs and (self.dirs[kind] / filename).exists():
-                self._counter_fds[kind] = os.open(self.dirs[kind] / filename, os.O_RDONLY | os.O_CLOEXEC)
-        self.counters = self.read_counters()
+            if kind in self.dirs:
+                with contextlib.suppress(FileNotFoundError):
+                    self._counter_fds[kind] = os.open(self.dirs[kind] / filename, os.O_RDONLY | os.O_CLOEXEC)
 
     def read_counters(self) -> dict[str, int]:
-        """Current totals: 'memory' = OOM kills, 'pids' = fork attempts refused by pids.max."""
+        """Current totals: 'memory' = OOM kills, 'pids' = fork attempts refused by pids.max (a new cgroup's
+        are zero: `counters` starts empty)."""
+        if not self._counters_open:
+            self._open_counters()
         out: dict[str, int] = {}
         for kind, fd in self._counter_fds.items():
             text = os.pread(fd, 4096, 0).decode()
@@ -154,10 +154,6 @@ class SandboxCgroup:
             match = re.search(rf"^{key} (\d+)$", text, re.M)
             out[kind] = int(match.group(1)) if match else 0
         return out
-
-    def procs_files(self) -> list[str]:
-        """The cgroup.procs files a process must join (one per hierarchy)."""
-        return [str(d / "cgroup.procs") for d in dict.fromkeys(self.dirs.values())]
 
     def pids(self) -> list[int]:
         """Every process currently in the sandbox's cgroup."""

@@ -32,6 +32,14 @@ MAX_REPLY = 1 << 16
 _Child = tuple[int, list[int]]  # pid, [pidfd, stdin writer, stdout, stderr, setup-error reader]
 
 
+class SetupError(SandboxError):
+    """The child's setup step (`evsysd --setup`) failed; `detail` is its own message."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(f"cannot set up the sandbox: {detail}")
+        self.detail = detail
+
+
 class SpawnedProcess:
     """A bwrap child started through the spawner: its pipes as asyncio streams, plus kill and async wait."""
 
@@ -233,7 +241,7 @@ async def spawn(argv: list[str], *, setup: dict, pass_fds: tuple[int, ...], limi
         finally:
             os.close(report_r)
         if detail:
-            raise SandboxError(f"cannot set up the sandbox: {detail}")
+            raise SetupError(detail)
         return await _attach(pid, pidfd, pipes, limit)
     except BaseException:
         with contextlib.suppress(ProcessLookupError):
