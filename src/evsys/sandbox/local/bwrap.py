@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import PurePosixPath
 
@@ -32,6 +33,12 @@ ROOT_CAPS = (
 DAEMON_EXTRA_CAPS = ("CAP_SETPCAP", "CAP_SYS_ADMIN", "CAP_WAKE_ALARM")
 # Kernel knobs under /proc that a uid-0 process could write by file mode alone: covered read-only.
 PROC_RO = ("sys", "sysrq-trigger", "mtrr", "pressure", "acpi", "scsi", "fs", "irq", "bus")
+
+
+@functools.cache
+def _proc_ro() -> tuple[str, ...]:
+    """The PROC_RO entries this kernel's /proc has (looked up once per process, not per start)."""
+    return tuple(name for name in PROC_RO if os.path.lexists(f"/proc/{name}"))
 
 
 def storage_size_mb(spec: SandboxSpec) -> int:
@@ -71,9 +78,8 @@ def bwrap_argv(
             argv += ["--ro-bind", f"/{name}", f"/{name}"]
     tmp_mb = tmp_size_mb(spec)
     argv += ["--ro-bind", daemon_file, DAEMON_DIR, "--proc", "/proc", "--dev", "/dev"]
-    for name in PROC_RO:
-        if os.path.lexists(f"/proc/{name}"):
-            argv += ["--ro-bind", f"/proc/{name}", f"/proc/{name}"]
+    for name in _proc_ro():
+        argv += ["--ro-bind", f"/proc/{name}", f"/proc/{name}"]
     argv += ["--size", str(tmp_mb * 1024 * 1024), "--tmpfs", "/tmp", "--chmod", "1777", "/tmp"]
     argv += ["--size", str(shm_size_mb(spec) * 1024 * 1024), "--perms", "1777", "--tmpfs", "/dev/shm"]
     argv += ["--remount-ro", "/dev"]

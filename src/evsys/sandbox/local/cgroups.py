@@ -98,12 +98,12 @@ class SandboxCgroup:
         limits, join them. A directory it cannot create fails the start with a message beginning with
         NOT_CREATED, after it removed the ones it made: then call `forget()`, so tearing this sandbox down
         can never touch another sandbox's processes."""
-        dirs = list(dict.fromkeys(self.dirs.values()))
+        dirs = list(dict.fromkeys(map(str, self.dirs.values())))
         items = [f"cgroup={path}" for path in dirs]
         for ctrl, filename, value, optional in self._limits(memory_mb, pids_max, cpus):
             if ctrl in self.dirs:
-                items.append(f"{'try' if optional else 'set'}={value}:{self.dirs[ctrl] / filename}")
-        return items + [f"join={path / 'cgroup.procs'}" for path in dirs]
+                items.append(f"{'try' if optional else 'set'}={value}:{self.dirs[ctrl]}/{filename}")
+        return items + [f"join={path}/cgroup.procs" for path in dirs]
 
     def _limits(
         self, memory_mb: int | None, pids_max: int, cpus: float | None
