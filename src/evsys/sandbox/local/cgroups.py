@@ -1,8 +1,8 @@
 """cgroup limits for local sandboxes: memory, pids and cpu, on cgroup v2 where it is mounted (with the
 controllers delegated to evsys's own cgroup, delegation.py), v1 otherwise; a controller missing here leaves
-its limit to a fallback or unenforced (limits.py). The directories are created, limited and joined by the
-sandbox's setup step (`evsysd --setup`, native/setup.c) from the items `SandboxCgroup.setup_items` lists, off
-the orchestrator's event loop; the orchestrator removes them at stop.
+its limit to a fallback or unenforced (limits.py). The orchestrator creates the directories (and removes them
+at stop); the sandbox's setup step (`evsysd --setup`, native/setup.c) writes the limits and joins them, from
+the items `SandboxCgroup.setup_items` lists, off the orchestrator's event loop.
 
 Every sandbox gets one directory per controller named `evsys-<owner pid>-<sequence>-<sandbox name, cut>`
 (the sequence number makes it unique within its orchestrator however long the name), created below the
@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from evsys.sandbox.base import SandboxError
 from evsys.sandbox.local import delegation
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -30,7 +31,6 @@ V1_CONTROLLERS = ("memory", "pids", "cpu", "freezer")
 _NAME_OK = re.compile(r"[^A-Za-z0-9_.-]")
 NAME_CHARS = 64  # how much of the sandbox's name a cgroup name keeps (readability only; never uniqueness)
 _SEQUENCE = itertools.count(1)
-NOT_CREATED = "cannot create cgroup"  # how native/setup.c reports a directory it could not create
 
 
 @dataclass
@@ -93,17 +93,33 @@ class SandboxCgroup:
         self._counters_open = False
         self.counters: dict[str, int] = {}  # the totals at the last reading (none yet: all zero)
 
+    def make_dirs(self) -> None:
+        """Create the directories (before the setup step: a setup step orphaned by a dying spawner can then
+        never create one after this sandbox's teardown removed them). Raises SandboxError naming the one that
+        failed, after removing the ones made so far and forgetting every directory, so tearing this sandbox
+        down can never touch another sandbox's processes."""
+        made: list[str] = []
+        for path in dict.fromkeys(map(str, self.dirs.values())):
+            try:
+                os.mkdir(path)
+            except OSError as exc:
+                for done in made:
+                    with contextlib.suppress(OSError):
+                        os.rmdir(done)
+                self.dirs = {}
+                if isinstance(exc, FileExistsError):
+                    raise SandboxError(f"cgroup {path} already exists (left by an earlier run?)") from None
+                raise SandboxError(f"cannot create cgroup {path}: {exc.strerror}") from exc
+            made.append(path)
+
     def setup_items(self, *, memory_mb: int | None, pids_max: int, cpus: float | None) -> list[str]:
-        """What `evsysd --setup` does before bwrap (native/setup.c): create the directories, write the
-        limits, join them. A directory it cannot create fails the start with a message beginning with
-        NOT_CREATED, after it removed the ones it made: then call `forget()`, so tearing this sandbox down
-        can never touch another sandbox's processes."""
-        dirs = list(dict.fromkeys(map(str, self.dirs.values())))
-        items = [f"cgroup={path}" for path in dirs]
+        """What `evsysd --setup` does with the directories `make_dirs` made, before bwrap (native/setup.c):
+        write the limits, join them; off the orchestrator's event loop."""
+        items = []
         for ctrl, filename, value, optional in self._limits(memory_mb, pids_max, cpus):
             if ctrl in self.dirs:
                 items.append(f"{'try' if optional else 'set'}={value}:{self.dirs[ctrl]}/{filename}")
-        return items + [f"join={path}/cgroup.procs" for path in dirs]
+        return items + [f"join={path}/cgroup.procs" for path in dict.fromkeys(map(str, self.dirs.values()))]
 
     def _limits(
         self, memory_mb: int | None, pids_max: int, cpus: float | None
@@ -127,10 +143,6 @@ class SandboxCgroup:
                 out.append(("cpu", "cpu.cfs_period_us", str(period), False))
                 out.append(("cpu", "cpu.cfs_quota_us", str(quota), False))
         return out
-
-    def forget(self) -> None:
-        """Drop every directory: the setup created none (or removed what it made)."""
-        self.dirs = {}
 
     def _open_counters(self) -> None:
         """Open the files that count OOM kills and pids-cap hits once, so each later reading is one pread."""

@@ -2,10 +2,10 @@
  *
  *   evsysd --setup <report fd> <mount point> <storage bytes> <lowerdir list> <agent uid> <item>... -- <argv>
  *
- * The items, done in the order given (setup.py's orchestrator side builds them, spawner.py passes them on):
- *   cgroup=<dir>          create the sandbox's cgroup directory (one per hierarchy);
- *   set=<value>:<file>    write a limit (pids.max, memory.max...) into it; try=<value>:<file> the same, where
- *                         a refusal is not an error (memory.swap.max without swap accounting);
+ * The items, done in the order given (cgroups.py and sandbox.py build them, spawner.py passes them on):
+ *   set=<value>:<file>    write a limit (pids.max, memory.max...) into the sandbox's cgroup, which the
+ *                         orchestrator created; try=<value>:<file> the same, where a refusal is not an error
+ *                         (memory.swap.max without swap accounting);
  *   join=<file>           join a cgroup (its cgroup.procs);
  *   nproc=<n>             set RLIMIT_NPROC, soft and hard: the process-count limit where no pids cgroup is
  *                         available (limits.py);
@@ -14,11 +14,10 @@
  * Then it makes a private mount namespace, mounts a tmpfs of the storage size on the mount point and the overlay
  * (lower = idmapped clones of the cached layers showing the agent's files as <agent uid>, idmap.c; upper = that
  * tmpfs) at <mount point>/merged, and execs argv (bwrap). A failure is written to the report fd (closed on
- * exec, so the spawner reads EOF on success) and the exit code is 127; a failure to create a cgroup directory
- * removes the ones this run created first and is reported as "cannot create cgroup ..." (the orchestrator then
- * knows none of them is its to remove). The spawner starts this with posix_spawn, which on a VM costs a
- * fraction of forking a Python process (~1.4 ms of CPU plus copy-on-write faults); creating the cgroups here
- * rather than in the orchestrator keeps their cost off its event loop. */
+ * exec, so the spawner reads EOF on success) and the exit code is 127. The spawner starts this with
+ * posix_spawn, which on a VM costs a fraction of forking a Python process (~1.4 ms of CPU plus copy-on-write
+ * faults); writing the cgroup limits and making the network namespace here keeps their cost off the
+ * orchestrator's event loop. */
 #include "evsysd.h"
 
 #include <errno.h>
@@ -35,11 +34,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define MAX_CGROUPS 8
-
 static int report_fd = -1;
-static const char *made[MAX_CGROUPS]; /* cgroup directories this run created */
-static int n_made;
 
 static int report(const char *what, const char *path)
 {
@@ -59,25 +54,6 @@ static int write_file(const char *path, const char *text)
     ssize_t n = write(fd, text, strlen(text));
     close(fd);
     return n == (ssize_t)strlen(text) ? 0 : -1;
-}
-
-static int make_cgroup(const char *dir)
-{
-    if (n_made == MAX_CGROUPS)
-        errno = E2BIG;
-    else if (mkdir(dir, 0755) == 0) {
-        made[n_made++] = dir;
-        return 0;
-    }
-    int saved = errno;
-    while (n_made > 0)
-        rmdir(made[--n_made]);
-    errno = saved;
-    if (errno == EEXIST && report_fd >= 0) {
-        dprintf(report_fd, "cannot create cgroup %.900s: it already exists (left by an earlier run?)", dir);
-        return 127;
-    }
-    return report("cannot create cgroup", dir);
 }
 
 /* "<value>:<file>": write value into file (values never hold a colon; paths may) */
@@ -123,8 +99,6 @@ static int new_netns(void)
 
 static int setup_item(const char *item)
 {
-    if (strncmp(item, "cgroup=", 7) == 0)
-        return make_cgroup(item + 7);
     if (strncmp(item, "set=", 4) == 0 || strncmp(item, "try=", 4) == 0)
         return set_limit(item + 4, item[0] == 't');
     if (strncmp(item, "join=", 5) == 0)
