@@ -46,6 +46,22 @@ def test_a_uid_another_process_holds_or_a_host_user_has_is_skipped(tmp_path, mon
         os.close(held)
 
 
+def test_a_block_another_process_gave_back_is_taken_again(tmp_path, monkeypatch):
+    probe = uids.allocate(tmp_path)
+    lowest = probe.uid
+    probe.release()
+    other = os.open(tmp_path / "uids" / str(lowest), os.O_RDWR)
+    fcntl.flock(other, fcntl.LOCK_EX)  # another process holds the lowest block...
+    skipped = uids.allocate(tmp_path)
+    assert skipped.uid == lowest + uids.UID_BLOCK  # positive control: it was busy
+    os.close(other)  # ...and gives it back
+    monkeypatch.setattr(uids, "BUSY_RECHECK", 0.0)  # (it is tried ahead of higher ones again after this)
+    again = uids.allocate(tmp_path)
+    assert again.uid == lowest
+    again.release()
+    skipped.release()
+
+
 def test_a_lock_file_removed_while_its_block_was_free_is_not_trusted(tmp_path):
     first = uids.allocate(tmp_path)  # its lock file stays open here after the release
     first.release()

@@ -36,7 +36,9 @@ UID_BLOCK = 32
 AGENT_UID_COUNT = (
     60_000  # below 165536: the usual start of the host's subordinate-uid ranges is 100000 + 65536
 )
+_END = AGENT_UID_FIRST + AGENT_UID_COUNT
 HOST_USERS_TTL = 10.0  # seconds a read of the host's users is trusted while /etc/passwd is unchanged
+BUSY_RECHECK = 1.0  # seconds before a block another process held is tried again ahead of higher ones
 _OPEN_FLAGS = os.O_RDWR | os.O_CREAT | os.O_CLOEXEC
 
 _held: set[int] = set()  # blocks held in this process, whatever their lock directory
@@ -77,6 +79,7 @@ class _Allocator:
         self.directory = directory
         self._dir_fd = -1
         self._files: dict[int, int] = {}  # block -> its open lock file (locked iff the block is in _held)
+        self.busy: dict[int, float] = {}  # block -> when another process was last found holding it
 
     def _open(self, uid: int) -> int:
         """The lock file of block `uid`: the open one when it is still linked, else opened anew."""
@@ -100,7 +103,9 @@ class _Allocator:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:  # another process's sandbox holds it
+            self.busy[uid] = time.monotonic()
             return False
+        self.busy.pop(uid, None)
         return True
 
     def give_back(self, uid: int) -> None:
@@ -155,9 +160,10 @@ class AgentUid:
 
 def allocate(scratch_root: Path) -> AgentUid:
     """The lowest block of uids from AGENT_UID_FIRST that no other sandbox on this host holds and none of
-    whose uids a host user has; the agent's is its first."""
+    whose uids a host user has; the agent's is its first. Blocks another process held less than
+    BUSY_RECHECK seconds ago are tried last (so many processes on one host do not each try every block the
+    others hold on every start)."""
     directory = scratch_root / "uids"
-    end = AGENT_UID_FIRST + AGENT_UID_COUNT
     host_blocks = _host_users.blocks()
     with _lock:
         allocator = _allocators.get(directory)
@@ -165,14 +171,28 @@ def allocate(scratch_root: Path) -> AgentUid:
             allocator = _allocators[directory] = _Allocator(directory)
         while _lowest[0] in _held:
             _lowest[0] += UID_BLOCK
-        for uid in range(_lowest[0], end, UID_BLOCK):
-            if uid in _held or uid in host_blocks:
-                continue
-            try:
-                taken = allocator.take(uid)
-            except OSError as exc:
-                raise SandboxError(f"cannot take an agent uid in {directory}: {exc.strerror}") from None
-            if taken:
-                _held.add(uid)
-                return AgentUid(uid, allocator)
-    raise SandboxError(f"no free agent uid in {AGENT_UID_FIRST}..{end - 1}")
+        recent = time.monotonic() - BUSY_RECHECK
+        uid = _take_first(allocator, host_blocks, skip_busy_since=recent)
+        if uid is None:
+            uid = _take_first(allocator, host_blocks, skip_busy_since=None)
+        if uid is None:
+            raise SandboxError(f"no free agent uid in {AGENT_UID_FIRST}..{_END - 1}")
+        _held.add(uid)
+        return AgentUid(uid, allocator)
+
+
+def _take_first(
+    allocator: _Allocator, host_blocks: frozenset[int], skip_busy_since: float | None
+) -> int | None:
+    """Lock the lowest free block (skipping those found busy after `skip_busy_since`); None when none is."""
+    for uid in range(_lowest[0], _END, UID_BLOCK):
+        if uid in _held or uid in host_blocks:
+            continue
+        if skip_busy_since is not None and allocator.busy.get(uid, skip_busy_since) > skip_busy_since:
+            continue
+        try:
+            if allocator.take(uid):
+                return uid
+        except OSError as exc:
+            raise SandboxError(f"cannot take an agent uid in {allocator.directory}: {exc.strerror}") from None
+    return None
