@@ -175,6 +175,8 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
         joined = pods.OWNERS.owner(spec.pod) if spec.pod is not None else None
         if joined is None:  # its own network namespace (a pod's members join the owner's)
             items.append("netns")
+        if any(Path("/sys") in (src := bind.src.resolve(), *src.parents) for bind in spec.binds):
+            items.append("keep-sys")  # else the setup step drops /sys, which bwrap would re-read per bind
         mount_point = self.scratch_root / "mnt"
         mount_point.mkdir(parents=True, exist_ok=True)
         setup = ChildSetup(

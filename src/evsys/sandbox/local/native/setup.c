@@ -10,8 +10,9 @@
  *   nproc=<n>             set RLIMIT_NPROC, soft and hard: the process-count limit where no pids cgroup is
  *                         available (limits.py);
  *   netns                 a new network namespace whose loopback is up and whose unprivileged port start is 0
- *                         (root inside binds ports below 1024 as in a container: sshd on 22, nginx on 80).
- * Then it makes a private mount namespace, mounts a tmpfs of the storage size on the mount point and the overlay
+ *                         (root inside binds ports below 1024 as in a container: sshd on 22, nginx on 80);
+ *   keep-sys              keep the host's /sys in the private mount namespace (a bind's source is below it).
+ * Then it makes a private mount namespace (without the host's /sys), mounts a tmpfs of the storage size on the mount point and the overlay
  * (lower = idmapped clones of the cached layers showing the agent's files as <agent uid>, idmap.c; upper = that
  * tmpfs) at <mount point>/merged, and execs argv (bwrap). A failure is written to the report fd (closed on
  * exec, so the spawner reads EOF on success) and the exit code is 127. The spawner starts this with
@@ -35,6 +36,7 @@
 #include <unistd.h>
 
 static int report_fd = -1;
+static int keep_sys; /* a bind's source is under /sys: keep it mounted */
 
 static int report(const char *what, const char *path)
 {
@@ -110,6 +112,10 @@ static int setup_item(const char *item)
     }
     if (strcmp(item, "netns") == 0)
         return new_netns();
+    if (strcmp(item, "keep-sys") == 0) {
+        keep_sys = 1;
+        return 0;
+    }
     errno = EINVAL;
     return report("unknown setup item", item);
 }
@@ -134,6 +140,11 @@ int setup_main(int argc, char **argv)
         return report("unshare(CLONE_NEWNS) for", mount_point);
     if (mount("none", "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
         return report("cannot make mounts private under", "/");
+    /* bwrap re-reads the whole mount table for every bind it makes: the host's /sys (sysfs and, on many hosts,
+     * a dozen cgroup mounts below it), which neither bwrap nor the sandbox uses, is dropped from this private
+     * namespace first (unless the orchestrator says a bind needs it). Not a mount point here: nothing to do. */
+    if (!keep_sys && umount2("/sys", MNT_DETACH) != 0 && errno != EINVAL && errno != ENOENT)
+        return report("cannot detach", "/sys");
     char opts[8192], upper[4096], work[4096], merged[4096], mapped[4096];
     snprintf(opts, sizeof opts, "size=%s,mode=755", storage);
     if (mount("evsys-storage", mount_point, "tmpfs", MS_NOSUID | MS_NODEV, opts) != 0)
