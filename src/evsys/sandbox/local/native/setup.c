@@ -142,9 +142,10 @@ int setup_main(int argc, char **argv)
         return report("cannot make mounts private under", "/");
     /* bwrap re-reads the whole mount table for every bind it makes: the host's /sys (sysfs and, on many hosts,
      * a dozen cgroup mounts below it), which neither bwrap nor the sandbox uses, is dropped from this private
-     * namespace first (unless the orchestrator says a bind needs it). Not a mount point here: nothing to do. */
-    if (!keep_sys && umount2("/sys", MNT_DETACH) != 0 && errno != EINVAL && errno != ENOENT)
-        return report("cannot detach", "/sys");
+     * namespace first (unless the orchestrator says a bind needs it). Best effort: where /sys is no mount
+     * point, or one this namespace may not unmount (a container's), it stays. */
+    if (!keep_sys)
+        umount2("/sys", MNT_DETACH);
     char opts[8192], upper[4096], work[4096], merged[4096], mapped[4096];
     snprintf(opts, sizeof opts, "size=%s,mode=755", storage);
     if (mount("evsys-storage", mount_point, "tmpfs", MS_NOSUID | MS_NODEV, opts) != 0)
