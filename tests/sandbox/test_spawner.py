@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 
 import pytest
 from sandbox_helpers import note_preexisting, own_cgroup_dirs, sandbox_mounts, sandbox_processes, spec
@@ -42,6 +43,25 @@ async def _nothing_left(boxes: list[LocalSandbox]) -> None:
 async def _next_start_works() -> None:
     async with LocalSandbox(spec()) as sb:
         assert (await sb.exec("echo ok")).stdout == "ok\n"
+
+
+async def test_a_burst_larger_than_the_socket_takes_is_sent_as_it_drains():
+    await _next_start_works()
+    assert spawn._SPAWNER.sock is not None
+    spawn._SPAWNER.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)  # a request or two at a time
+    boxes = [LocalSandbox(spec()) for _ in range(16)]
+    starts = [asyncio.create_task(box.start()) for box in boxes]
+    backlog = False
+    while not all(start.done() for start in starts):
+        backlog |= spawn._SPAWNER.writing
+        await asyncio.sleep(0)
+    try:
+        assert backlog  # positive control: requests waited for the socket to drain
+        await asyncio.gather(*starts)
+        outputs = await asyncio.gather(*(box.exec(f"echo {i}") for i, box in enumerate(boxes)))
+        assert [out.stdout for out in outputs] == [f"{i}\n" for i in range(16)]
+    finally:
+        await _nothing_left(boxes)
 
 
 async def test_starts_cancelled_while_their_requests_are_out_leave_nothing():
