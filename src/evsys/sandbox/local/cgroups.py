@@ -173,9 +173,18 @@ class SandboxCgroup:
         if anchor is None:
             return []
         try:
-            return [int(x) for x in (anchor / "cgroup.procs").read_text().split()]
+            fd = os.open(f"{anchor}/cgroup.procs", os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
             return []
+        try:
+            data = b""
+            while chunk := os.read(fd, 65536):
+                data += chunk
+        except OSError:
+            return []
+        finally:
+            os.close(fd)
+        return [int(x) for x in data.split()]
 
     def kill_all(self, *, freeze: bool = True) -> None:
         """SIGKILL every process in the cgroup (freezing first on v1 so nothing forks in between;
@@ -202,9 +211,9 @@ class SandboxCgroup:
             os.close(fd)
         self._counter_fds.clear()
         done = True
-        for path in dict.fromkeys(self.dirs.values()):
+        for path in dict.fromkeys(map(str, self.dirs.values())):
             try:
-                path.rmdir()
+                os.rmdir(path)
             except FileNotFoundError:
                 pass
             except OSError:
