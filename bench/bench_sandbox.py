@@ -4,14 +4,21 @@ Baselines: (a) `asyncio.create_subprocess_exec("bash", "-c", ...)` per command, 
 persistent bash fed commands over a pipe, reading output up to a sentinel (16 of them for 16 in flight).
 Measured: median and p95 latency of `echo hi`, commands/s with 16 in flight, sandbox start+stop (median, 20),
 and reset() of a running sandbox that just ran a command (median, 50): what a reused sandbox ("slot") pays
-between two trials instead of a stop and a start.
-Run: `.venv/bin/python bench/bench_sandbox.py` (as root), or through bench/run_all.py.
+between two trials instead of a stop and a start. Then CONCURRENT_N sandboxes started at once and stopped at
+once: starts per second, and this process's own CPU (user + system, from getrusage: the orchestrator's share,
+without the spawner and the sandboxes) per start and per stop, with the load average when it began.
+Run: `.venv/bin/python bench/bench_sandbox.py` (as root), or through bench/run_all.py;
+`bench/bench_sandbox.py --starts` measures only the concurrent starts (to alternate two trees quickly,
+PYTHONPATH=<tree>/src).
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import resource
 import statistics
+import sys
 import time
 from collections.abc import Awaitable, Callable
 
@@ -23,6 +30,7 @@ THROUGHPUT_N = 2000
 IN_FLIGHT = 16
 START_STOP_N = 20
 RESET_N = 50
+CONCURRENT_N = 256
 COMMAND = "echo hi"
 # A command that must start a program: no shell builtin, so no fork-free path (see docs/sandbox.md).
 EXTERNAL = "/bin/true"
@@ -107,6 +115,35 @@ async def start_stop(n: int = START_STOP_N) -> dict:
     return {"median_ms": statistics.median(samples), "p95_ms": samples[int(0.95 * len(samples)) - 1]}
 
 
+def _cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def concurrent_starts(n: int = CONCURRENT_N) -> dict:
+    """`n` default sandboxes started at once, then stopped at once: starts per second, and this process's
+    CPU per start and per stop in milliseconds."""
+    async with LocalSandbox(SandboxSpec(name="bench-warm")):
+        pass  # builds and caches the root layers, starts the spawner
+    boxes = [LocalSandbox(SandboxSpec(name=f"bench-many-{os.getpid()}-{i}")) for i in range(n)]
+    load = os.getloadavg()[0]
+    cpu0, t0 = _cpu_seconds(), time.perf_counter()
+    try:
+        await asyncio.gather(*(box.start() for box in boxes))
+        cpu1, t1 = _cpu_seconds(), time.perf_counter()
+    finally:
+        await asyncio.gather(*(box.stop() for box in boxes), return_exceptions=True)
+    cpu2, t2 = _cpu_seconds(), time.perf_counter()
+    return {
+        "sandboxes": n,
+        "load_average": round(load, 2),
+        "starts_per_sec": round(n / (t1 - t0), 1),
+        "cpu_ms_per_start": round((cpu1 - cpu0) / n * 1000, 3),
+        "stop_all_s": round(t2 - t1, 3),
+        "cpu_ms_per_stop": round((cpu2 - cpu1) / n * 1000, 3),
+    }
+
+
 async def reset_cost(n: int = RESET_N) -> dict:
     """Median and p95 of reset() of a running sandbox after a command that wrote a file, in milliseconds."""
     samples = []
@@ -151,6 +188,7 @@ async def measure() -> dict:
     )
     results["evsys_local"]["start_stop"] = await start_stop()
     results["evsys_local"]["reset"] = await reset_cost()
+    results["evsys_local"]["concurrent"] = await concurrent_starts()
     return results
 
 
@@ -179,7 +217,18 @@ def print_table(results: dict) -> None:
     ratio = ss["median_ms"] / rs["median_ms"]
     print(f"{'sandbox reset, median (ms)':34} {rs['median_ms']:12.1f}  ({ratio:.1f}x faster than start+stop)")
     print(f"{'sandbox reset, p95 (ms)':34} {rs['p95_ms']:12.1f}")
+    print_concurrent(ev["concurrent"])
     print("(vs subproc: how many times better evsys is than a fresh unisolated `bash -c`)")
+
+
+def print_concurrent(figures: dict) -> None:
+    """The concurrent-start figures, one line each."""
+    n = figures["sandboxes"]
+    print(f"{f'{n} started at once: starts/s':34} {figures['starts_per_sec']:12.1f}")
+    print(f"{'  orchestrator CPU per start (ms)':34} {figures['cpu_ms_per_start']:12.3f}")
+    print(f"{f'  stop of all {n} (s)':34} {figures['stop_all_s']:12.3f}")
+    print(f"{'  orchestrator CPU per stop (ms)':34} {figures['cpu_ms_per_stop']:12.3f}")
+    print(f"{'  load average at the start':34} {figures['load_average']:12.2f}")
 
 
 async def main() -> dict:
@@ -190,4 +239,7 @@ async def main() -> dict:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    if sys.argv[1:] == ["--starts"]:
+        print_concurrent(asyncio.run(concurrent_starts()))
+    else:
+        asyncio.run(main())

@@ -103,6 +103,13 @@ async def test_read_only_bind_is_visible_but_not_writable_even_for_root(tmp_path
     assert sorted(p.name for p in (tmp_path / "tree").iterdir()) == ["tool.txt"]
 
 
+async def test_a_bind_from_the_hosts_sys_still_works():
+    # the setup step drops the host's /sys from the mount table bwrap reads unless a bind needs it
+    source = "/sys/class/net"
+    async with LocalSandbox(spec(binds=[Bind(src=source, dst="/opt/hostnet")])) as sandbox:
+        assert "lo" in (await sandbox.exec("ls /opt/hostnet")).stdout.split()
+
+
 async def test_writable_bind_lets_root_write_to_the_host_directory(tmp_path):
     target = tmp_path / "out"
     target.mkdir()

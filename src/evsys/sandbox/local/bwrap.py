@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from pathlib import PurePosixPath
 
@@ -34,6 +35,12 @@ DAEMON_EXTRA_CAPS = ("CAP_SETPCAP", "CAP_SYS_ADMIN", "CAP_WAKE_ALARM")
 PROC_RO = ("sys", "sysrq-trigger", "mtrr", "pressure", "acpi", "scsi", "fs", "irq", "bus")
 
 
+@functools.cache
+def _proc_ro() -> tuple[str, ...]:
+    """The PROC_RO entries this kernel's /proc has (looked up once per process, not per start)."""
+    return tuple(name for name in PROC_RO if os.path.lexists(f"/proc/{name}"))
+
+
 def storage_size_mb(spec: SandboxSpec) -> int:
     """The size of the sandbox's writable layer."""
     return spec.storage_mb or DEFAULT_STORAGE_MB
@@ -63,16 +70,16 @@ def bwrap_argv(
         "--unshare-uts",
         "--unshare-cgroup-try",
     ]
-    argv.append("--unshare-net")  # always: `public` attaches slirp4netns to this namespace (slirp.py)
+    # no --unshare-net: the setup step gave the sandbox its network namespace (loopback up, low ports open;
+    # native/setup.c), or a pod member joins its pod's; `public` attaches slirp4netns to it (slirp.py)
     argv += ["--die-with-parent", "--new-session", "--hostname", "evsys", "--bind", root, "/"]
     for name, target in rootfs.host_system_entries() if spec.image is None else ():
         if target is None:  # the host rootfs: its system dirs read-only (an image brings its own)
             argv += ["--ro-bind", f"/{name}", f"/{name}"]
     tmp_mb = tmp_size_mb(spec)
     argv += ["--ro-bind", daemon_file, DAEMON_DIR, "--proc", "/proc", "--dev", "/dev"]
-    for name in PROC_RO:
-        if os.path.lexists(f"/proc/{name}"):
-            argv += ["--ro-bind", f"/proc/{name}", f"/proc/{name}"]
+    for name in _proc_ro():
+        argv += ["--ro-bind", f"/proc/{name}", f"/proc/{name}"]
     argv += ["--size", str(tmp_mb * 1024 * 1024), "--tmpfs", "/tmp", "--chmod", "1777", "/tmp"]
     argv += ["--size", str(shm_size_mb(spec) * 1024 * 1024), "--perms", "1777", "--tmpfs", "/dev/shm"]
     argv += ["--remount-ro", "/dev"]

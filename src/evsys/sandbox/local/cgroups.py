@@ -1,6 +1,8 @@
 """cgroup limits for local sandboxes: memory, pids and cpu, on cgroup v2 where it is mounted (with the
 controllers delegated to evsys's own cgroup, delegation.py), v1 otherwise; a controller missing here leaves
-its limit to a fallback or unenforced (limits.py).
+its limit to a fallback or unenforced (limits.py). The orchestrator creates the directories (and removes them
+at stop); the sandbox's setup step (`evsysd --setup`, native/setup.c) writes the limits and joins them, from
+the items `SandboxCgroup.setup_items` lists, off the orchestrator's event loop.
 
 Every sandbox gets one directory per controller named `evsys-<owner pid>-<sequence>-<sandbox name, cut>`
 (the sequence number makes it unique within its orchestrator however long the name), created below the
@@ -88,65 +90,75 @@ class SandboxCgroup:
         self.layout = layout
         self.dirs = {ctrl: parent / name for ctrl, parent in layout.parents.items() if ctrl not in skip}
         self._counter_fds: dict[str, int] = {}
-        self.counters: dict[str, int] = {}
+        self._counters_open = False
+        self.counters: dict[str, int] = {}  # the totals at the last reading (none yet: all zero)
 
-    def create(self, *, memory_mb: int | None, pids_max: int, cpus: float | None) -> None:
-        """Make the directories and write the limits. Raises SandboxError naming the file that failed; when a
-        directory cannot be made, the ones made so far are removed and this object forgets every directory,
-        so tearing it down can never touch another sandbox's processes."""
-        made: list[Path] = []
-        for path in dict.fromkeys(self.dirs.values()):
+    def make_dirs(self) -> None:
+        """Create the directories (before the setup step: a setup step orphaned by a dying spawner can then
+        never create one after this sandbox's teardown removed them). Raises SandboxError naming the one that
+        failed, after removing the ones made so far and forgetting every directory, so tearing this sandbox
+        down can never touch another sandbox's processes."""
+        made: list[str] = []
+        for path in dict.fromkeys(map(str, self.dirs.values())):
             try:
-                path.mkdir()
+                os.mkdir(path)
             except OSError as exc:
                 for done in made:
                     with contextlib.suppress(OSError):
-                        done.rmdir()
+                        os.rmdir(done)
                 self.dirs = {}
                 if isinstance(exc, FileExistsError):
                     raise SandboxError(f"cgroup {path} already exists (left by an earlier run?)") from None
                 raise SandboxError(f"cannot create cgroup {path}: {exc.strerror}") from exc
             made.append(path)
-        if "pids" in self.dirs:
-            self._write("pids", "pids.max", str(pids_max))
-        if memory_mb is not None and "memory" in self.dirs:
+
+    def setup_items(self, *, memory_mb: int | None, pids_max: int, cpus: float | None) -> list[str]:
+        """What `evsysd --setup` does with the directories `make_dirs` made, before bwrap (native/setup.c):
+        write the limits, join them; off the orchestrator's event loop."""
+        items = []
+        for ctrl, filename, value, optional in self._limits(memory_mb, pids_max, cpus):
+            if ctrl in self.dirs:
+                items.append(f"{'try' if optional else 'set'}={value}:{self.dirs[ctrl]}/{filename}")
+        return items + [f"join={path}/cgroup.procs" for path in dict.fromkeys(map(str, self.dirs.values()))]
+
+    def _limits(
+        self, memory_mb: int | None, pids_max: int, cpus: float | None
+    ) -> list[tuple[str, str, str, bool]]:
+        """(controller, file, value, optional) of every limit to write."""
+        v2 = self.layout.version == 2
+        out = [("pids", "pids.max", str(pids_max), False)]
+        if memory_mb is not None:
             limit = str(memory_mb * 1024 * 1024)
-            if self.layout.version == 2:
-                self._write("memory", "memory.max", limit)
-                self._write("memory", "memory.swap.max", "0", optional=True)
+            if v2:
+                out += [("memory", "memory.max", limit, False), ("memory", "memory.swap.max", "0", True)]
             else:
-                self._write("memory", "memory.limit_in_bytes", limit)
-                self._write("memory", "memory.memsw.limit_in_bytes", limit, optional=True)
-        if cpus is not None and "cpu" in self.dirs:
+                out.append(("memory", "memory.limit_in_bytes", limit, False))
+                out.append(("memory", "memory.memsw.limit_in_bytes", limit, True))
+        if cpus is not None:
             period = 100_000
             quota = max(1000, int(cpus * period))
-            if self.layout.version == 2:
-                self._write("cpu", "cpu.max", f"{quota} {period}")
+            if v2:
+                out.append(("cpu", "cpu.max", f"{quota} {period}", False))
             else:
-                self._write("cpu", "cpu.cfs_period_us", str(period))
-                self._write("cpu", "cpu.cfs_quota_us", str(quota))
-        self._open_counters()
-
-    def _write(self, ctrl: str, filename: str, value: str, *, optional: bool = False) -> None:
-        path = self.dirs[ctrl] / filename
-        try:
-            path.write_text(value)
-        except OSError as exc:
-            if optional:
-                return
-            raise SandboxError(f"cannot set cgroup limit {path} = {value}: {exc.strerror}") from exc
+                out.append(("cpu", "cpu.cfs_period_us", str(period), False))
+                out.append(("cpu", "cpu.cfs_quota_us", str(quota), False))
+        return out
 
     def _open_counters(self) -> None:
-        """Keep the files that count OOM kills and pids-cap hits open, so reading them is one pread."""
-        v2 = self.layout.version == 2
-        files = {"memory": "memory.events" if v2 else "memory.oom_control", "pids": "pids.events"}
+        """Open the files that count OOM kills and pids-cap hits once, so each later reading is one pread."""
+        self._counters_open = True
+        files = {"memory": "memory.events" if self.layout.version == 2 else "memory.oom_control"}
+        files["pids"] = "pids.events"
         for kind, filename in files.items():
-            if kind in self.dirs and (self.dirs[kind] / filename).exists():
-                self._counter_fds[kind] = os.open(self.dirs[kind] / filename, os.O_RDONLY | os.O_CLOEXEC)
-        self.counters = self.read_counters()
+            if kind in self.dirs:
+                with contextlib.suppress(FileNotFoundError):
+                    self._counter_fds[kind] = os.open(self.dirs[kind] / filename, os.O_RDONLY | os.O_CLOEXEC)
 
     def read_counters(self) -> dict[str, int]:
-        """Current totals: 'memory' = OOM kills, 'pids' = fork attempts refused by pids.max."""
+        """Current totals: 'memory' = OOM kills, 'pids' = fork attempts refused by pids.max (a new cgroup's
+        are zero: `counters` starts empty)."""
+        if not self._counters_open:
+            self._open_counters()
         out: dict[str, int] = {}
         for kind, fd in self._counter_fds.items():
             text = os.pread(fd, 4096, 0).decode()
@@ -155,19 +167,24 @@ class SandboxCgroup:
             out[kind] = int(match.group(1)) if match else 0
         return out
 
-    def procs_files(self) -> list[str]:
-        """The cgroup.procs files a process must join (one per hierarchy)."""
-        return [str(d / "cgroup.procs") for d in dict.fromkeys(self.dirs.values())]
-
     def pids(self) -> list[int]:
         """Every process currently in the sandbox's cgroup."""
         anchor = self.dirs.get("pids") or self.dirs.get("memory")
         if anchor is None:
             return []
         try:
-            return [int(x) for x in (anchor / "cgroup.procs").read_text().split()]
+            fd = os.open(f"{anchor}/cgroup.procs", os.O_RDONLY | os.O_CLOEXEC)
         except OSError:
             return []
+        try:
+            data = b""
+            while chunk := os.read(fd, 65536):
+                data += chunk
+        except OSError:
+            return []
+        finally:
+            os.close(fd)
+        return [int(x) for x in data.split()]
 
     def kill_all(self, *, freeze: bool = True) -> None:
         """SIGKILL every process in the cgroup (freezing first on v1 so nothing forks in between;
@@ -194,9 +211,9 @@ class SandboxCgroup:
             os.close(fd)
         self._counter_fds.clear()
         done = True
-        for path in dict.fromkeys(self.dirs.values()):
+        for path in dict.fromkeys(map(str, self.dirs.values())):
             try:
-                path.rmdir()
+                os.rmdir(path)
             except FileNotFoundError:
                 pass
             except OSError:

@@ -2,8 +2,9 @@
 itself.
 
 `ChildSetup` describes what `evsysd --setup` (native/setup.c) does on the host just before it execs
-bubblewrap: join the sandbox's cgroups, make a private mount namespace, mount a tmpfs (size = storage limit)
-on the shared mount point, and mount the overlay (lower = idmapped views of the cached layers in which the
+bubblewrap: create and join the sandbox's cgroups with their limits, give it a network namespace of its own,
+make a private mount namespace, mount a tmpfs (size = storage limit) on the shared mount point, and mount the
+overlay (lower = idmapped views of the cached layers in which the
 agent's files belong to the sandbox's agent uid, upper = that tmpfs) inside it. The
 host's mount table never sees any of it, and the whole namespace disappears with the sandbox's last process,
 so teardown leaks nothing even after a SIGKILL. Without a pids cgroup, the child starts with RLIMIT_NPROC set
@@ -22,20 +23,20 @@ class ChildSetup:
         mount_point: str,
         lowers: list[str],
         storage_bytes: int,
-        cgroup_procs: list[str],
+        items: list[str],
         helper: str,
         agent_uid: int,
-        nproc: int | None = None,
     ) -> None:
         self.mount_point = mount_point
         self.params = {
             "mount_point": mount_point,
             "lowers": list(lowers),
             "storage_bytes": storage_bytes,
-            "cgroup_procs": list(cgroup_procs),
+            # in order: cgroups (SandboxCgroup.setup_items), `nproc=<n>` (RLIMIT_NPROC where no pids cgroup
+            # holds the limit), `netns` (a network namespace of its own, unless it joins its pod's)
+            "items": list(items),
             "helper": helper,
             "agent_uid": agent_uid,
-            "nproc": nproc,  # RLIMIT_NPROC for the sandbox's processes (no pids cgroup here), or None
         }
 
     @property

@@ -1,6 +1,6 @@
 """Pods on the local backend: sandboxes that share one network namespace (a trial's compose sidecars and its
-main sandbox). The first sandbox of a pod creates the namespace as every sandbox does (bwrap --unshare-net,
-slirp4netns for public networking, low ports) and is the pod's owner; the others start bwrap inside the
+main sandbox). The first sandbox of a pod creates the namespace as every sandbox does (its setup step's
+`netns`, slirp4netns for public networking) and is the pod's owner; the others start bwrap inside the
 owner's namespace (`nsenter --net`) instead of a new one. Every name of the pod resolves to 127.0.0.1 through
 each member's /etc/hosts: services reach each other by name on loopback, unreachable from the host's.
 A namespace lives as long as a process is in it, so members may stop in any order."""
@@ -22,7 +22,7 @@ def join_argv(argv: list[str], pid: int) -> list[str]:
     nsenter = shutil.which("nsenter")
     if nsenter is None:
         raise SandboxError("sidecar services need nsenter (util-linux)")
-    return [nsenter, f"--net=/proc/{pid}/ns/net", "--", *[a for a in argv if a != "--unshare-net"]]
+    return [nsenter, f"--net=/proc/{pid}/ns/net", "--", *argv]
 
 
 def hosts_script(pod: PodSpec) -> str:

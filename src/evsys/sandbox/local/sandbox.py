@@ -32,7 +32,6 @@ from evsys.sandbox.local.client import DaemonClient
 from evsys.sandbox.local.commands import USERS, LocalCommandsMixin
 from evsys.sandbox.local.doctor import missing_requirement_once
 from evsys.sandbox.local.files import LocalFilesMixin
-from evsys.sandbox.local.lowports import allow_low_ports
 from evsys.sandbox.local.mounts import ChildSetup
 from evsys.sandbox.local.reset import ResetTarget, close_target, daemon_pid, run_reset_helper
 from evsys.sandbox.local.seccomp import seccomp_fd
@@ -169,25 +168,31 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
         # joining a v1 cpu cgroup costs milliseconds; only do it when there is a cpu limit to enforce
         skip = ("cpu",) if spec.cpus is None and layout.version == 1 else ()
         self._cgroup = cgroups.SandboxCgroup(layout, cgroups.cgroup_name(spec.name), skip=skip)
-        self._cgroup.create(memory_mb=spec.memory_mb, pids_max=spec.pids_max, cpus=spec.cpus)
+        self._cgroup.make_dirs()
+        items = self._cgroup.setup_items(memory_mb=spec.memory_mb, pids_max=spec.pids_max, cpus=spec.cpus)
+        if "pids" not in layout.parents:  # the fallback (limits.py)
+            items.append(f"nproc={spec.pids_max}")
+        joined = pods.OWNERS.owner(spec.pod) if spec.pod is not None else None
+        if joined is None:  # its own network namespace (a pod's members join the owner's)
+            items.append("netns")
+        if any(Path("/sys") in (src := bind.src.resolve(), *src.parents) for bind in spec.binds):
+            items.append("keep-sys")  # else the setup step drops /sys, which bwrap would re-read per bind
         mount_point = self.scratch_root / "mnt"
         mount_point.mkdir(parents=True, exist_ok=True)
         setup = ChildSetup(
             mount_point=str(mount_point),
             lowers=lowers,
             storage_bytes=storage_size_mb(spec) * 1024 * 1024,
-            cgroup_procs=self._cgroup.procs_files(),
+            items=items,
             helper=str(Path(daemon_file) / native.BINARY_NAME),
             agent_uid=self._uid.uid,
-            nproc=None if "pids" in layout.parents else spec.pids_max,  # the fallback (limits.py)
         )
         sfd = seccomp_fd(range(self._uid.uid, self._uid.uid + uids.UID_BLOCK))
         try:
             argv = bwrap_argv(spec, setup.root, str(daemon_file), "@fd0", agent_uid=self._uid.uid)
-            joined = pods.OWNERS.owner(spec.pod) if spec.pod is not None else None
             argv = argv if joined is None else pods.join_argv(argv, joined)
-            starting = spawn(argv, setup=setup.params, pass_fds=(sfd,), limit=1 << 22)
-            self._proc = await asyncio.wait_for(starting, START_TIMEOUT)
+            async with asyncio.timeout(START_TIMEOUT):
+                self._proc = await spawn(argv, setup=setup.params, pass_fds=(sfd,), limit=1 << 22)
         except SandboxError as exc:
             raise SandboxError(f"sandbox {spec.name}: {exc}") from None
         except TimeoutError:  # the setup (cgroups, mounts, idmapped layers) hangs: fail, never wait forever
@@ -202,7 +207,8 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
             self._proc.stdout, self._proc.stdin, spec.name, self._proc.stderr, on_wedged=self._wedged
         )
         try:
-            await asyncio.wait_for(self._client.wait_ready(), START_TIMEOUT)
+            async with asyncio.timeout(START_TIMEOUT):
+                await self._client.wait_ready()
         except (asyncio.IncompleteReadError, TimeoutError) as exc:
             detail = await self._stderr_text()
             raise SandboxError(
@@ -210,7 +216,6 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
             ) from None
         if joined is not None:  # the pod's namespace: its owner set it up
             return
-        allow_low_ports(self._daemon_pid())
         if spec.network != "no-network":
             self._network = await SlirpNetwork.attach(self._daemon_pid())
         if spec.pod is not None:

@@ -134,10 +134,15 @@ def _bits(mask: int) -> list[int]:
     return [1 << i for i in range(64) if mask & (1 << i)]
 
 
+@functools.lru_cache(maxsize=4096)  # per uid block (at most 1,875 of them): built once, not per start
+def _program(own_uids: range) -> bytes:
+    return uid_filter(own_uids) + seccomp_bpf()
+
+
 def seccomp_fd(own_uids: range) -> int:
     """A readable fd holding the sandbox's BPF program: its set*id filter (`uidfilter.py`, for the sandbox's
     own uids) ahead of the shared filter (a pipe; caller closes it after spawning bwrap)."""
-    data = uid_filter(own_uids) + seccomp_bpf()
+    data = _program(own_uids)
     r, w = os.pipe()
     try:
         os.write(w, data)

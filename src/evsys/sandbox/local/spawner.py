@@ -3,9 +3,9 @@
 Forking the orchestrator itself (tens of MB, many threads' worth of state) costs milliseconds of CPU per
 sandbox plus copy-on-write faults afterwards, and the parent must wait for the child's setup. This process is
 a bare `python3 -I -S`, started once per orchestrator by `evsys.sandbox.local.spawn`; it starts each sandbox
-with posix_spawn (vfork + exec, no copy of itself) of `evsysd --setup` (native/setup.c), which joins the
-sandbox's cgroups, builds its private mounts and execs bwrap. It is stdlib only and is run as a script (never
-imported into the orchestrator).
+with posix_spawn (vfork + exec, no copy of itself) of `evsysd --setup` (native/setup.c), which creates and
+joins the sandbox's cgroups, gives it its network namespace, builds its private mounts and execs bwrap. It is
+stdlib only and is run as a script (never imported into the orchestrator).
 
 Protocol on a SOCK_SEQPACKET unix socket (fd number in argv[1]), one message per request and per reply:
   request: marshal {"argv": [...], "setup": mounts.ChildSetup.params}, ancillary fds = the fds to pass to
@@ -42,9 +42,7 @@ def spawn(req: dict, passed: list[int]) -> tuple[int, list[int]]:
     argv = [names.get(arg, arg) for arg in req["argv"]]
     helper = setup["helper"]
     helper_argv = [helper, "--setup", str(report_w), setup["mount_point"], str(setup["storage_bytes"])]
-    helper_argv += [":".join(setup["lowers"]), str(setup["agent_uid"]), *setup["cgroup_procs"]]
-    helper_argv += [f"nproc={setup['nproc']}"] if setup.get("nproc") is not None else []
-    helper_argv += ["--", *argv]
+    helper_argv += [":".join(setup["lowers"]), str(setup["agent_uid"]), *setup["items"], "--", *argv]
     for fd in (*passed, report_w):
         os.set_inheritable(fd, True)
     try:

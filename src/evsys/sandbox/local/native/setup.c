@@ -1,29 +1,42 @@
 /* `evsysd --setup ...`: what runs on the host between the spawner and bubblewrap, for every sandbox.
  *
- *   evsysd --setup <report fd> <mount point> <storage bytes> <lowerdir list> <agent uid> <cgroup.procs file>...
- *                  -- <argv>
+ *   evsysd --setup <report fd> <mount point> <storage bytes> <lowerdir list> <agent uid> <item>... -- <argv>
  *
- * Joins the sandbox's cgroups (one cgroup.procs file per hierarchy; an item `nproc=<n>` instead sets RLIMIT_NPROC,
- * soft and hard, the process-count limit where no pids cgroup is available, limits.py), makes a private mount namespace, mounts a
- * tmpfs of the storage size on the mount point and the overlay (lower = idmapped clones of the cached layers
- * showing the agent's files as <agent uid>, idmap.c; upper = that tmpfs) at <mount point>/merged, then execs
- * argv (bwrap). A failure is written to the report fd (closed on exec, so
- * the spawner reads EOF on success) and the exit code is 127. The spawner starts this with posix_spawn, which
- * on a VM costs a fraction of forking a Python process (~1.4 ms of CPU plus copy-on-write faults). */
+ * The items, done in the order given (cgroups.py and sandbox.py build them, spawner.py passes them on):
+ *   set=<value>:<file>    write a limit (pids.max, memory.max...) into the sandbox's cgroup, which the
+ *                         orchestrator created; try=<value>:<file> the same, where a refusal is not an error
+ *                         (memory.swap.max without swap accounting);
+ *   join=<file>           join a cgroup (its cgroup.procs);
+ *   nproc=<n>             set RLIMIT_NPROC, soft and hard: the process-count limit where no pids cgroup is
+ *                         available (limits.py);
+ *   netns                 a new network namespace whose loopback is up and whose unprivileged port start is 0
+ *                         (root inside binds ports below 1024 as in a container: sshd on 22, nginx on 80);
+ *   keep-sys              keep the host's /sys in the private mount namespace (a bind's source is below it).
+ * Then it makes a private mount namespace (without the host's /sys), mounts a tmpfs of the storage size on the mount point and the overlay
+ * (lower = idmapped clones of the cached layers showing the agent's files as <agent uid>, idmap.c; upper = that
+ * tmpfs) at <mount point>/merged, and execs argv (bwrap). A failure is written to the report fd (closed on
+ * exec, so the spawner reads EOF on success) and the exit code is 127. The spawner starts this with
+ * posix_spawn, which on a VM costs a fraction of forking a Python process (~1.4 ms of CPU plus copy-on-write
+ * faults); writing the cgroup limits and making the network namespace here keeps their cost off the
+ * orchestrator's event loop. */
 #include "evsysd.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <net/if.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 static int report_fd = -1;
+static int keep_sys; /* a bind's source is under /sys: keep it mounted */
 
 static int report(const char *what, const char *path)
 {
@@ -45,6 +58,68 @@ static int write_file(const char *path, const char *text)
     return n == (ssize_t)strlen(text) ? 0 : -1;
 }
 
+/* "<value>:<file>": write value into file (values never hold a colon; paths may) */
+static int set_limit(const char *item, int optional)
+{
+    char value[64];
+    const char *colon = strchr(item, ':');
+    size_t n = colon ? (size_t)(colon - item) : 0;
+    if (!colon || n >= sizeof value) {
+        errno = EINVAL;
+        return report("malformed cgroup limit", item);
+    }
+    memcpy(value, item, n);
+    value[n] = 0;
+    if (write_file(colon + 1, value) != 0 && !optional) {
+        char what[128];
+        snprintf(what, sizeof what, "cannot set cgroup limit %s in", value);
+        return report(what, colon + 1);
+    }
+    return 0;
+}
+
+/* A network namespace of the sandbox's own, loopback up, ports below 1024 open to every uid inside (what
+ * Docker sets for its containers since 20.10). */
+static int new_netns(void)
+{
+    if (unshare(CLONE_NEWNET) != 0)
+        return report("unshare(CLONE_NEWNET) for", "the sandbox");
+    struct ifreq ifr = {0};
+    strcpy(ifr.ifr_name, "lo");
+    int sock = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    int ok = sock >= 0 && ioctl(sock, SIOCGIFFLAGS, &ifr) == 0;
+    ifr.ifr_flags |= IFF_UP;
+    ok = ok && ioctl(sock, SIOCSIFFLAGS, &ifr) == 0;
+    if (sock >= 0)
+        close(sock);
+    if (!ok)
+        return report("cannot bring up the loopback interface of", "the sandbox");
+    if (write_file("/proc/sys/net/ipv4/ip_unprivileged_port_start", "0") != 0)
+        return report("cannot let the sandbox bind ports below 1024:", "ip_unprivileged_port_start");
+    return 0;
+}
+
+static int setup_item(const char *item)
+{
+    if (strncmp(item, "set=", 4) == 0 || strncmp(item, "try=", 4) == 0)
+        return set_limit(item + 4, item[0] == 't');
+    if (strncmp(item, "join=", 5) == 0)
+        return write_file(item + 5, "0") == 0 ? 0 : report("cannot join cgroup", item + 5);
+    if (strncmp(item, "nproc=", 6) == 0) {
+        struct rlimit nproc = {.rlim_cur = strtoul(item + 6, NULL, 10)};
+        nproc.rlim_max = nproc.rlim_cur;
+        return setrlimit(RLIMIT_NPROC, &nproc) == 0 ? 0 : report("cannot set RLIMIT_NPROC", item);
+    }
+    if (strcmp(item, "netns") == 0)
+        return new_netns();
+    if (strcmp(item, "keep-sys") == 0) {
+        keep_sys = 1;
+        return 0;
+    }
+    errno = EINVAL;
+    return report("unknown setup item", item);
+}
+
 int setup_main(int argc, char **argv)
 {
     if (argc < 8)
@@ -53,15 +128,9 @@ int setup_main(int argc, char **argv)
     const char *mount_point = argv[3], *storage = argv[4], *lowers = argv[5];
     uid_t uid = (uid_t)strtoul(argv[6], NULL, 10);
     int k = 7;
-    for (; k < argc && strcmp(argv[k], "--"); k++) {
-        if (strncmp(argv[k], "nproc=", 6) == 0) {
-            struct rlimit nproc = {.rlim_cur = strtoul(argv[k] + 6, NULL, 10)};
-            nproc.rlim_max = nproc.rlim_cur;
-            if (setrlimit(RLIMIT_NPROC, &nproc) != 0)
-                return report("cannot set RLIMIT_NPROC", argv[k]);
-        } else if (write_file(argv[k], "0") != 0)
-            return report("cannot join cgroup", argv[k]);
-    }
+    for (; k < argc && strcmp(argv[k], "--"); k++)
+        if (setup_item(argv[k]) != 0)
+            return 127;
     if (k + 1 >= argc) {
         errno = EINVAL;
         return report("no command after --", mount_point);
@@ -71,6 +140,12 @@ int setup_main(int argc, char **argv)
         return report("unshare(CLONE_NEWNS) for", mount_point);
     if (mount("none", "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
         return report("cannot make mounts private under", "/");
+    /* bwrap re-reads the whole mount table for every bind it makes: the host's /sys (sysfs and, on many hosts,
+     * a dozen cgroup mounts below it), which neither bwrap nor the sandbox uses, is dropped from this private
+     * namespace first (unless the orchestrator says a bind needs it). Best effort: where /sys is no mount
+     * point, or one this namespace may not unmount (a container's), it stays. */
+    if (!keep_sys)
+        umount2("/sys", MNT_DETACH);
     char opts[8192], upper[4096], work[4096], merged[4096], mapped[4096];
     snprintf(opts, sizeof opts, "size=%s,mode=755", storage);
     if (mount("evsys-storage", mount_point, "tmpfs", MS_NOSUID | MS_NODEV, opts) != 0)

@@ -1,0 +1,93 @@
+"""The spawner takes many start requests at once (pipelined): starts cancelled while their requests are queued
+or out, and a spawner killed mid-burst, leave nothing behind, and the next start works."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+
+import pytest
+from sandbox_helpers import note_preexisting, own_cgroup_dirs, sandbox_mounts, sandbox_processes, spec
+
+from evsys.sandbox import LocalSandbox, SandboxError
+from evsys.sandbox.local import spawn
+
+BURST = 48
+
+
+@pytest.fixture(autouse=True)
+def _only_this_tests_sandboxes():
+    """Leak checks judge the sandboxes a test starts, not ones an earlier test left (those are warned of)."""
+    note_preexisting()
+
+
+async def _when_requests_are_out(at_least: int, starts: list[asyncio.Task]) -> int:
+    """Wait until `at_least` start requests are queued for or out at the spawner at once (or every start
+    is done); the most seen."""
+    most = 0
+    while most < at_least and not all(start.done() for start in starts):
+        most = max(most, len(spawn._SPAWNER.waiting) + len(spawn._SPAWNER.outbox))
+        await asyncio.sleep(0.0002)
+    return most
+
+
+async def _nothing_left(boxes: list[LocalSandbox]) -> None:
+    await asyncio.gather(*(box.stop() for box in boxes), return_exceptions=True)
+    assert own_cgroup_dirs() == []
+    assert sandbox_processes() == []
+    assert sandbox_mounts() == []
+
+
+async def _next_start_works() -> None:
+    async with LocalSandbox(spec()) as sb:
+        assert (await sb.exec("echo ok")).stdout == "ok\n"
+
+
+async def test_a_burst_larger_than_the_socket_takes_is_sent_as_it_drains():
+    await _next_start_works()
+    assert spawn._SPAWNER.sock is not None
+    spawn._SPAWNER.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)  # a request or two at a time
+    boxes = [LocalSandbox(spec()) for _ in range(16)]
+    starts = [asyncio.create_task(box.start()) for box in boxes]
+    backlog = False
+    while not all(start.done() for start in starts):
+        backlog |= spawn._SPAWNER.writing
+        await asyncio.sleep(0)
+    try:
+        assert backlog  # positive control: requests waited for the socket to drain
+        await asyncio.gather(*starts)
+        outputs = await asyncio.gather(*(box.exec(f"echo {i}") for i, box in enumerate(boxes)))
+        assert [out.stdout for out in outputs] == [f"{i}\n" for i in range(16)]
+    finally:
+        await _nothing_left(boxes)
+
+
+async def test_starts_cancelled_while_their_requests_are_out_leave_nothing():
+    await _next_start_works()  # the layers and the daemon are built
+    boxes = [LocalSandbox(spec()) for _ in range(BURST)]
+    starts = [asyncio.create_task(box.start()) for box in boxes]
+    # positive control: several requests were out at the spawner at once when the starts were cancelled
+    assert await _when_requests_are_out(4, starts) >= 4
+    for start in starts:
+        start.cancel()
+    outcomes = await asyncio.gather(*starts, return_exceptions=True)
+    assert sum(isinstance(outcome, asyncio.CancelledError) for outcome in outcomes) >= 4
+    await _nothing_left(boxes)
+    await _next_start_works()
+
+
+async def test_a_spawner_killed_mid_burst_fails_those_starts_clearly_and_is_restarted():
+    await _next_start_works()  # the spawner is up
+    boxes = [LocalSandbox(spec()) for _ in range(BURST)]
+    starts = [asyncio.create_task(box.start()) for box in boxes]
+    assert await _when_requests_are_out(4, starts) >= 4  # positive control: it dies with requests out
+    assert spawn._SPAWNER.proc is not None
+    os.kill(spawn._SPAWNER.proc.pid, signal.SIGKILL)
+    outcomes = await asyncio.gather(*starts, return_exceptions=True)
+    failures = [str(outcome) for outcome in outcomes if isinstance(outcome, SandboxError)]
+    assert any("the sandbox spawner exited" in failure for failure in failures), failures
+    assert not [outcome for outcome in outcomes if isinstance(outcome, BaseException)] or failures
+    await _nothing_left(boxes)
+    await _next_start_works()
