@@ -68,7 +68,7 @@ async def test_what_daytona_cannot_do_is_refused_up_front(tmp_path: Path):
     for reason, refused in refusals.items():
         with pytest.raises(SandboxUnsupported, match=reason):
             DaytonaSandbox(refused)
-    assert DaytonaSandbox.capabilities == {Capability.IMAGES}
+    assert DaytonaSandbox.capabilities == {Capability.IMAGES, Capability.REMOTE_IMAGES}
     box = DaytonaSandbox(spec())  # never started: each is refused before any call to the service
     for call in (box.reset(), box.set_network("public"), box.spawn(["cat"])):
         with pytest.raises(SandboxUnsupported):

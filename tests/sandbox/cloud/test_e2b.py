@@ -78,7 +78,7 @@ async def test_what_e2b_cannot_do_is_refused_up_front(tmp_path: Path):
     for reason, refused in refusals.items():
         with pytest.raises(SandboxUnsupported, match=reason):
             E2BSandbox(refused)
-    assert E2BSandbox.capabilities == {Capability.IMAGES}
+    assert E2BSandbox.capabilities == {Capability.IMAGES, Capability.REMOTE_IMAGES}
     box = E2BSandbox(spec())  # never started: each is refused before any call to the service
     for call in (box.reset(), box.set_network("public"), box.spawn(["cat"])):
         with pytest.raises(SandboxUnsupported):
