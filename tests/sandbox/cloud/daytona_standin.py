@@ -4,7 +4,9 @@ and move files (`/files/bulk-upload`, `/files/bulk-download`), with the same pat
 (read from the SDK's generated clients). Each sandbox it creates is one of evsys's local sandboxes: its
 `networkBlockAll`, `cpu` and `memory` (GiB) become the local sandbox's network and limits, its `env` the
 environment of every command, its `user` the user commands run as. It builds no images: a `FROM` reference
-it was not told to serve from the host's root file system fails the build, as Daytona reports a failed one.
+it was not told to serve from the host's root file system fails the build, as Daytona reports a failed one;
+the rest of the Dockerfile it receives (`buildInfo.dockerfileContent`) is replayed in the sandbox
+(standin_build.py), and a line it cannot replay fails the build the same way.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 import uvicorn
 from fastapi import FastAPI, HTTPException, Request, Response
 from fastapi.responses import JSONResponse
+from standin_build import dockerfile_steps, replay, template_env
 
 from evsys.records import SandboxSpec
 from evsys.sandbox.base import SandboxError
@@ -90,17 +93,24 @@ class DaytonaStandin:
             "state": "started",
             "toolboxProxyUrl": f"{self.base_url}/toolbox",
         }
-        if dockerfile is not None and _from_ref(dockerfile) not in self.host_images:
-            record.update(
-                state="build_failed", errorReason=f"the stand-in cannot build {dockerfile.strip()!r}"
-            )
+        steps, reason = dockerfile_steps(dockerfile, self.host_images) if dockerfile else ([], None)
+        if reason is not None:
+            record.update(state="build_failed", errorReason=reason)
             self.boxes[box_id] = StandinBox(record, None)
             return JSONResponse(record)
-        local = LocalSandbox(_local_spec(record))
+        local: LocalSandbox | None = LocalSandbox(_local_spec(record, template_env(steps)))
+        assert local is not None
         try:
             await local.start()
         except SandboxError as exc:
             record.update(state="error", errorReason=str(exc))
+            local = None
+        try:
+            if local is not None:
+                await replay(local, steps, {})
+        except SandboxError as exc:  # a build step failed
+            record.update(state="build_failed", errorReason=str(exc))
+            await local.stop()
             local = None
         self.boxes[box_id] = StandinBox(record, local)
         return JSONResponse(record)
@@ -182,18 +192,12 @@ class DaytonaStandin:
                 await box.local.stop()
 
 
-def _from_ref(dockerfile: str) -> str:
-    """The image a `FROM <ref>` Dockerfile (the SDK's for a plain image reference) starts from."""
-    words = dockerfile.split()
-    return words[words.index("FROM") + 1] if "FROM" in words else ""
-
-
-def _local_spec(record: dict[str, Any]) -> SandboxSpec:
+def _local_spec(record: dict[str, Any], image_env: dict[str, str]) -> SandboxSpec:
     return SandboxSpec(
         name=f"daytona-standin-{next(_names)}-{record['id'][:8]}",
         workdir="/",
         user="root" if record["user"] == "root" else "agent",
-        env=record["env"],
+        env=image_env | record["env"],
         network="no-network" if record["networkBlockAll"] else "public",
         cpus=float(record["cpu"]),
         memory_mb=int(record["memory"]) * 1024,

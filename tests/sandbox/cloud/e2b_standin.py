@@ -7,7 +7,10 @@ for a sandbox URL, it routes envd calls by the `E2b-Sandbox-Id` header and check
 `X-Access-Token`; the user is the Basic-auth name (`root`, else the unprivileged user). Each sandbox is one of
 evsys's local sandboxes sized like its template (`base`, or a built one's `cpuCount`/`memoryMB`);
 `allow_internet_access` picks its network. It builds no images: a template from an image it was not told to
-serve from the host's root file system fails its build, with E2B's error status and reason.
+serve from the host's root file system fails its build, with E2B's error status and reason; one from such an
+image replays its steps (a Dockerfile's `RUN`, `COPY` from the archives the SDK uploaded through
+`GET /templates/{id}/files/{hash}` and the URL it answers, `ENV`, `WORKDIR`, `USER`) in every sandbox started
+from it (standin_build.py).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from e2b.envd.process.process_connect import Process, ProcessASGIApplication
 from fastapi import FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from protobuf import Oneof
+from standin_build import replay, template_env, unbuildable
 
 from evsys.records import SandboxSpec
 from evsys.sandbox.base import SandboxError
@@ -52,6 +56,7 @@ class E2BStandin:
     created: list[dict[str, Any]] = field(default_factory=list)
     templates: dict[str, dict[str, Any]] = field(default_factory=lambda: {"base": {"size": BASE_TEMPLATE}})
     builds: dict[str, dict[str, Any]] = field(default_factory=dict)  # build id -> what was asked, its status
+    uploads: dict[str, bytes] = field(default_factory=dict)  # files hash -> the build context's archive
 
     def api(self) -> FastAPI:
         """The REST API (E2B_API_URL)."""
@@ -61,6 +66,8 @@ class E2BStandin:
         app.post("/v3/templates")(self.request_build)
         app.post("/v2/templates/{template_id}/builds/{build_id}")(self.start_build)
         app.get("/templates/{template_id}/builds/{build_id}/status")(self.build_status)
+        app.get("/templates/{template_id}/files/{files_hash}")(self.upload_link)
+        app.put("/uploads/{files_hash}")(self.receive_upload)
         return app
 
     def envd(self) -> Any:
@@ -91,18 +98,35 @@ class E2BStandin:
         answer = {"templateID": template_id, "buildID": build_id, "public": False, "tags": []}
         return JSONResponse({**answer, "names": [body["name"]], "aliases": [body["name"]]}, status_code=202)
 
+    async def upload_link(self, template_id: str, files_hash: str, request: Request) -> JSONResponse:
+        """GET /templates/{id}/files/{hash}: 201, whether a COPY step's files are here, else the URL to PUT
+        them to."""
+        if not self._authorized(request):
+            return JSONResponse({"code": 401, "message": "Invalid API key"}, status_code=401)
+        if files_hash in self.uploads:
+            return JSONResponse({"present": True}, status_code=201)
+        url = f"{request.base_url}uploads/{files_hash}"
+        return JSONResponse({"present": False, "url": url}, status_code=201)
+
+    async def receive_upload(self, files_hash: str, request: Request) -> Response:
+        """PUT /uploads/{hash} (the upload URL handed out above): the files' tar archive (gzipped or not)."""
+        self.uploads[files_hash] = await request.body()
+        return Response(status_code=200)
+
     async def start_build(self, template_id: str, build_id: str, request: Request) -> Response:
-        """POST /v2/templates/{id}/builds/{build}: the steps (`fromImage`); only host images build."""
+        """POST /v2/templates/{id}/builds/{build}: the steps (`fromImage` and the steps after it); only host
+        images with steps the stand-in can replay build."""
         build = self.builds[build_id]
         build["steps"] = body = await request.json()
-        if body.get("fromImage") in self.host_images:
+        if body.get("fromImage") not in self.host_images:
+            reason: str | None = f"the stand-in cannot build from {body.get('fromImage')!r}"
+        else:
+            reason = unbuildable(body.get("steps") or [], self.uploads)
+        if reason is None:
             build["status"] = "ready"
             self.templates[build["name"]] = build
         else:
-            build["status"], build["reason"] = (
-                "error",
-                f"the stand-in cannot build from {body.get('fromImage')!r}",
-            )
+            build["status"], build["reason"] = "error", reason
         return Response(status_code=202)
 
     async def build_status(self, template_id: str, build_id: str) -> JSONResponse:
@@ -125,11 +149,12 @@ class E2BStandin:
                 {"code": 404, "message": f"template '{body.get('templateID')}' not found"}, 404
             )
         box_id = f"standin{uuid.uuid4().hex[:12]}"
+        steps = known.get("steps", {}).get("steps") or []
         spec = SandboxSpec(
             name=f"e2b-standin-{next(_names)}-{box_id[-8:]}",
             workdir="/",
             user="agent",
-            env=body.get("envVars") or {},
+            env=template_env(steps) | (body.get("envVars") or {}),
             network="public" if body.get("allow_internet_access", True) else "no-network",
             max_output_bytes=256 << 20,
             **known["size"],
@@ -137,7 +162,9 @@ class E2BStandin:
         local = LocalSandbox(spec)
         try:
             await local.start()
+            await replay(local, steps, self.uploads)
         except SandboxError as exc:
+            await local.stop()
             return JSONResponse({"code": 500, "message": str(exc)}, status_code=500)
         token = secrets.token_hex(16)
         self.boxes[box_id] = (token, local)

@@ -68,7 +68,7 @@ async def test_what_daytona_cannot_do_is_refused_up_front(tmp_path: Path):
     for reason, refused in refusals.items():
         with pytest.raises(SandboxUnsupported, match=reason):
             DaytonaSandbox(refused)
-    assert DaytonaSandbox.capabilities == {Capability.IMAGES}
+    assert DaytonaSandbox.capabilities == {Capability.IMAGES, Capability.REMOTE_IMAGES}
     box = DaytonaSandbox(spec())  # never started: each is refused before any call to the service
     for call in (box.reset(), box.set_network("public"), box.spawn(["cat"])):
         with pytest.raises(SandboxUnsupported):
@@ -97,3 +97,20 @@ async def test_without_credentials_the_backend_says_how_to_configure_it(tmp_path
 
 def _id_of(standin, name: str) -> str:
     return next(box_id for box_id, box in standin.boxes.items() if box.record["name"] == name)
+
+
+async def test_a_dockerfile_copying_from_outside_its_directory_uploads_nothing(daytona_standin, tmp_path):
+    (tmp_path / "secret.txt").write_text("a host file\n")
+    context = tmp_path / "task" / "environment"
+    context.mkdir(parents=True)
+    (context / "Dockerfile").write_text(f"FROM {STANDIN_IMAGE}\nCOPY ../../secret.txt /stolen\n")
+    daytona = pytest.importorskip("daytona")
+    escaping = daytona.Image.from_dockerfile(context / "Dockerfile")._context_list  # positive control
+    assert [c.archive_path for c in escaping] == ["../../secret.txt"]  # it would upload the host file
+    before = len(daytona_standin.created)
+    image = ImageSpec(ref="task (environment/Dockerfile)", dockerfile=context / "Dockerfile")
+    box = DaytonaSandbox(spec(image=image))
+    with pytest.raises(SandboxError, match="outside the build context"):
+        await box.start()
+    await box.stop()
+    assert len(daytona_standin.created) == before  # the service was never asked

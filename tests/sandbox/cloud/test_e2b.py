@@ -78,7 +78,7 @@ async def test_what_e2b_cannot_do_is_refused_up_front(tmp_path: Path):
     for reason, refused in refusals.items():
         with pytest.raises(SandboxUnsupported, match=reason):
             E2BSandbox(refused)
-    assert E2BSandbox.capabilities == {Capability.IMAGES}
+    assert E2BSandbox.capabilities == {Capability.IMAGES, Capability.REMOTE_IMAGES}
     box = E2BSandbox(spec())  # never started: each is refused before any call to the service
     for call in (box.reset(), box.set_network("public"), box.spawn(["cat"])):
         with pytest.raises(SandboxUnsupported):
@@ -100,3 +100,18 @@ async def test_without_an_api_key_the_backend_says_how_to_configure_it():
         os.environ.pop("E2B_API_KEY")
         reason = await E2BSandbox.unavailable()
     assert reason is not None and "E2B_API_KEY" in reason
+
+
+async def test_a_dockerfile_copying_from_outside_its_directory_uploads_nothing(e2b_standin, tmp_path):
+    (tmp_path / "secret.txt").write_text("a host file\n")
+    context = tmp_path / "task" / "environment"
+    context.mkdir(parents=True)
+    (context / "Dockerfile").write_text(f"FROM {STANDIN_IMAGE}\nCOPY ../../secret.txt /stolen\n")
+    assert (context / "../../secret.txt").resolve().read_text() == "a host file\n"  # positive control
+    builds, uploads = len(e2b_standin.builds), len(e2b_standin.uploads)
+    image = ImageSpec(ref="task (environment/Dockerfile)", dockerfile=context / "Dockerfile")
+    box = E2BSandbox(spec(image=image))
+    with pytest.raises(SandboxError, match="escapes the context directory"):
+        await box.start()
+    await box.stop()
+    assert (len(e2b_standin.builds), len(e2b_standin.uploads)) == (builds, uploads)  # nothing sent

@@ -8,7 +8,7 @@ import os
 import pytest
 from standins import environment, real_service_environment
 
-from evsys.records import SandboxSpec
+from evsys.records import ImageSpec, SandboxSpec
 
 # Read at import, before the session's stand-in fixtures point the SDK's variables at the stand-in.
 REAL = real_service_environment(
@@ -48,3 +48,22 @@ async def _check(tmp_path):
             "timeout 5 bash -c 'exec 3<>/dev/tcp/1.1.1.1/80' && echo reached || echo blocked"
         )
         assert net.stdout == "blocked\n"
+
+
+async def test_a_real_e2b_sandbox_runs_on_a_dockerfile_the_service_builds(tmp_path):
+    pytest.importorskip("e2b", reason="the e2b extra is not installed")
+    from evsys.sandbox.e2b.sandbox import E2BSandbox
+
+    context = tmp_path / "environment"
+    context.mkdir()
+    (context / "seed.txt").write_text("copied\n")
+    lines = [
+        "FROM debian:bookworm-slim",
+        "COPY seed.txt /opt/seed/",
+        "RUN cp /opt/seed/seed.txt /opt/ran.txt",
+    ]
+    (context / "Dockerfile").write_text("\n".join(lines) + "\n")
+    image = ImageSpec(ref="check (environment/Dockerfile)", dockerfile=context / "Dockerfile")
+    with environment(**REAL):
+        async with E2BSandbox(SandboxSpec(name=f"evsys-service-image-{os.getpid()}", image=image)) as box:
+            assert (await box.exec("cat /opt/ran.txt")).stdout == "copied\n"

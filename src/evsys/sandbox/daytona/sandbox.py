@@ -3,8 +3,10 @@
 
 Credentials and the service come from the SDK's own environment variables (`DAYTONA_API_KEY`, or
 `DAYTONA_JWT_TOKEN` with `DAYTONA_ORGANIZATION_ID`; `DAYTONA_API_URL`, `DAYTONA_TARGET`); evsys never reads
-or records them. The sandbox runs the task's `docker_image` (Daytona builds `FROM <image>`; an image built
-locally by evsys cannot be pulled by the service and is refused), or Daytona's default snapshot without one;
+or records them. The sandbox runs the task's `docker_image` (Daytona builds `FROM <image>`) or its
+Dockerfile (`Image.from_dockerfile`: the SDK uploads the files its COPY/ADD lines name, from inside the
+Dockerfile's directory only, and Daytona builds it) — `Capability.REMOTE_IMAGES`: evsys builds nothing here,
+and refuses an image it built locally, which the service cannot pull —, or Daytona's default snapshot;
 `cpus`/`memory_mb`/`storage_mb` become Daytona's whole-core and GiB resources (rounded up), `no-network`
 Daytona's `network_block_all`. Commands run through the toolbox's process call as root, files move through
 its file calls (see `evsys.sandbox.remote`). Daytona has no pids limit, pods, reset in place, network switch
@@ -18,7 +20,7 @@ import math
 import os
 from typing import Any, ClassVar
 
-from evsys.records import NetworkMode, SandboxSpec
+from evsys.records import ImageSpec, NetworkMode, SandboxSpec
 from evsys.sandbox.base import Capability, SandboxError
 from evsys.sandbox.remote.sandbox import RemoteSandbox
 
@@ -52,10 +54,18 @@ def resources(spec: SandboxSpec) -> Any:
     return sdk().Resources(cpu=up(spec.cpus), memory=up(spec.memory_mb, 1024), disk=up(spec.storage_mb, 1024))
 
 
+def image_of(image: ImageSpec) -> Any:
+    """What Daytona builds the sandbox from: the task's Dockerfile (its context confined to the Dockerfile's
+    directory), else the registry image's reference."""
+    if image.dockerfile is None:
+        return image.ref
+    return sdk().Image.from_dockerfile(image.dockerfile, strict_context=True)
+
+
 class DaytonaSandbox(RemoteSandbox):
     """A sandbox on Daytona (see the module docstring)."""
 
-    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.IMAGES})
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.IMAGES, Capability.REMOTE_IMAGES})
     network_modes: ClassVar[frozenset[NetworkMode]] = frozenset({"no-network", "public"})
 
     def __init__(self, spec: SandboxSpec) -> None:
@@ -98,7 +108,7 @@ class DaytonaSandbox(RemoteSandbox):
         }
         if self.spec.image is not None:
             return daytona.CreateSandboxFromImageParams(
-                image=self.spec.image.ref, resources=resources(self.spec), **common
+                image=image_of(self.spec.image), resources=resources(self.spec), **common
             )
         if resources(self.spec) is not None:  # the default snapshot's resources are fixed
             return daytona.CreateSandboxFromImageParams(

@@ -9,6 +9,10 @@ layers); a task without one starts from `$EVSYS_E2B_TEMPLATE` (default `base`), 
 built. `no-network` is E2B's `allow_internet_access=False`. Commands run through envd's process service as
 root, files move through its file calls (see `evsys.sandbox.remote`). E2B has no pids limit, pods, reset in
 place, network switch or private verifier places: those are refused up front (docs/cloud.md).
+
+E2B pulls and builds images itself (`Capability.REMOTE_IMAGES`: evsys builds nothing here): a task's
+Dockerfile becomes a template E2B builds (`from_dockerfile`; the SDK uploads the files its COPY/ADD lines
+name from the Dockerfile's directory, the build context). An image evsys built locally is refused.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import math
 import os
 from typing import Any, ClassVar
 
-from evsys.records import NetworkMode, SandboxSpec
+from evsys.records import ImageSpec, NetworkMode, SandboxSpec
 from evsys.sandbox.base import Capability, SandboxError
 from evsys.sandbox.remote.sandbox import RemoteSandbox
 
@@ -43,11 +47,28 @@ def template() -> str:
     return os.environ.get(TEMPLATE_VAR) or DEFAULT_TEMPLATE
 
 
+def dockerfile_text(image: ImageSpec) -> str:
+    """The content of `image`'s Dockerfile ("" for a registry image)."""
+    return image.dockerfile.read_text() if image.dockerfile is not None else ""
+
+
 def template_name(spec: SandboxSpec) -> str:
-    """The name of the template built for `spec`'s image and resources (the same for the same ones)."""
+    """The name of the template built for `spec`'s image (its Dockerfile's place and content) and resources
+    (the same for the same ones)."""
     assert spec.image is not None
-    key = f"{spec.image.ref}|{spec.cpus}|{spec.memory_mb}"
+    image = spec.image
+    key = f"{image.ref}|{image.dockerfile}|{dockerfile_text(image)}|{spec.cpus}|{spec.memory_mb}"
     return f"evsys-{hashlib.sha256(key.encode()).hexdigest()[:20]}"
+
+
+def template_of(image: ImageSpec) -> Any:
+    """The SDK's template for `image`: its Dockerfile (its directory the context COPY lines upload from),
+    else the registry image."""
+    e2b = sdk()
+    if image.dockerfile is None:
+        return e2b.AsyncTemplate().from_image(image.ref)
+    context = e2b.AsyncTemplate(file_context_path=image.dockerfile.parent)
+    return context.from_dockerfile(dockerfile_text(image))
 
 
 async def build_template(spec: SandboxSpec) -> str:
@@ -58,7 +79,7 @@ async def build_template(spec: SandboxSpec) -> str:
         return name
     assert spec.image is not None
     await e2b.AsyncTemplate.build(
-        e2b.AsyncTemplate().from_image(spec.image.ref),
+        template_of(spec.image),
         name,
         cpu_count=math.ceil(spec.cpus) if spec.cpus is not None else None,
         memory_mb=spec.memory_mb,
@@ -70,7 +91,7 @@ async def build_template(spec: SandboxSpec) -> str:
 class E2BSandbox(RemoteSandbox):
     """A sandbox on E2B (see the module docstring)."""
 
-    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.IMAGES})
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.IMAGES, Capability.REMOTE_IMAGES})
     network_modes: ClassVar[frozenset[NetworkMode]] = frozenset({"no-network", "public"})
 
     def __init__(self, spec: SandboxSpec) -> None:
