@@ -12,7 +12,9 @@ The wire is aiohttp with JSON dicts, not the OpenAI SDK: the SDK's request trans
 message and tool schema against its TypedDicts) and response models cost ~10 ms of CPU per call, and httpx's
 connection pool scans every connection on each request — both grow with concurrency and made the
 orchestrator, not the model, the limit at RL concurrency (docs/scale.md). aiohttp's pool is uncapped and keeps
-connections alive, so a job with a thousand calls in flight reuses its connections.
+connections alive, so a job with a thousand calls in flight reuses its connections. The proxy the
+environment names for the base URL (HTTP_PROXY / HTTPS_PROXY / NO_PROXY) is read once, when the client is
+made, not on every call (aiohttp's `trust_env` re-reads the environment and ~/.netrc in a thread per request).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ import time
 from typing import Any
 
 import aiohttp
+from aiohttp.helpers import get_env_proxy_for_url
+from yarl import URL
 
 from evsys.model.base import FINISH_REASONS, Completion, FinishReason, Message, SamplingParams, ToolSchema
 from evsys.model.errors import (
@@ -71,6 +75,8 @@ class OpenAIClient:
         base_url = spec.resolved_base_url() or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
         self.base_url = base_url.rstrip("/")
         self._headers = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"}
+        self._url = f"{self.base_url}/chat/completions"
+        self._proxy, self._proxy_auth = env_proxy(self._url)
         self._timeout = timeout_s
         self._session: aiohttp.ClientSession | None = None
         self._session_loop: asyncio.AbstractEventLoop | None = None
@@ -83,7 +89,6 @@ class OpenAIClient:
                 headers=self._headers,
                 connector=aiohttp.TCPConnector(limit=0),  # no cap: the job's concurrency bounds the calls
                 timeout=aiohttp.ClientTimeout(total=self._timeout),
-                trust_env=True,  # HTTP(S)_PROXY, as other HTTP clients honour it
             )
             self._session_loop = loop
         return self._session
@@ -133,10 +138,12 @@ class OpenAIClient:
 
     async def _create(self, body: bytes, timeout_s: float | None) -> dict[str, Any]:
         """POST the request body; the response's JSON, or the matching evsys error."""
-        url = f"{self.base_url}/chat/completions"
         limit = aiohttp.ClientTimeout(total=timeout_s) if timeout_s is not None else None
+        session, proxy, proxy_auth = self._client(), self._proxy, self._proxy_auth
         try:
-            async with self._client().post(url, data=body, timeout=limit) as response:
+            async with session.post(
+                self._url, data=body, timeout=limit, proxy=proxy, proxy_auth=proxy_auth
+            ) as response:
                 text = await response.text()
                 status, headers = response.status, response.headers
         except TimeoutError as exc:
@@ -199,6 +206,15 @@ class OpenAIClient:
         if self._session is not None and self._session_loop is asyncio.get_running_loop():
             await self._session.close()
         self._session = None
+
+
+def env_proxy(url: str) -> tuple[URL | None, aiohttp.BasicAuth | None]:
+    """The proxy (and its credentials) the environment names for `url` — HTTP_PROXY / HTTPS_PROXY, unless
+    NO_PROXY exempts its host — as other HTTP clients honour them; (None, None) for a direct connection."""
+    try:
+        return get_env_proxy_for_url(URL(url))
+    except LookupError:
+        return None, None
 
 
 def map_status_error(status: int, message: str, headers: Any = None) -> ModelError:
