@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from evsys.engine import JobConfig, JobStore, JobStoreError, read_job_config
+from evsys.engine import AgentSpec, JobConfig, JobStore, JobStoreError, TrialConfig, read_job_config
 from evsys.records import AgentInfo, FailureCause, Trajectory, TrajectoryRecorder, TrialFailure, TrialResult
 
 
@@ -92,3 +92,27 @@ async def test_a_store_that_keeps_trajectories_hands_them_back_without_the_files
     assert store.trajectory("away").steps[0].message == "run away"
     plain = JobStore(tmp_path / "job")  # by default nothing is kept: a trial's file is read
     assert plain.trajectory("here") is None
+
+
+async def test_a_trial_starts_in_a_fresh_dir_and_finishes_with_its_result_last(tmp_path):
+    store = JobStore(tmp_path / "deep" / "job", keep_trajectories=True)
+    config = TrialConfig(
+        trial_name="t",
+        task_name="t",
+        task_path=tmp_path,
+        dataset="d",
+        agent=AgentSpec(name="oracle"),
+        attempt=1,
+    )
+    path = await store.start_trial(config)
+    (path / "agent" / "half.log").write_text("partial")
+    (path / "result.json").write_text("{}")
+    path = await store.start_trial(config)  # a rerun wipes what the earlier run left
+    assert sorted(p.name for p in path.iterdir()) == ["agent", "artifacts", "config.json", "verifier"]
+    assert TrialConfig.model_validate_json((path / "config.json").read_text()) == config
+    finished = result("t")
+    await store.finish_trial(_trajectory("t", "done"), finished)
+    assert store.read_trial_result("t") == finished
+    assert store.trajectory("t") is not None and (path / "trajectory.json").is_file()
+    assert not list(path.glob(".*.tmp"))  # temp files renamed away
+    assert oct((path / "result.json").stat().st_mode & 0o777) == oct(0o644)
