@@ -158,8 +158,8 @@ def _image_problems(config: TaskConfig, env: ResolvedEnvironment) -> list[Proble
     return problems
 
 
-def _task_name(task_dir: Path, config: TaskConfig | None, problems: list[Problem]) -> str:
-    name = (config.task.name if config else None) or task_dir.resolve().name
+def _task_name(resolved_dir: Path, config: TaskConfig | None, problems: list[Problem]) -> str:
+    name = (config.task.name if config else None) or resolved_dir.name
     if config and config.task.name is not None and (not name.strip() or _BAD_NAME.search(name)):
         problems.append(
             Problem(
@@ -188,7 +188,8 @@ def load_task(task_dir: Path | str, *, require_solution: bool = False) -> Task:
         _check_scripts(task_dir, problems, require_solution=require_solution)
     env, env_problems = resolve_environment(task_dir)
     problems += env_problems
-    name = _task_name(task_dir, config, problems)
+    resolved = task_dir.resolve()
+    name = _task_name(resolved, config, problems)
     if config is not None:
         problems += _image_problems(config, env)
     if any(p.severity == "error" for p in problems) or config is None:
@@ -197,15 +198,21 @@ def load_task(task_dir: Path | str, *, require_solution: bool = False) -> Task:
     env.env = {**env.env, **config.environment.env}
     return Task(
         name=name,
-        path=task_dir.resolve(),
+        path=resolved,
         instruction=instruction,
         config=config,
         environment=env,
-        tests_dir=(task_dir / "tests").resolve(),
-        solution_dir=(task_dir / "solution").resolve() if (task_dir / "solution").is_dir() else None,
+        tests_dir=_resolved_child(resolved, "tests"),
+        solution_dir=_resolved_child(resolved, "solution") if (resolved / "solution").is_dir() else None,
         steps=steps,
         warnings=[str(p) for p in problems if p.severity == "warning"],
     )
+
+
+def _resolved_child(resolved_dir: Path, name: str) -> Path:
+    """`resolved_dir / name` resolved: a symlink is followed; a plain entry needs no second walk."""
+    child = resolved_dir / name
+    return child.resolve() if child.is_symlink() else child
 
 
 def task_dirs(path: Path | str) -> list[Path]:
