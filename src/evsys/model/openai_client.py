@@ -39,10 +39,10 @@ from evsys.model.errors import (
     RetryableModelError,
     UnknownModelError,
 )
-from evsys.model.openai_wire import parse_tool_call
 from evsys.model.pricing import price_usd
 from evsys.model.retry import RetryHook, RetryPolicy, call_with_retries, parse_retry_after
 from evsys.model.spec import ModelSpec
+from evsys.model.tool_calls import parse_tool_call
 from evsys.records import Usage
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
