@@ -51,20 +51,24 @@ def _open_temp(path: str) -> tuple[int, str]:
     the wait."""
     directory, name = os.path.split(path)
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
-    for delay in (*EMFILE_RETRY_DELAYS, None):
+    delays = iter(EMFILE_RETRY_DELAYS)
+    made = False
+    while True:
         tmp = os.path.join(directory, f".{name}.{secrets.token_hex(6)}.tmp")
         try:
             return os.open(tmp, flags, 0o600), tmp
         except FileNotFoundError:
+            if made:
+                raise
             os.makedirs(directory or ".", exist_ok=True)
-            return os.open(tmp, flags, 0o600), tmp
+            made = True
         except FileExistsError:  # another writer drew the same name: draw again
             continue
         except OSError as exc:
-            if exc.errno not in (errno.EMFILE, errno.ENFILE) or delay is None:
+            delay = next(delays, None) if exc.errno in (errno.EMFILE, errno.ENFILE) else None
+            if delay is None:
                 raise
             time.sleep(delay)
-    raise FileExistsError(errno.EEXIST, "no free temp file name", path)
 
 
 def write_text_atomic(path: Path, text: str, *, fsync: bool = True) -> None:
