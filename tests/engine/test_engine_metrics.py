@@ -155,3 +155,13 @@ def test_eta_comes_from_this_runs_rate():
     assert eta_seconds(planned=10, done=4, done_at_start=2, elapsed=20.0) == 60.0  # 2 trials in 20 s, 6 left
     assert eta_seconds(planned=10, done=2, done_at_start=2, elapsed=20.0) is None  # none finished yet
     assert clock(3725) == "1:02:05"
+
+
+def test_a_groups_usage_is_the_sum_of_its_trials_and_unknown_once_one_cost_is():
+    spent = [Usage(prompt_tokens=10, completion_tokens=2, cached_tokens=1, cost_usd=0.25)] * 3
+    trials = [trial(f"t{i}", 1.0, usage=u) for i, u in enumerate(spent)]
+    [group] = compute_metrics(trials, 1)
+    assert group.usage == Usage(prompt_tokens=30, completion_tokens=6, cached_tokens=3, cost_usd=0.75)
+    trials.append(trial("t3", 1.0, usage=Usage(prompt_tokens=5, cost_usd=None)))
+    [group] = compute_metrics(trials, 1)
+    assert group.usage.prompt_tokens == 35 and group.usage.cost_usd is None

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from evsys.engine import JobConfig, JobStore, JobStoreError, read_job_config
+from evsys.engine import AgentSpec, JobConfig, JobStore, JobStoreError, TrialConfig, read_job_config
 from evsys.records import AgentInfo, FailureCause, Trajectory, TrajectoryRecorder, TrialFailure, TrialResult
 
 
@@ -92,3 +92,54 @@ async def test_a_store_that_keeps_trajectories_hands_them_back_without_the_files
     assert store.trajectory("away").steps[0].message == "run away"
     plain = JobStore(tmp_path / "job")  # by default nothing is kept: a trial's file is read
     assert plain.trajectory("here") is None
+
+
+async def test_a_trial_starts_in_a_fresh_dir_and_finishes_with_its_result_last(tmp_path):
+    store = JobStore(tmp_path / "deep" / "job", keep_trajectories=True)
+    config = TrialConfig(
+        trial_name="t",
+        task_name="t",
+        task_path=tmp_path,
+        dataset="d",
+        agent=AgentSpec(name="oracle"),
+        attempt=1,
+    )
+    path = await store.start_trial(config)
+    (path / "agent" / "half.log").write_text("partial")
+    (path / "result.json").write_text("{}")
+    path = await store.start_trial(config)  # a rerun wipes what the earlier run left
+    assert sorted(p.name for p in path.iterdir()) == ["agent", "artifacts", "config.json", "verifier"]
+    assert TrialConfig.model_validate_json((path / "config.json").read_text()) == config
+    finished = result("t")
+    await store.finish_trial(_trajectory("t", "done"), finished)
+    assert store.read_trial_result("t") == finished
+    assert store.trajectory("t") is not None and (path / "trajectory.json").is_file()
+    assert not list(path.glob(".*.tmp"))  # temp files renamed away
+    assert oct((path / "result.json").stat().st_mode & 0o777) == oct(0o644)
+
+
+def test_an_atomic_write_waits_for_a_free_descriptor_and_makes_missing_directories(tmp_path, monkeypatch):
+    import errno
+    import os
+
+    from evsys.util import atomic
+
+    real_open, refused = os.open, []
+
+    def open_after_two_refusals(path, flags, mode=0o777):
+        if len(refused) < 2:  # the process is out of descriptors twice, then one comes free
+            refused.append(path)
+            raise OSError(errno.EMFILE, "Too many open files")
+        return real_open(path, flags, mode)
+
+    monkeypatch.setattr(atomic, "EMFILE_RETRY_DELAYS", (0.0, 0.0, 0.0))
+    monkeypatch.setattr(os, "open", open_after_two_refusals)
+    target = tmp_path / "a" / "b" / "result.json"
+    atomic.write_json_atomic(target, {"reward": 1.0})
+    assert len(refused) == 2 and target.read_text() == '{\n  "reward": 1.0\n}\n'
+    assert [p.name for p in target.parent.iterdir()] == ["result.json"]  # no temp file left
+    refused.clear()
+    monkeypatch.setattr(atomic, "EMFILE_RETRY_DELAYS", (0.0,))
+    with pytest.raises(OSError, match="Too many open files"):  # past the retries: the error stands
+        atomic.write_json_atomic(target, {"reward": 0.0})
+    assert target.read_text() == '{\n  "reward": 1.0\n}\n'

@@ -82,17 +82,14 @@ class RecordingStore(JobStore):
         super().__init__(job_dir)
         self.written: set[Path] = set()
 
-    async def write_trial_config(self, config) -> None:
+    async def start_trial(self, config) -> Path:
         self.written.add(self.trial_dir(config.trial_name) / "config.json")
-        await super().write_trial_config(config)
+        return await super().start_trial(config)
 
-    async def write_trial_result(self, result) -> None:
+    async def finish_trial(self, trajectory, result) -> None:
+        self.written.add(self.trial_dir(result.trial_name) / "trajectory.json")
         self.written.add(self.trial_dir(result.trial_name) / "result.json")
-        await super().write_trial_result(result)
-
-    async def write_trajectory(self, trial_name, trajectory) -> None:
-        self.written.add(self.trial_dir(trial_name) / "trajectory.json")
-        await super().write_trajectory(trial_name, trajectory)
+        await super().finish_trial(trajectory, result)
 
     async def write_trial_file(self, trial_name, relpath, content) -> None:
         self.written.add(self.trial_dir(trial_name) / relpath)

@@ -124,3 +124,27 @@ def test_task_files_resolve_to_absolute_host_paths(make_task):
     (copy,) = task.environment.files
     assert copy.src.is_absolute() and (copy.src / "in.txt").read_text() == "1"
     assert copy.dst == "/app/data"
+
+
+def test_a_cached_load_is_reused_until_a_file_of_the_task_changes(tmp_path):
+    from evsys.task.loader import load_task_cached
+
+    task_dir = tmp_path / "t"
+    (task_dir / "tests").mkdir(parents=True)
+    (task_dir / "instruction.md").write_text("first\n")
+    (task_dir / "tests" / "test.sh").write_text("#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n")
+    first = load_task_cached(task_dir)
+    assert load_task_cached(task_dir) is first  # parsed once
+    (task_dir / "instruction.md").write_text("second, longer\n")
+    assert load_task_cached(task_dir).instruction == "second, longer\n"
+    (task_dir / "task.toml").write_text('[task]\nname = "renamed"\n')  # a new file counts too
+    assert load_task_cached(task_dir).name == "renamed"
+    shared = tmp_path / "shared-tests"
+    shared.mkdir()
+    (shared / "test.sh").write_text("#!/bin/bash\n")
+    (task_dir / "tests" / "test.sh").unlink()
+    (task_dir / "tests").rmdir()
+    (task_dir / "tests").symlink_to(shared)  # a linked directory's files count as well
+    before = load_task_cached(task_dir)
+    (shared / "helper.py").write_text("x = 1\n")
+    assert load_task_cached(task_dir) is not before

@@ -63,12 +63,17 @@ class _Tracker:
 
     def status(self) -> dict[str, Any] | None:
         """The job's status, or None while it is still being prepared."""
-        status = self.job.status()
-        if not status["prepared"]:
+        if not self.ready():
             return None
+        return self.job.status()
+
+    def ready(self) -> bool:
+        """Whether the job is past its preparation (the clock starts then); cheap: no counting of trials."""
+        if not self.job.prepared:
+            return False
         if self.started is None:
-            self.started, self.done_at_start = time.monotonic(), status["done"]
-        return status
+            self.started, self.done_at_start = time.monotonic(), len(self.job.results)
+        return True
 
     def timing(self, status: dict[str, Any]) -> str:
         assert self.started is not None, "timing is asked only once the job is prepared"
@@ -109,7 +114,7 @@ class _Lines:
         last: float | None = None
         while True:
             await asyncio.sleep(REFRESH)
-            if self.tracker.status() is None:
+            if not self.tracker.ready():  # the status is counted only when a line is printed
                 continue
             now = time.monotonic()
             if last is not None and now - last >= self.interval:

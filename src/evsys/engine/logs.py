@@ -52,6 +52,7 @@ def extract_logs(data: bytes | Readable, trial_dir: Path) -> list[str]:
     fileobj = io.BytesIO(data) if isinstance(data, bytes | bytearray) else data
     warnings: list[str] = []
     links: dict[str, str] = {}
+    made: set[str] = set()  # directories known to exist (each made or checked once)
     try:
         # stream mode ("r|") only ever reads; typeshed asks any file object for write/seek/tell as well
         with tarfile.open(fileobj=fileobj, mode="r|") as tar:  # type: ignore[call-overload]
@@ -59,7 +60,7 @@ def extract_logs(data: bytes | Readable, trial_dir: Path) -> list[str]:
                 name = _log_name(member.name)
                 if name is None:
                     continue
-                problem = _place(tar, member, name, trial_dir, links)
+                problem = _place(tar, member, name, trial_dir, links, made)
                 if problem:
                     warnings.append(safe_text(f"log entry {name} was not copied: {problem}"))
     except tarfile.TarError as exc:  # what came before the damage is kept
@@ -69,7 +70,7 @@ def extract_logs(data: bytes | Readable, trial_dir: Path) -> list[str]:
         if problem:
             warnings.append(safe_text(f"log entry {name} was not copied: {problem}"))
     for sub in LOG_SUBDIRS:
-        (trial_dir / sub).mkdir(exist_ok=True)
+        _make_dir(os.path.join(trial_dir, sub), made)
     return warnings
 
 
@@ -81,9 +82,11 @@ def _log_name(member_name: str) -> str | None:
     return "/".join(parts[1:])
 
 
-def _place(tar: tarfile.TarFile, member: tarfile.TarInfo, name: str, trial_dir: Path, links: dict) -> str:
-    """Create one member under trial_dir (a symlink is only noted, in `links`); an explanation when it is
-    refused or fails, else ""."""
+def _place(
+    tar: tarfile.TarFile, member: tarfile.TarInfo, name: str, trial_dir: Path, links: dict, made: set[str]
+) -> str:
+    """Create one member under trial_dir (a symlink is only noted, in `links`; directories made are noted in
+    `made`); an explanation when it is refused or fails, else ""."""
     parts = name.split("/")
     if ".." in parts:
         return "its name climbs out with '..'"
@@ -92,9 +95,9 @@ def _place(tar: tarfile.TarFile, member: tarfile.TarInfo, name: str, trial_dir: 
     target = os.path.join(trial_dir, name)
     try:
         if member.isdir():
-            os.makedirs(target, exist_ok=True)
+            _make_dir(target, made)
         elif member.isfile():
-            os.makedirs(os.path.dirname(target), exist_ok=True)
+            _make_dir(os.path.dirname(target), made)
             source = tar.extractfile(member)
             if source is None:  # a regular file always has its data; never reached
                 return "its data could not be read"
@@ -151,9 +154,20 @@ def _resolves_inside(name: str, links: dict[str, str]) -> bool:
     return bool(cur)
 
 
+def _make_dir(path: str, made: set[str]) -> None:
+    """`os.makedirs(path, exist_ok=True)`, once per path per extraction."""
+    if path not in made:
+        os.makedirs(path, exist_ok=True)
+        made.add(path)
+
+
 def _write_file(target: str, source: Readable, member: tarfile.TarInfo) -> None:
-    _remove(target)
-    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(target, flags, 0o600)
+    except FileExistsError:  # an earlier entry of that name (a tar may repeat one): the last one wins
+        _remove(target)
+        fd = os.open(target, flags, 0o600)
     try:
         while chunk := source.read(1 << 20):
             view = memoryview(chunk)

@@ -22,6 +22,7 @@ from math import comb
 from typing import Any
 
 from evsys.records import PHASES, FailureCause, GroupMetrics, TimingStats, TrialResult, Usage
+from evsys.records.trajectory import add_costs
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -101,8 +102,17 @@ def wall_time(trials: list[TrialResult]) -> float:
 
 
 def total_usage(trials: list[TrialResult]) -> Usage:
-    """The summed tokens and cost of `trials`."""
-    return sum((t.usage for t in trials), Usage())
+    """The summed tokens and cost of `trials` (as `Usage` + `Usage` sums them, without a model per step:
+    the job's result.json is rewritten with it while trials finish)."""
+    prompt = completion = cached = 0
+    cost: float | None = 0.0
+    for trial in trials:
+        usage = trial.usage
+        prompt += usage.prompt_tokens
+        completion += usage.completion_tokens
+        cached += usage.cached_tokens
+        cost = add_costs(cost, usage.cost_usd)
+    return Usage(prompt_tokens=prompt, completion_tokens=completion, cached_tokens=cached, cost_usd=cost)
 
 
 def group_metrics(

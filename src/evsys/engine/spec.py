@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from evsys.engine.config import JobConfig, TrialConfig
 from evsys.records import TrialFailure
-from evsys.task.loader import TaskLoadError, load_task
+from evsys.task.loader import TaskLoadError, load_task_cached
 from evsys.task.models import EnvironmentConfig, Task, TaskConfig
 from evsys.task.python import PromptTask, PythonTask, VerifiedTask
 from evsys.util.imports import import_module_or_file
@@ -57,8 +57,8 @@ class TaskRef(BaseModel):
         """
         for module in self.imports:
             import_module_or_file(module, base_dir=self.path)
-        if self.kind == "directory":
-            return load_task(self.path)
+        if self.kind == "directory":  # a worker's trials of one task parse its directory once
+            return load_task_cached(self.path)
         assert self.python_task is not None
         return python_task_as_task(self.python_task, self.path)
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import os
 import shutil
 import tarfile
 from pathlib import Path
@@ -85,6 +86,27 @@ class JobStore:
         path = self.trial_dir(trial_name)
         await asyncio.to_thread(_recreate, path)
         return path
+
+    async def start_trial(self, config: TrialConfig) -> Path:
+        """`reset_trial_dir` and `write_trial_config` in one thread hop (what a trial does first); the dir."""
+        return await asyncio.to_thread(self._start_trial, config)
+
+    def _start_trial(self, config: TrialConfig) -> Path:
+        path = self.trial_dir(config.trial_name)
+        _recreate(path)
+        write_json_atomic(path / CONFIG, config, fsync=False)
+        return path
+
+    async def finish_trial(self, trajectory: Trajectory, result: TrialResult) -> None:
+        """The trajectory, then the result (last, fsynced: resume trusts it), in one thread hop."""
+        await asyncio.to_thread(self._finish_trial, trajectory, result)
+        if self.trajectories is not None:
+            self.trajectories[result.trial_name] = trajectory
+
+    def _finish_trial(self, trajectory: Trajectory, result: TrialResult) -> None:
+        path = self.trial_dir(result.trial_name)
+        write_json_atomic(path / TRAJECTORY, trajectory, fsync=False)
+        write_json_atomic(path / RESULT, result, fsync=self.durable)
 
     async def write_trial_config(self, config: TrialConfig) -> None:
         """Save a trial's config.json."""
@@ -204,11 +226,16 @@ def _extract_trial_tar(files: bytes, path: Path, *, keep_trajectory: bool = Fals
 
 
 def _recreate(path: Path) -> None:
-    if path.exists():
+    """An empty trial dir with its subdirectories (whatever an earlier run left there is removed)."""
+    try:
+        os.mkdir(path)
+    except FileExistsError:
         shutil.rmtree(path)
-    path.mkdir(parents=True)
+        os.mkdir(path)
+    except FileNotFoundError:
+        path.mkdir(parents=True)
     for name in TRIAL_SUBDIRS:
-        (path / name).mkdir()
+        os.mkdir(os.path.join(path, name))
 
 
 async def _write(path: Path, obj: BaseModel, *, fsync: bool = True) -> None:

@@ -13,9 +13,9 @@ from typing import Any
 from evsys.model.base import FINISH_REASONS, Completion, FinishReason, Message, SamplingParams, ToolSchema
 from evsys.model.errors import ModelError, RetryableModelError
 from evsys.model.openai_client import map_status_error
-from evsys.model.openai_wire import parse_tool_call
 from evsys.model.retry import RetryHook, RetryPolicy, call_with_retries
 from evsys.model.spec import ModelSpec
+from evsys.model.tool_calls import parse_tool_call
 from evsys.records import Usage
 
 

@@ -12,7 +12,9 @@ The wire is aiohttp with JSON dicts, not the OpenAI SDK: the SDK's request trans
 message and tool schema against its TypedDicts) and response models cost ~10 ms of CPU per call, and httpx's
 connection pool scans every connection on each request — both grow with concurrency and made the
 orchestrator, not the model, the limit at RL concurrency (docs/scale.md). aiohttp's pool is uncapped and keeps
-connections alive, so a job with a thousand calls in flight reuses its connections.
+connections alive, so a job with a thousand calls in flight reuses its connections. The proxy the
+environment names for the base URL (HTTP_PROXY / HTTPS_PROXY / NO_PROXY) is read once, when the client is
+made, not on every call (aiohttp's `trust_env` re-reads the environment and ~/.netrc in a thread per request).
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ import time
 from typing import Any
 
 import aiohttp
+from aiohttp.helpers import get_env_proxy_for_url
+from yarl import URL
 
 from evsys.model.base import FINISH_REASONS, Completion, FinishReason, Message, SamplingParams, ToolSchema
 from evsys.model.errors import (
@@ -35,10 +39,10 @@ from evsys.model.errors import (
     UnknownModelError,
 )
 from evsys.model.loop_sessions import LoopSessions
-from evsys.model.openai_wire import parse_tool_call
 from evsys.model.pricing import price_usd
 from evsys.model.retry import RetryHook, RetryPolicy, call_with_retries, parse_retry_after
 from evsys.model.spec import ModelSpec
+from evsys.model.tool_calls import parse_tool_call
 from evsys.records import Usage
 
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -71,6 +75,8 @@ class OpenAIClient:
         base_url = spec.resolved_base_url() or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
         self.base_url = base_url.rstrip("/")
         self._headers = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"}
+        self._url = f"{self.base_url}/chat/completions"
+        self._proxy, self._proxy_auth = env_proxy(self._url)
         self._timeout = timeout_s
         # one HTTP session per event loop (aiohttp binds it to its loop), closed with aclose() or the loop
         self._sessions = LoopSessions(self._new_session)
@@ -80,7 +86,6 @@ class OpenAIClient:
             headers=self._headers,
             connector=aiohttp.TCPConnector(limit=0),  # no cap: the job's concurrency bounds the calls
             timeout=aiohttp.ClientTimeout(total=self._timeout),
-            trust_env=True,  # HTTP(S)_PROXY, as other HTTP clients honour it
         )
 
     async def complete(
@@ -128,11 +133,12 @@ class OpenAIClient:
 
     async def _create(self, body: bytes, timeout_s: float | None) -> dict[str, Any]:
         """POST the request body; the response's JSON, or the matching evsys error."""
-        url = f"{self.base_url}/chat/completions"
         limit = aiohttp.ClientTimeout(total=timeout_s) if timeout_s is not None else None
-        session = await self._sessions.get()
+        session, proxy, proxy_auth = await self._sessions.get(), self._proxy, self._proxy_auth
         try:
-            async with session.post(url, data=body, timeout=limit) as response:
+            async with session.post(
+                self._url, data=body, timeout=limit, proxy=proxy, proxy_auth=proxy_auth
+            ) as response:
                 text = await response.text()
                 status, headers = response.status, response.headers
         except TimeoutError as exc:
@@ -193,6 +199,15 @@ class OpenAIClient:
     async def aclose(self) -> None:
         """Close this event loop's HTTP connection pool (another loop's closes when that loop ends)."""
         await self._sessions.aclose()
+
+
+def env_proxy(url: str) -> tuple[URL | None, aiohttp.BasicAuth | None]:
+    """The proxy (and its credentials) the environment names for `url` — HTTP_PROXY / HTTPS_PROXY, unless
+    NO_PROXY exempts its host — as other HTTP clients honour them; (None, None) for a direct connection."""
+    try:
+        return get_env_proxy_for_url(URL(url))
+    except LookupError:
+        return None, None
 
 
 def map_status_error(status: int, message: str, headers: Any = None) -> ModelError:

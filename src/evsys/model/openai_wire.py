@@ -1,11 +1,11 @@
 """The OpenAI HTTP wire format, written once: request, response, streaming-chunk and error bodies.
 
 `evsys model serve` (the local engine behind `/v1/chat/completions` and `/v1/completions`) and the recording
-proxy's OpenAI dialect both speak it with these pydantic models; `openai_client` and `litellm_client` read
-tool calls from it with `parse_tool_call`. Besides OpenAI's fields, responses carry vLLM's token-id
-extension when the request asks with `return_token_ids`: `prompt_token_ids` on the response and `token_ids` on
-each choice. Optional fields are left out of the JSON when empty, as OpenAI does, except `logprobs`, which a
-choice always carries (null when not asked for)."""
+proxy's OpenAI dialect both speak it with these pydantic models (`openai_client` and `litellm_client` read
+tool calls with evsys.model.tool_calls, without loading these models). Besides OpenAI's fields, responses
+carry vLLM's token-id extension when the request asks with `return_token_ids`: `prompt_token_ids` on the
+response and `token_ids` on each choice. Optional fields are left out of the JSON when empty, as OpenAI does,
+except `logprobs`, which a choice always carries (null when not asked for)."""
 
 from __future__ import annotations
 
@@ -136,27 +136,6 @@ def normalise_message(message: dict[str, Any]) -> Message:
     if message.get("name"):
         out["name"] = message["name"]
     return out
-
-
-def parse_tool_call(name: str, arguments: str, call_id: str) -> ToolCall:
-    """A ToolCall from a wire tool call (`arguments` a JSON string), recording why it does not parse."""
-    try:
-        parsed = json.loads(arguments) if arguments.strip() else {}
-    except json.JSONDecodeError as exc:
-        return ToolCall(
-            tool_call_id=call_id,
-            function_name=name,
-            raw_arguments=arguments,
-            parse_error=f"invalid JSON: {exc.msg}",
-        )
-    if not isinstance(parsed, dict):
-        return ToolCall(
-            tool_call_id=call_id,
-            function_name=name,
-            raw_arguments=arguments,
-            parse_error="arguments must be a JSON object",
-        )
-    return ToolCall(tool_call_id=call_id, function_name=name, arguments=parsed, raw_arguments=arguments)
 
 
 # -- responses ---------------------------------------------------------------------------------------------

@@ -21,7 +21,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, Field
 
 MAIN = "main"
@@ -218,6 +217,8 @@ def parse_compose(path: Path) -> tuple[ComposeProject, list[tuple[str, str]]]:
 
     def warn(field: str, message: str) -> None:
         warnings.append((field, message))
+
+    import yaml  # only tasks with a compose file need it: a run of plain task directories never loads it
 
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))

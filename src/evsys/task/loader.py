@@ -4,12 +4,17 @@ A dataset is a directory of task directories, or one task directory (it has `tas
 A Harbor dataset directory's `dataset.toml` decides which of its task directories run
 (evsys.task.harbor_dataset).
 `load_tasks` returns the valid tasks and one `TaskLoadError` per invalid directory, so one bad task never
-hides the others; `load_task` raises `TaskLoadError` for one directory.
+hides the others; `load_task` raises `TaskLoadError` for one directory. `load_task_cached` keeps what it
+loaded per directory while none of the directory's files changed: a worker that runs many trials of one task
+(the attempts of a group rollout) parses it once.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import threading
+from collections import OrderedDict
 from pathlib import Path
 
 from pydantic import BaseModel, Field
@@ -28,6 +33,7 @@ from evsys.task.models import Problem, ResolvedEnvironment, Severity, Task, Task
 from evsys.task.steps import load_steps
 
 TASK_MARKERS = ("task.toml", "instruction.md")
+CACHED_TASKS = 512  # task directories `load_task_cached` keeps
 _BAD_NAME = re.compile(r"[\s\x00-\x1f\\]|\.\.|^[./]")
 
 
@@ -158,8 +164,8 @@ def _image_problems(config: TaskConfig, env: ResolvedEnvironment) -> list[Proble
     return problems
 
 
-def _task_name(task_dir: Path, config: TaskConfig | None, problems: list[Problem]) -> str:
-    name = (config.task.name if config else None) or task_dir.resolve().name
+def _task_name(resolved_dir: Path, config: TaskConfig | None, problems: list[Problem]) -> str:
+    name = (config.task.name if config else None) or resolved_dir.name
     if config and config.task.name is not None and (not name.strip() or _BAD_NAME.search(name)):
         problems.append(
             Problem(
@@ -188,7 +194,8 @@ def load_task(task_dir: Path | str, *, require_solution: bool = False) -> Task:
         _check_scripts(task_dir, problems, require_solution=require_solution)
     env, env_problems = resolve_environment(task_dir)
     problems += env_problems
-    name = _task_name(task_dir, config, problems)
+    resolved = task_dir.resolve()
+    name = _task_name(resolved, config, problems)
     if config is not None:
         problems += _image_problems(config, env)
     if any(p.severity == "error" for p in problems) or config is None:
@@ -197,15 +204,69 @@ def load_task(task_dir: Path | str, *, require_solution: bool = False) -> Task:
     env.env = {**env.env, **config.environment.env}
     return Task(
         name=name,
-        path=task_dir.resolve(),
+        path=resolved,
         instruction=instruction,
         config=config,
         environment=env,
-        tests_dir=(task_dir / "tests").resolve(),
-        solution_dir=(task_dir / "solution").resolve() if (task_dir / "solution").is_dir() else None,
+        tests_dir=_resolved_child(resolved, "tests"),
+        solution_dir=_resolved_child(resolved, "solution") if (resolved / "solution").is_dir() else None,
         steps=steps,
         warnings=[str(p) for p in problems if p.severity == "warning"],
     )
+
+
+def _resolved_child(resolved_dir: Path, name: str) -> Path:
+    """`resolved_dir / name` resolved: a symlink is followed; a plain entry needs no second walk."""
+    child = resolved_dir / name
+    return child.resolve() if child.is_symlink() else child
+
+
+_CACHE: OrderedDict[str, tuple[tuple, Task]] = OrderedDict()
+_CACHE_LOCK = threading.Lock()  # trials load their tasks from worker threads
+
+
+def load_task_cached(task_dir: Path | str) -> Task:
+    """`load_task`, answered from memory while no file of the directory changed (each file's mtime, size and
+    inode, found by one walk); the `Task` is shared by the trials that ask, so it is only ever read."""
+    path = os.path.abspath(task_dir)
+    try:
+        signature = _tree_signature(path)
+    except OSError:  # gone or unreadable: load_task says what is wrong
+        return load_task(task_dir)
+    with _CACHE_LOCK:
+        hit = _CACHE.get(path)
+        if hit is not None and hit[0] == signature:
+            _CACHE.move_to_end(path)
+            return hit[1]
+    task = load_task(task_dir)
+    with _CACHE_LOCK:
+        _CACHE[path] = (signature, task)
+        _CACHE.move_to_end(path)
+        while len(_CACHE) > CACHED_TASKS:
+            _CACHE.popitem(last=False)
+    return task
+
+
+def _tree_signature(path: str) -> tuple:
+    """What changes when a file under `path` changes: each entry's name, mtime, size and inode (of what a
+    symlink names, when it names something; linked directories are walked too, each real one once)."""
+    entries = []
+    seen = {os.path.realpath(path)}
+    for root, dirs, files in os.walk(path, followlinks=True):
+        dirs.sort()
+        for name in list(dirs):
+            real = os.path.realpath(os.path.join(root, name))
+            if real in seen:  # a link loop, or a directory already walked under another name
+                dirs.remove(name)
+            seen.add(real)
+        for name in sorted(files) + dirs:
+            entry = os.path.join(root, name)
+            try:
+                st = os.stat(entry)
+            except OSError:  # a dangling link
+                st = os.lstat(entry)
+            entries.append((entry, st.st_mtime_ns, st.st_size, st.st_ino))
+    return tuple(entries)
 
 
 def task_dirs(path: Path | str) -> list[Path]:

@@ -4,56 +4,42 @@ A harness (Claude Code, Codex, mini-swe-agent, a custom CLI) owns its agent loop
 one message per turn, streams its events, and records its model calls through the recording proxy
 (`evsys.model.proxy`). MCP: the task's `[environment] mcp_servers` go into each harness's MCP configuration;
 evsys's own sandbox tools are injected over MCP when a job asks (`--harness-mcp-tools`, agent option
-`mcp_tools`; `inject_tools` and `HarnessEnvironment` from Python)."""
+`mcp_tools`; `inject_tools` and `HarnessEnvironment` from Python).
 
-from evsys.agent.harness.adapter import (
-    COLLISION_PREFIX,
-    RESERVED_TOOL_NAMES,
-    HarnessAdapter,
-    HarnessError,
-    HarnessStartError,
-    HarnessStateError,
-    McpEndpoint,
-    plan_injection,
-)
-from evsys.agent.harness.config import (
-    EnvTool,
-    HarnessConfig,
-    InjectedTool,
-    ModelEndpoint,
-)
-from evsys.agent.harness.environment import HarnessEnvironment, HarnessObservation
-from evsys.agent.harness.events import HarnessEvent, HarnessEventType, HarnessTurn
-from evsys.agent.harness.install import HarnessInstall, HarnessInstaller, HarnessInstallError
-from evsys.agent.harness.per_turn import PerTurnHarnessAdapter
-from evsys.agent.harness.process import HostProcessLauncher, ProcessLauncher
-from evsys.agent.harness.stdio import StdioHarnessAdapter
-from evsys.agent.harness.turns import ProcessHarnessAdapter
+The names below load their modules on first use: naming an agent (`evsys.agent.registry`, which reads the
+harness catalog) does not import the harness machinery a run of the built-in agents never needs."""
 
-__all__ = [
-    "COLLISION_PREFIX",
-    "RESERVED_TOOL_NAMES",
-    "EnvTool",
-    "HarnessAdapter",
-    "HarnessConfig",
-    "HarnessEnvironment",
-    "HarnessError",
-    "HarnessEvent",
-    "HarnessEventType",
-    "HarnessInstall",
-    "HarnessInstallError",
-    "HarnessInstaller",
-    "HarnessObservation",
-    "HarnessStartError",
-    "HarnessStateError",
-    "HarnessTurn",
-    "HostProcessLauncher",
-    "InjectedTool",
-    "McpEndpoint",
-    "ModelEndpoint",
-    "PerTurnHarnessAdapter",
-    "ProcessHarnessAdapter",
-    "ProcessLauncher",
-    "StdioHarnessAdapter",
-    "plan_injection",
-]
+from __future__ import annotations
+
+from evsys.util.imports import lazy_exports
+
+_EXPORTS = {
+    "COLLISION_PREFIX": "evsys.agent.harness.adapter",
+    "RESERVED_TOOL_NAMES": "evsys.agent.harness.adapter",
+    "HarnessAdapter": "evsys.agent.harness.adapter",
+    "HarnessError": "evsys.agent.harness.adapter",
+    "HarnessStartError": "evsys.agent.harness.adapter",
+    "HarnessStateError": "evsys.agent.harness.adapter",
+    "McpEndpoint": "evsys.agent.harness.adapter",
+    "plan_injection": "evsys.agent.harness.adapter",
+    "EnvTool": "evsys.agent.harness.config",
+    "HarnessConfig": "evsys.agent.harness.config",
+    "InjectedTool": "evsys.agent.harness.config",
+    "ModelEndpoint": "evsys.agent.harness.config",
+    "HarnessEnvironment": "evsys.agent.harness.environment",
+    "HarnessObservation": "evsys.agent.harness.environment",
+    "HarnessEvent": "evsys.agent.harness.events",
+    "HarnessEventType": "evsys.agent.harness.events",
+    "HarnessTurn": "evsys.agent.harness.events",
+    "HarnessInstall": "evsys.agent.harness.install",
+    "HarnessInstaller": "evsys.agent.harness.install",
+    "HarnessInstallError": "evsys.agent.harness.install",
+    "PerTurnHarnessAdapter": "evsys.agent.harness.per_turn",
+    "HostProcessLauncher": "evsys.agent.harness.process",
+    "ProcessLauncher": "evsys.agent.harness.process",
+    "StdioHarnessAdapter": "evsys.agent.harness.stdio",
+    "ProcessHarnessAdapter": "evsys.agent.harness.turns",
+}
+__all__ = sorted(_EXPORTS)
+
+__getattr__ = lazy_exports(__name__, _EXPORTS, (), "")

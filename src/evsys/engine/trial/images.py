@@ -15,15 +15,18 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from evsys.engine.trial.state import TrialState
-from evsys.images import ImageError, ImageResult, ImageService, PullPolicy
 from evsys.records import FailureCause, FileCopy, ImageSpec, SandboxSpec, TrialImage
 from evsys.sandbox.base import Capability
 from evsys.sandbox.registry import sandbox_class
 from evsys.task.dockerfile import DOCKERFILE
 from evsys.task.models import Task
 from evsys.util.hostca import SANDBOX_CA_PATH, ca_environment, host_ca_bundle
+
+if TYPE_CHECKING:  # evsys.images loads with the first trial that needs an image, not with every run
+    from evsys.images import ImageResult, ImageService, PullPolicy
 
 _SERVICES: dict[str, ImageService] = {}
 BUILD_LOG = "environment/build.log"
@@ -37,6 +40,8 @@ def needs_image(task: Task, skip_build: bool) -> bool:
 
 def image_service(pull_policy: PullPolicy = "missing") -> ImageService:
     """The process's image service for a pull policy."""
+    from evsys.images import ImageService
+
     if pull_policy not in _SERVICES:
         _SERVICES[pull_policy] = ImageService(pull_policy=pull_policy)
     return _SERVICES[pull_policy]
@@ -126,6 +131,8 @@ async def on_image(state: TrialState, task: Task, spec: SandboxSpec) -> SandboxS
         remote = remote_image(task)
         state.result.image = TrialImage(ref=remote.ref, source="remote")
         return image_spec(spec, task, remote)
+    from evsys.images import ImageError
+
     trial_dir = state.store.trial_dir(state.config.trial_name)
     notices: list[str] = []
     try:

@@ -88,8 +88,7 @@ class Trial:
         """Run the trial and write its files. On cancellation: records `cancelled`, re-raises."""
         state = self.state
         started = time.perf_counter()
-        trial_dir = await state.store.reset_trial_dir(state.config.trial_name)
-        await state.store.write_trial_config(state.config)
+        trial_dir = await state.store.start_trial(state.config)
         recorder = TrajectoryRecorder(state.config.trial_name, AgentInfo(name=state.config.agent.name))
         state.recorder = recorder
         try:
@@ -182,5 +181,4 @@ class Trial:
             trajectory = recorder.build(usage)
         if not state.usage_from_agent:
             state.result.usage = usage
-        await store.write_trajectory(name, trajectory)
-        await store.write_trial_result(state.result)
+        await store.finish_trial(trajectory, state.result)

@@ -20,16 +20,19 @@ import shlex
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from evsys.engine.trial import images
 from evsys.engine.trial.healthcheck import HealthcheckFailed, await_healthy
 from evsys.engine.trial.state import TrialState
-from evsys.images import BuildContext, ImageError, PullPolicy
 from evsys.records import FailureCause, ImageSpec, NetworkMode, PodSpec, SandboxSpec
 from evsys.sandbox.base import Sandbox, SandboxError
 from evsys.sandbox.registry import create_sandbox
 from evsys.task.compose import MAIN, ComposeProject, ComposeService
 from evsys.task.models import HealthcheckConfig, Task
+
+if TYPE_CHECKING:  # evsys.images loads with the first sidecar that needs an image
+    from evsys.images import PullPolicy
 
 SERVICE_LOG = "/run/evsys-service.log"
 SERVICE_STATUS = "/run/evsys-service.status"
@@ -87,6 +90,8 @@ class Sidecars:
     async def _image(
         self, service: ComposeService, *, pull: PullPolicy, build_timeout: float, notices: list[str]
     ) -> ImageSpec:
+        from evsys.images import BuildContext, ImageError
+
         log = self.trial_dir / "environment" / f"build-{service.name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         image_service = images.image_service(pull)
