@@ -102,14 +102,20 @@ def _build_job(
 
 
 def _check_env_executor(config: JobConfig) -> None:
-    """Agent environment stays in this process: refuse it on an executor that ships trials elsewhere."""
+    """Agent environment stays in this process: refuse it on an executor that ships trials elsewhere; and
+    whatever else the executor cannot run (`Executor.check_job`), before anything starts."""
     from evsys.engine.config import DEFAULT_EXECUTOR
+    from evsys.engine.executors.base import executor_class
 
     if config.executor.name != DEFAULT_EXECUTOR and any(agent.env for agent in config.agents):
         raise _fail(
             f"--agent-env/--env-file values are never shipped to the {config.executor.name} executor's "
             "workers; set them in its environment (for Ray: the runtime_env) instead"
         )
+    try:
+        executor_class(config.executor.name).check_job(config)
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
 
 
 def _log_limits(texts: list[str]) -> dict[str, int] | None:
@@ -296,8 +302,8 @@ def run(
         typer.Option(
             "--executor",
             autocompletion=complete_executor,
-            help="Where trials run: local (this process) or ray (a Ray cluster); a resume keeps the job's "
-            "recorded executor unless this names one.",
+            help="Where trials run: local (this process), processes (worker processes on this machine) or "
+            "ray (a Ray cluster); a resume keeps the job's recorded executor unless this names one.",
         ),
     ] = "local",
     ray_address: Annotated[
