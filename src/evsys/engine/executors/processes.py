@@ -102,10 +102,16 @@ class WorkerProcess:
         self.ready: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self.pending: dict[int, asyncio.Future[tuple[dict[str, Any], bytes]]] = {}
         self.on_event: dict[int, Callable[[dict[str, Any]], None]] = {}
+        self.trial_names: dict[int, str] = {}  # the trials it runs now, by id
         self.lost: str | None = None  # why it is gone, once it is
-        self.in_flight = 0
+        self.in_flight = 0  # trials placed on it (counted by the executor when it picks it)
         self._ids = itertools.count()
         self._reader_task: asyncio.Task[None] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        """The worker's process id (None before it started)."""
+        return self.proc.pid if self.proc is not None else None
 
     async def start(self) -> None:
         """Start the process and greet it; `ready` resolves when it answers (fails if it cannot start)."""
@@ -169,9 +175,9 @@ class WorkerProcess:
         trial_id = next(self._ids)
         future: asyncio.Future[tuple[dict[str, Any], bytes]] = asyncio.get_running_loop().create_future()
         self.pending[trial_id] = future
+        self.trial_names[trial_id] = spec.trial_name
         if on_event is not None:
             self.on_event[trial_id] = on_event
-        self.in_flight += 1
         try:
             header = {"op": "run", "id": trial_id, "events": on_event is not None}
             self._send(header, spec.model_dump_json().encode())
@@ -183,8 +189,8 @@ class WorkerProcess:
                 raise CancelledNotRecorded from None
             return reply["op"], body if reply["op"] == "done" else reply.get("message", "")
         finally:
-            self.in_flight -= 1
             self.pending.pop(trial_id, None)
+            self.trial_names.pop(trial_id, None)
             self.on_event.pop(trial_id, None)
 
     async def _cancel(self, trial_id: int, future: asyncio.Future[Any], grace: float) -> bool:
@@ -280,14 +286,17 @@ class ProcessExecutor(Executor):
         async def attempt(current: TrialSpec) -> TrialResult:
             try:
                 worker = await self._pick(current.sandbox)
+            except WorkerGone as exc:
+                return await record_failure(store, current, FailureCause.WORKER_LOST, str(exc))
+            try:
                 outcome, payload = await worker.run(current, on_event, self.options.cancel_grace_sec)
             except CancelledNotRecorded:
                 await asyncio.shield(
                     record_failure(store, current, FailureCause.CANCELLED, CANCELLED_MESSAGE)
                 )
                 raise asyncio.CancelledError from None
-            except WorkerGone as exc:
-                return await record_failure(store, current, FailureCause.WORKER_LOST, str(exc))
+            finally:
+                worker.in_flight -= 1
             if outcome == "done":
                 return TrialResult.model_validate_json(payload)
             message = f"the worker process could not run this trial: {payload}"
@@ -307,13 +316,19 @@ class ProcessExecutor(Executor):
         self.worker_losses += 1
 
     async def _pick(self, backend: str) -> WorkerProcess:
-        """The live worker with the fewest trials in flight (lost ones replaced first), once it is ready."""
+        """The live worker with the fewest trials placed on it (lost ones replaced first), once it is ready;
+        the trial is counted on it at once, so trials placed meanwhile spread over the others."""
         await asyncio.shield(self._starting)
         for index, worker in enumerate(self.workers):
             if worker.lost is not None:
                 await self._replace(index, worker, backend)
         worker = min(self.workers, key=lambda w: w.in_flight)
-        await worker.ready
+        worker.in_flight += 1
+        try:
+            await worker.ready
+        except BaseException:
+            worker.in_flight -= 1
+            raise
         return worker
 
     async def _replace(self, index: int, lost: WorkerProcess, backend: str) -> None:
