@@ -20,7 +20,8 @@ Also: local sandbox starts per second (START_N started at once, the sandbox API 
 idle sandbox (their memory cgroups' usage, and the unique memory of their processes), beside the issue's
 figures measured quietly (~224 starts/s, 0.4-1.2 MB each).
 
-EVSYS_BENCH_CONCURRENCY="64 256" picks the levels; EVSYS_BENCH_EXECUTORS="local" the executors;
+EVSYS_BENCH_CONCURRENCY="64 256" picks the levels; EVSYS_BENCH_EXECUTORS="local processes:1" the executors
+(`processes:K`: K worker processes);
 EVSYS_BENCH_SRC=/other/tree/src runs another tree's evsys (a before/after comparison in the same minutes).
 Usage: `python bench/bench_concurrency.py` or `python bench/run_all.py concurrency`.
 """
@@ -184,9 +185,9 @@ def evsys_run(
         str(jobs),
         "--job-name",
         name,
-        "--executor",
-        executor,
     ]
+    name_part, _, workers = executor.partition(":")  # `processes:1`: one worker process
+    argv += ["--executor", name_part, *(["--workers", workers] if workers else [])]
     load = os.getloadavg()[0]
     figures = run_command(argv, jobs / f"{name}.log")
     result = json.loads((jobs / name / "result.json").read_text())
@@ -304,7 +305,9 @@ async def main() -> dict:
         one_set = write_dataset(root / "d1", 1)
         ones = {}
         for executor in EXECUTORS:
-            one = await asyncio.to_thread(evsys_run, one_set, jobs, f"one-{executor}", base_url, 1, executor)
+            one = await asyncio.to_thread(
+                evsys_run, one_set, jobs, f"one-{executor.replace(':', '-')}", base_url, 1, executor
+            )
             print(
                 f"{executor:>9}: one trial at -n 1 (startup included): {one['wall']:.2f} s wall, "
                 f"{one['own_cpu'] * 1000:.0f} ms orchestrator CPU",
@@ -319,7 +322,7 @@ async def main() -> dict:
             dataset = write_dataset(root / f"d{c}", c)
             for executor in EXECUTORS:
                 run = await asyncio.to_thread(
-                    evsys_run, dataset, jobs, f"c{c}-{executor}", base_url, c, executor
+                    evsys_run, dataset, jobs, f"c{c}-{executor.replace(':', '-')}", base_url, c, executor
                 )
                 results["runs"].setdefault(executor, {})[str(c)] = _report(c, executor, run, ones[executor])
         if START_N <= 0:  # EVSYS_BENCH_START_N=0: the command runs only

@@ -1,6 +1,7 @@
-"""`evsys run --executor` and the executor settings flags (`--ray-address`, `--ray-mode`) as the job's
-`ExecutorSpec`, validated once. A resume keeps the executor its config.json records; naming the same one again
-keeps the recorded options and changes only the flags given; naming another one starts from its defaults."""
+"""`evsys run --executor` and the executor settings flags (`--ray-address`, `--ray-mode`, `--workers`) as the
+job's `ExecutorSpec`, validated once. A resume keeps the executor its config.json records; naming the same one
+again keeps the recorded options and changes only the flags given; naming another one starts from its
+defaults."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from evsys.cli.checks import fail
 if TYPE_CHECKING:
     from evsys.engine.config import ExecutorSpec
 
-OPTION_FLAGS = {"address": "--ray-address", "mode": "--ray-mode"}
+OPTION_FLAGS = {"address": "--ray-address", "mode": "--ray-mode", "workers": "--workers"}
 """Executor option field -> the `evsys run` flag that sets it."""
+FLAG_EXECUTOR = {"address": "ray", "mode": "ray", "workers": "processes"}
+"""Executor option field -> the executor whose flag it is."""
 
 
 @dataclass
@@ -44,7 +47,8 @@ def executor_spec(
     refused = sorted(options.keys() - cls.options_model.model_fields.keys())
     if refused:
         field = refused[0]
-        raise fail(f"{OPTION_FLAGS[field]} needs --executor ray (executor {name!r} takes no {field})")
+        needs = f"{OPTION_FLAGS[field]} needs --executor {FLAG_EXECUTOR[field]}"
+        raise fail(f"{needs} (executor {name!r} takes no {field})")
     same = recorded is not None and recorded.name == name
     base = recorded.options.model_dump(exclude_unset=True) if recorded is not None and same else {}
     try:

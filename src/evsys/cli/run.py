@@ -318,6 +318,14 @@ def run(
         RayMode,
         typer.Option("--ray-mode", help="With --executor ray: one Ray task per trial, or an actor per node."),
     ] = RayMode.TASKS,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            "--workers",
+            min=1,
+            help="With --executor processes: how many worker processes (default: the usable cores).",
+        ),
+    ] = None,
     model_probe: Annotated[
         bool,
         typer.Option(
@@ -364,8 +372,12 @@ def run(
         name=executor if "executor" in given else None,
         options={
             field: value
-            for field, value in (("address", ray_address), ("mode", ray_mode.value))
-            if f"ray_{field}" in given
+            for field, param, value in (
+                ("address", "ray_address", ray_address),
+                ("mode", "ray_mode", ray_mode.value),
+                ("workers", "workers", workers),
+            )
+            if param in given
         },
     )
     env = read_agent_env(agent_env or [], env_file or [])
