@@ -24,8 +24,6 @@ from evsys.engine import AgentSpec, Job, JobConfig
 AGENT = "process_executor_agents:PidAgent"
 SAFETY_TIMEOUT = 120  # seconds; only guards against a hung test, never asserts speed
 
-pytestmark = pytest.mark.slow
-
 
 def _dataset(root: Path, n: int) -> Path:
     dataset = root / "tasks"
@@ -62,6 +60,10 @@ def _alive(pid: int) -> bool:
     return Path(f"/proc/{pid}/status").read_text().find("State:\tZ") < 0
 
 
+def _session_processes(session: int) -> str:
+    return subprocess.run(["pgrep", "-a", "-s", str(session)], capture_output=True, text=True).stdout.strip()
+
+
 async def _wait_for(predicate, what: str) -> None:
     deadline = time.monotonic() + SAFETY_TIMEOUT
     while not predicate():
@@ -86,6 +88,7 @@ async def _running_in_both_workers(job: Job, task: asyncio.Task, per_worker: int
     return list(job.executor.workers)
 
 
+@pytest.mark.slow
 async def test_a_job_on_worker_processes_matches_the_local_executor(tmp_path: Path):
     dataset = _dataset(tmp_path, 5)
     make_task(dataset, "zero", test="#!/bin/bash\necho 0 > /logs/verifier/reward.txt\n")
@@ -108,6 +111,7 @@ async def test_a_job_on_worker_processes_matches_the_local_executor(tmp_path: Pa
 
 
 @pytest.mark.parametrize("losses", [0, 3], ids=["fails-its-trials", "reschedules-its-trials"])
+@pytest.mark.slow
 async def test_a_killed_worker_affects_only_its_own_trials_and_the_job_resumes(tmp_path: Path, losses: int):
     dataset = _dataset(tmp_path, 6)
     gate = tmp_path / "go"
@@ -151,6 +155,7 @@ async def test_a_killed_worker_affects_only_its_own_trials_and_the_job_resumes(t
     assert not _alive(victim.pid) and not _alive(survivor.pid)  # the job closed its workers
 
 
+@pytest.mark.slow
 async def test_cancelling_the_job_records_its_running_trials_cancelled_and_stops_the_workers(tmp_path: Path):
     dataset = _dataset(tmp_path, 6)
     agent = AgentSpec(name=AGENT, kwargs={"seconds": 600})
@@ -170,6 +175,7 @@ async def test_cancelling_the_job_records_its_running_trials_cancelled_and_stops
     assert not any(_alive(w.pid) for w in workers)
 
 
+@pytest.mark.slow
 def test_ctrl_c_on_evsys_run_cancels_the_workers_trials_and_names_the_executor_to_resume(tmp_path: Path):
     dataset = _dataset(tmp_path, 4)
     jobs = tmp_path / "jobs"
@@ -209,8 +215,10 @@ def test_ctrl_c_on_evsys_run_cancels_the_workers_trials_and_names_the_executor_t
     assert f"evsys run --resume {job_dir} --executor processes" in stderr
     results = [json.loads(p.read_text()) for p in job_dir.glob("*/result.json")]
     assert len(results) == 4 and all(r["failure"]["cause"] == "cancelled" for r in results)
-    leftover = subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True, text=True)
-    assert leftover.stdout.strip() == "", f"processes of the job's session survived: {leftover.stdout}"
+    deadline = time.monotonic() + SAFETY_TIMEOUT  # helpers that exit once their parent is gone may lag
+    while (leftover := _session_processes(proc.pid)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not leftover, f"processes of the job's session survived: {leftover}"
 
 
 async def test_a_model_that_runs_in_the_process_is_refused_before_anything_starts(tmp_path: Path):
@@ -242,3 +250,28 @@ def test_evsys_run_refuses_a_local_model_on_worker_processes_with_a_usage_error(
     cli = subprocess.run(args, capture_output=True, text=True, timeout=SAFETY_TIMEOUT, env=env)
     assert cli.returncode == 2 and "cannot run in-process models (local:/models/tiny)" in cli.stderr
     assert not (tmp_path / "jobs").exists()
+
+
+def test_evsys_run_picks_worker_processes_only_for_wide_model_driven_jobs_on_enough_cores(
+    tmp_path: Path, monkeypatch
+):
+    from evsys.cli.executor_flags import ExecutorFlags, automatic_executor
+    from evsys.engine.executors import processes
+
+    def job(*agents: AgentSpec, n: int = 256) -> JobConfig:
+        return JobConfig(datasets=[tmp_path], agents=list(agents), jobs_dir=tmp_path, n_concurrent=n)
+
+    http = AgentSpec(name="loop", model="vllm:m", base_url="http://127.0.0.1:9/v1")
+    wide = job(http)
+    monkeypatch.setattr(processes, "usable_cores", lambda: 8)
+    assert automatic_executor(wide, ExecutorFlags()).executor.name == "processes"
+    assert automatic_executor(wide, ExecutorFlags(name="local")).executor.name == "local"  # named: kept
+    for narrow_or_not_http in (
+        job(http, n=64),
+        job(AgentSpec(name="loop", model="local:/models/tiny")),  # in-process: stays in this process
+        job(http, AgentSpec(name="oracle")),  # not every trial waits on a model
+        job(AgentSpec(name="loop", model="vllm:m", env={"TOKEN": "secret"})),  # values stay in this process
+    ):
+        assert automatic_executor(narrow_or_not_http, ExecutorFlags()).executor.name == "local"
+    monkeypatch.setattr(processes, "usable_cores", lambda: 2)  # measured: no gain on 2 cores
+    assert automatic_executor(wide, ExecutorFlags()).executor.name == "local"

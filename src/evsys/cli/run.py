@@ -35,7 +35,7 @@ from evsys.cli.complete import (
     complete_sandbox,
 )
 from evsys.cli.datasets import RegistryPath, RegistryUrl, dataset_paths
-from evsys.cli.executor_flags import ExecutorFlags, executor_spec, resume_hint
+from evsys.cli.executor_flags import ExecutorFlags, automatic_executor, executor_spec, resume_hint
 from evsys.cli.job_file import CONFIG_FLAGS, AgentFlags, config_from_file, validation_message
 from evsys.cli.markup import shown
 from evsys.cli.progress import DEFAULT_INTERVAL, live_progress
@@ -396,6 +396,7 @@ def run(
             config = config_from_file(config_file, given, settings, paths, agents, flags)
         else:
             config = _build_job(paths, agent or [], model, base_url, kwargs, settings, flags, env)
+            config = automatic_executor(config, where)  # a job file's or flag's choice is kept
         _check_env_executor(config)
         report = run_preflight(config, probe=model_probe, strict=strict)
         job = Job(config, retry_errors=retry_errors, tasksets=report.tasksets)

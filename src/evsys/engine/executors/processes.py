@@ -49,6 +49,12 @@ BOOT = (
     "import json, sys; sys.path[:] = json.loads(sys.argv[1]); "
     "from evsys.engine.executors.process_worker import main; main(sys.argv[1:])"
 )
+# `evsys run` picks this executor by itself (docs/scale.md, "Trials over worker processes") for a job of
+# model-driven agents over HTTP at -n >= AUTO_MIN_CONCURRENCY on a machine with >= AUTO_MIN_CORES usable
+# cores: measured, a trial's orchestration costs ~5-10 ms more CPU spread over workers than in one process,
+# and each worker ~0.9 s to start; on 2 cores that never paid off
+AUTO_MIN_CONCURRENCY = 256
+AUTO_MIN_CORES = 4
 MAX_START_FAILURES = 3  # workers that die before their first trial: then the machine cannot run them at all
 CLOSE_WAIT_SEC = 30.0
 
@@ -86,6 +92,19 @@ def in_process_models(config: JobConfig) -> list[str]:
             if model_provider(provider).defaults.in_process:
                 found.append(agent.model)
     return found
+
+
+def prefers_processes(config: JobConfig, cores: int | None = None) -> bool:
+    """Whether a job that names no executor should run on this one: every agent is model-driven with a model
+    served over HTTP (none in-process, no `--agent-env` values), at -n >= AUTO_MIN_CONCURRENCY, with at least
+    AUTO_MIN_CORES usable cores (`cores`, default this process's)."""
+    from evsys.agent.registry import talks_to_model
+
+    if config.n_concurrent < AUTO_MIN_CONCURRENCY or (cores or usable_cores()) < AUTO_MIN_CORES:
+        return False
+    if any(not talks_to_model(agent.name, agent.model) or agent.env for agent in config.agents):
+        return False
+    return not in_process_models(config)
 
 
 class WorkerGone(Exception):
