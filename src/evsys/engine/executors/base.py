@@ -9,7 +9,9 @@ through the store by the time it returns. The base class supplies the rest: `sub
 
 A remote executor ships `planned.spec` (a `TrialSpec`: JSON/pickle-safe) to a worker that calls
 `evsys.engine.run.run_trial_sync`, and commits the returned `PackedTrial` with `store.import_trial`, so only
-the driver writes the job directory. Executors register by name with `register_executor`, or from other
+the driver writes the job directory (the processes executor's workers, on the same machine, write their own
+trials' directories instead). `check_job` refuses what an executor cannot run (a model living in the
+driver's process) before the job starts. Executors register by name with `register_executor`, or from other
 packages in the `evsys.executors` entry-point group.
 """
 

@@ -16,7 +16,8 @@ big-endian lengths), a small JSON header, then a body of bytes:
 
 Each trial writes its own directory of the job straight through a `JobStore` of the job directory, exactly as
 an in-process trial would (every file atomic, result.json last and fsynced); the driver reads only the
-result in the `done` frame. The worker ignores SIGINT (the driver decides what a Ctrl-C cancels) and, when
+result in the `done` frame. The worker ignores SIGINT and SIGTERM (a terminal or a service manager sends them
+to the whole process group; the driver decides what they cancel) and, when
 the driver goes away (EOF on the socket), cancels its trials — each records `cancelled` — and exits.
 """
 
@@ -148,6 +149,7 @@ async def serve(sock: socket.socket) -> None:
 
 def main(argv: list[str]) -> None:
     """Entry point: `main([<anything>, FD])` (the driver's boot line sets `sys.path` first)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for signum in (signal.SIGINT, signal.SIGTERM):  # sent to the whole process group: the driver cancels
+        signal.signal(signum, signal.SIG_IGN)
     sock = socket.socket(fileno=int(argv[1]))
     asyncio.run(serve(sock))
