@@ -159,19 +159,25 @@ class WorkerProcess:
         self._reader_task = asyncio.create_task(self._read(reader))
 
     async def _read(self, reader: asyncio.StreamReader) -> None:
+        handlers = {"ready": self._on_ready, "event": self._on_event}
         while (frame := await read_frame(reader)) is not None:
             header, body = frame
-            if header["op"] == "ready":
-                self.ready.set_result(header["pid"])
-            elif header["op"] == "event":
-                callback = self.on_event.get(header["id"])
-                if callback is not None:
-                    callback(json.loads(body))
-            else:
-                future = self.pending.get(header["id"])
-                if future is not None and not future.done():
-                    future.set_result((header, body))
+            handlers.get(header["op"], self._on_reply)(header, body)
         await self._gone()
+
+    def _on_ready(self, header: dict[str, Any], _body: bytes) -> None:
+        self.ready.set_result(header["pid"])
+
+    def _on_event(self, header: dict[str, Any], body: bytes) -> None:
+        callback = self.on_event.get(header["id"])
+        if callback is not None:
+            callback(json.loads(body))
+
+    def _on_reply(self, header: dict[str, Any], body: bytes) -> None:
+        """A trial's answer (`done`, `cancelled`, `error`) to the trial waiting for it."""
+        future = self.pending.get(header["id"])
+        if future is not None and not future.done():
+            future.set_result((header, body))
 
     async def _gone(self) -> None:
         """EOF from the worker: wait for its exit, then fail its trials saying how it ended."""
