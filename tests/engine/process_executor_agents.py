@@ -13,7 +13,7 @@ GATE_ENV = "EVSYS_TEST_PROCESS_GATE"
 
 class PidAgent(Agent):
     """Solves the task after `seconds` (and, when $EVSYS_TEST_PROCESS_GATE names a file, once that file
-    exists) and reports the id of the process it ran in."""
+    exists) and reports the id of the process it ran in, in its metadata and as a live event."""
 
     name = "pid"
 
@@ -24,6 +24,7 @@ class PidAgent(Agent):
         return None
 
     async def run(self, instruction, sandbox, ctx) -> AgentResult:
+        ctx.emit({"type": "pid", "pid": os.getpid()})
         await asyncio.sleep(self.seconds)
         gate = os.environ.get(GATE_ENV)
         while gate and not await asyncio.to_thread(os.path.exists, gate):  # noqa: ASYNC110 (a file: no event)

@@ -92,10 +92,10 @@ async def _running_in_both_workers(job: Job, task: asyncio.Task, per_worker: int
 async def test_a_job_on_worker_processes_matches_the_local_executor(tmp_path: Path):
     dataset = _dataset(tmp_path, 5)
     make_task(dataset, "zero", test="#!/bin/bash\necho 0 > /logs/verifier/reward.txt\n")
-    results = {}
+    results, events = {}, {"local": [], "processes": []}
     for executor in ("local", "processes"):
-        result = await Job(_config(tmp_path, dataset, executor)).run()
-        results[executor] = result
+        job = Job(_config(tmp_path, dataset, executor), on_agent_event=events[executor].append)
+        results[executor] = await job.run()
     local, spread = results["local"], results["processes"]
     outcome = {e: {t.trial_name: (t.reward, t.failure) for t in r.trials} for e, r in results.items()}
     assert outcome["local"] == outcome["processes"]
@@ -106,6 +106,12 @@ async def test_a_job_on_worker_processes_matches_the_local_executor(tmp_path: Pa
     assert {t.agent_metadata["pid"] for t in local.trials} == {os.getpid()}
     pids = {t.agent_metadata["pid"] for t in spread.trials}
     assert os.getpid() not in pids and len(pids) == 2
+    # live agent events reach the driver from the workers as they do from in-process trials
+    assert sorted(e["trial"] for e in events["processes"]) == sorted(t.trial_name for t in spread.trials)
+    assert {e["pid"] for e in events["processes"]} == pids
+    # live agent events reach the driver from the workers as they do from in-process trials
+    assert sorted(e["trial"] for e in events["processes"]) == sorted(t.trial_name for t in spread.trials)
+    assert {e["pid"] for e in events["processes"]} == pids
     on_disk = json.loads((tmp_path / "processes" / "j" / "t0__PidAgent__1" / "result.json").read_text())
     assert on_disk["reward"] == 1.0 and on_disk["agent_metadata"]["pid"] in pids
 
