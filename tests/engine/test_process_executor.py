@@ -281,3 +281,14 @@ def test_evsys_run_picks_worker_processes_only_for_wide_model_driven_jobs_on_eno
         assert automatic_executor(narrow_or_not_http, ExecutorFlags()).executor.name == "local"
     monkeypatch.setattr(processes, "usable_cores", lambda: 2)  # measured: no gain on 2 cores
     assert automatic_executor(wide, ExecutorFlags()).executor.name == "local"
+
+
+def test_workers_flag_needs_the_processes_executor(tmp_path: Path):
+    dataset = _dataset(tmp_path, 1)
+    args = [sys.executable, "-m", "evsys.cli.main", "run", str(dataset), "--workers", "2"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    cli = subprocess.run(
+        [*args, "--jobs-dir", str(tmp_path / "jobs")], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert cli.returncode == 2 and "--workers needs --executor processes" in cli.stderr
+    assert not (tmp_path / "jobs").exists()
