@@ -76,7 +76,7 @@ def resume_hint(job_dir: Any, executor: ExecutorSpec) -> str:
 
 def automatic_executor(config: JobConfig, flags: ExecutorFlags) -> JobConfig:
     """`config` on the processes executor when the command line chose no executor and the job is one it
-    runs better (`prefers_processes`: model-driven trials over HTTP at -n >= 256 on >= 4 usable cores), saying
+    runs better (`prefers_processes`: model-driven trials over HTTP at -n >= 256 on >= 8 usable cores), saying
     so; else `config` unchanged."""
     from evsys.engine.config import ExecutorSpec
     from evsys.engine.executors.processes import ProcessExecutor, prefers_processes, usable_cores

@@ -51,10 +51,11 @@ BOOT = (
 )
 # `evsys run` picks this executor by itself (docs/scale.md, "Trials over worker processes") for a job of
 # model-driven agents over HTTP at -n >= AUTO_MIN_CONCURRENCY on a machine with >= AUTO_MIN_CORES usable
-# cores: measured, a trial's orchestration costs ~5-10 ms more CPU spread over workers than in one process,
-# and each worker ~0.9 s to start; on 2 cores that never paid off
+# cores: measured, a trial's orchestration costs 2-4x the CPU spread over workers that it costs in one
+# process (each worker ~0.9 s to start), so it pays off only with many cores to spread it over; on 2 cores
+# it never did (bench/RESULTS.md, "Session 10")
 AUTO_MIN_CONCURRENCY = 256
-AUTO_MIN_CORES = 4
+AUTO_MIN_CORES = 8
 MAX_START_FAILURES = 3  # workers that die before their first trial: then the machine cannot run them at all
 CLOSE_WAIT_SEC = 30.0
 
