@@ -154,6 +154,9 @@ class WorkerProcess:
             self.ready.set_exception(WorkerLost(self.lost))
             self.ready.exception()  # retrieved: the trials waiting on it get it through `_pick`
             return
+        except BaseException:  # cancelled while starting: the worker sees EOF and exits
+            ours.close()
+            raise
         finally:
             theirs.close()
         self.writer.write(encode({"op": "hello", **self.hello}))
