@@ -303,7 +303,10 @@ def run(
             "--executor",
             autocompletion=complete_executor,
             help="Where trials run: local (this process), processes (worker processes on this machine) or "
-            "ray (a Ray cluster); a resume keeps the job's recorded executor unless this names one.",
+            "ray (a Ray cluster). Not given: processes for model-driven trials over HTTP at -n >= 256 on "
+            ">= 8 usable cores, else local; a resume keeps the job's recorded executor unless this names "
+            "one.",
+            show_default=False,
         ),
     ] = "local",
     ray_address: Annotated[
