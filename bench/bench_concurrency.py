@@ -6,16 +6,22 @@ N = C trivial tasks (each its own task directory; the command writes a file, tes
 the whole command as a user runs it (`evsys run`, output to a file), for C in CONCURRENCY. Each run is
 printed beside its ideal: waves x calls x latency (ceil(N / C) x 2 x LATENCY_S).
 
-Orchestrator CPU is the `evsys run` process's own user+sys CPU (psutil, sampled until it exits; the model
-server's and the sandboxes' processes are not in it; its user part printed beside), per trial: in total
-(startup included) and marginal ((CPU at N - CPU of one trial) / (N - 1), the startup and imports taken out).
-Beside them, the CPU of the process and its reaped children (sandbox launchers) from wait4.
+Orchestrator CPU is the user+sys CPU of the `evsys run` process and of its trial worker processes (the
+`processes` executor's; psutil, sampled until each exits; the model server's, the sandbox spawner's and the
+sandboxes' processes are not in it; its user part printed beside), per trial: in total (startup included) and
+marginal ((CPU at N - CPU of one trial) / (N - 1), the startup and imports taken out). Beside them, the CPU of
+the process and its reaped children (workers, sandbox launchers) from wait4.
+
+Each level runs once per executor in EXECUTORS (default `local processes`: the in-process executor, then the
+trials spread over worker processes, `--executor processes`, one after the other at each level so both see
+the same machine), with the load average at the start of each run.
 
 Also: local sandbox starts per second (START_N started at once, the sandbox API directly) and memory per
 idle sandbox (their memory cgroups' usage, and the unique memory of their processes), beside the issue's
 figures measured quietly (~224 starts/s, 0.4-1.2 MB each).
 
-EVSYS_BENCH_CONCURRENCY="64 256" picks the levels; EVSYS_BENCH_EXECUTOR=NAME passes --executor;
+EVSYS_BENCH_CONCURRENCY="64 256" picks the levels; EVSYS_BENCH_EXECUTORS="local processes:1" the executors
+(`processes:K`: K worker processes);
 EVSYS_BENCH_SRC=/other/tree/src runs another tree's evsys (a before/after comparison in the same minutes).
 Usage: `python bench/bench_concurrency.py` or `python bench/run_all.py concurrency`.
 """
@@ -44,6 +50,8 @@ START_N = int(os.environ.get("EVSYS_BENCH_START_N", "256"))
 # acceptance on a quiet machine (wall / ideal at C, CPU ms per trial)
 TARGET_RATIO = {256: 1.5, 1024: 3.0}
 TARGET_CPU_MS = 8.0
+EXECUTORS = os.environ.get("EVSYS_BENCH_EXECUTORS", "local processes").split()
+WORKER_MARK = "evsys.engine.executors.process_worker"  # in a trial worker process's command line
 ISSUE_START_PER_S = 224.0
 
 TEST = (
@@ -97,15 +105,34 @@ class ModelServer:
 
 
 def _cpu_sampler(pid: int, last: dict[str, float], done: threading.Event) -> None:
-    """Keep `last["cpu"]`: the process's own user+sys seconds, until it exits."""
+    """Keep `last["cpu"]`/`last["user"]`: user+sys (and user) seconds of the process and of its trial worker
+    processes (each as last seen), until it exits."""
     try:
         proc = psutil.Process(pid)
-        while not done.is_set():
-            times = proc.cpu_times()
-            last["cpu"], last["user"] = times.user + times.system, times.user
-            time.sleep(0.02)
     except psutil.Error:
         return
+    seen: dict[int, tuple[float, float]] = {}
+    workers: dict[int, psutil.Process] = {}
+    while not done.is_set():
+        try:
+            times = proc.cpu_times()
+            seen[pid] = (times.user + times.system, times.user)
+            for child in proc.children():
+                if child.pid not in workers and WORKER_MARK in " ".join(child.cmdline()):
+                    workers[child.pid] = child
+        except psutil.Error:
+            break
+        for worker in list(workers.values()):
+            try:
+                times = worker.cpu_times()
+            except psutil.Error:
+                del workers[worker.pid]
+                continue
+            seen[worker.pid] = (times.user + times.system, times.user)
+        last["cpu"] = sum(cpu for cpu, _ in seen.values())
+        last["user"] = sum(user for _, user in seen.values())
+        last["workers"] = len(seen) - 1
+        time.sleep(0.02)
 
 
 def run_command(argv: list[str], log: Path) -> dict[str, float]:
@@ -114,7 +141,7 @@ def run_command(argv: list[str], log: Path) -> dict[str, float]:
     started = time.perf_counter()
     with log.open("w") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
-    last: dict[str, float] = {"cpu": 0.0, "user": 0.0}
+    last: dict[str, float] = {"cpu": 0.0, "user": 0.0, "workers": 0}
     done = threading.Event()
     sampler = threading.Thread(target=_cpu_sampler, args=(proc.pid, last, done), daemon=True)
     sampler.start()
@@ -126,11 +153,20 @@ def run_command(argv: list[str], log: Path) -> dict[str, float]:
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(argv[:4])} ... exited {proc.returncode}; see {log}")
     tree = usage.ru_utime + usage.ru_stime
-    return {"wall": wall, "own_cpu": last["cpu"], "own_user": last["user"], "tree_cpu": tree}
+    return {
+        "wall": wall,
+        "own_cpu": last["cpu"],
+        "own_user": last["user"],
+        "workers": last["workers"],
+        "tree_cpu": tree,
+    }
 
 
-def evsys_run(dataset: Path, jobs: Path, name: str, base_url: str, concurrency: int) -> dict:
-    """One `evsys run` of the loop agent over `dataset` against the scripted model; figures and job result."""
+def evsys_run(
+    dataset: Path, jobs: Path, name: str, base_url: str, concurrency: int, executor: str = "local"
+) -> dict:
+    """One `evsys run` of the loop agent over `dataset` against the scripted model on `executor`; figures and
+    job result."""
     import json
 
     argv = [
@@ -150,12 +186,14 @@ def evsys_run(dataset: Path, jobs: Path, name: str, base_url: str, concurrency: 
         "--job-name",
         name,
     ]
-    if executor := os.environ.get("EVSYS_BENCH_EXECUTOR"):
-        argv += ["--executor", executor]
+    name_part, _, workers = executor.partition(":")  # `processes:1`: one worker process
+    argv += ["--executor", name_part, *(["--workers", workers] if workers else [])]
+    load = os.getloadavg()[0]
     figures = run_command(argv, jobs / f"{name}.log")
     result = json.loads((jobs / name / "result.json").read_text())
     figures["mean_reward"] = result.get("mean_reward")
     figures["n_errors"] = result.get("n_errors")
+    figures["load"] = load
     return figures
 
 
@@ -215,7 +253,7 @@ def _sandbox_memory() -> tuple[int, int]:
     return total, unique
 
 
-def _report(c: int, run: dict, one: dict) -> dict:
+def _report(c: int, executor: str, run: dict, one: dict) -> dict:
     ideal = math.ceil(c / c) * CALLS_PER_TRIAL * LATENCY_S
     marginal = (run["own_cpu"] - one["own_cpu"]) / max(c - 1, 1) * 1000
     figures = {
@@ -232,14 +270,17 @@ def _report(c: int, run: dict, one: dict) -> dict:
         "target_cpu_ms": TARGET_CPU_MS,
         "mean_reward": run["mean_reward"],
         "errors": run["n_errors"],
+        "worker_processes": run["workers"],
+        "load_avg_1m": round(run["load"], 2),
     }
     target = f" (target <= {TARGET_RATIO[c]}x)" if c in TARGET_RATIO else ""
     print(
-        f"-n {c:>4}, {c:>4} trials: {run['wall']:6.2f} s wall, ideal {ideal:.1f} s: "
+        f"{executor:>9} -n {c:>4}, {c:>4} trials (load {run['load']:.1f}): {run['wall']:6.2f} s wall, "
+        f"ideal {ideal:.1f} s: "
         f"{figures['ratio']}x{target}; orchestrator CPU {figures['cpu_ms_per_trial']} ms/trial in total "
         f"({figures['user_cpu_ms_per_trial']} ms user), "
         f"{figures['marginal_cpu_ms_per_trial']} ms marginal (target <= {TARGET_CPU_MS}), "
-        f"{figures['tree_cpu_ms_per_trial']} ms with reaped children; "
+        f"{figures['tree_cpu_ms_per_trial']} ms with reaped children; {run['workers']} worker processes; "
         f"reward {run['mean_reward']}, {run['n_errors']} errors",
         flush=True,
     )
@@ -261,17 +302,29 @@ async def main() -> dict:
         base_url = server.start()
         jobs = root / "jobs"
         jobs.mkdir()
-        one = await asyncio.to_thread(evsys_run, write_dataset(root / "d1", 1), jobs, "one", base_url, 1)
-        print(
-            f"one trial at -n 1 (startup included): {one['wall']:.2f} s wall, "
-            f"{one['own_cpu'] * 1000:.0f} ms orchestrator CPU",
-            flush=True,
-        )
-        results["one_trial"] = {"wall_sec": round(one["wall"], 2), "cpu_ms": round(one["own_cpu"] * 1000)}
+        one_set = write_dataset(root / "d1", 1)
+        ones = {}
+        for executor in EXECUTORS:
+            one = await asyncio.to_thread(
+                evsys_run, one_set, jobs, f"one-{executor.replace(':', '-')}", base_url, 1, executor
+            )
+            print(
+                f"{executor:>9}: one trial at -n 1 (startup included): {one['wall']:.2f} s wall, "
+                f"{one['own_cpu'] * 1000:.0f} ms orchestrator CPU",
+                flush=True,
+            )
+            ones[executor] = one
+        results["one_trial"] = {
+            e: {"wall_sec": round(one["wall"], 2), "cpu_ms": round(one["own_cpu"] * 1000)}
+            for e, one in ones.items()
+        }
         for c in CONCURRENCY:
             dataset = write_dataset(root / f"d{c}", c)
-            run = await asyncio.to_thread(evsys_run, dataset, jobs, f"c{c}", base_url, c)
-            results["runs"][str(c)] = _report(c, run, one)
+            for executor in EXECUTORS:
+                run = await asyncio.to_thread(
+                    evsys_run, dataset, jobs, f"c{c}-{executor.replace(':', '-')}", base_url, c, executor
+                )
+                results["runs"].setdefault(executor, {})[str(c)] = _report(c, executor, run, ones[executor])
         if START_N <= 0:  # EVSYS_BENCH_START_N=0: the command runs only
             return results
         starts = await sandbox_starts(START_N)

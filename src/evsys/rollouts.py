@@ -168,8 +168,9 @@ async def run_rollouts(
     verifier call). `sandbox` overrides the tasks' own choice (True = agentic, in a local sandbox).
     Retryable failures (model/sandbox/agent errors) are retried `max_retries` times; a trial that still
     fails stays in its group with its error. The job directory is `<jobs_dir>/<job_name>` (default `jobs/`).
-    `executor` names where the trials run (evsys.engine.executors: `local`, `ray`), `executor_options` its
-    settings (for `ray`: `{"address": "auto"}`, see RayOptions); a lent client works in-process only, so
+    `executor` names where the trials run (evsys.engine.executors: `local`, `processes`, `ray`),
+    `executor_options` its settings (for `ray`: `{"address": "auto"}`, see RayOptions; for `processes`:
+    `{"workers": 8}`, see ProcessOptions); a lent client works in-process only, so
     another executor needs a model string (each worker builds its own client from it). `warm_sandboxes=N`
     keeps N started sandboxes per environment ready while the job runs (evsys.sandbox.warm).
     """

@@ -180,7 +180,10 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 def test_the_cli_refuses_bad_executor_flags_with_a_usage_error(tmp_path: Path):
     dataset = str(_dataset(tmp_path, 1))
     unknown = _cli(dataset, "--executor", "nope", "--jobs-dir", str(tmp_path / "jobs"))
-    assert unknown.returncode == 2 and "unknown executor 'nope'; available: local, ray" in unknown.stderr
+    assert (
+        unknown.returncode == 2
+        and "unknown executor 'nope'; available: local, processes, ray" in unknown.stderr
+    )
     stray = _cli(dataset, "--ray-address", "auto", "--jobs-dir", str(tmp_path / "jobs"))
     assert stray.returncode == 2 and "--ray-address needs --executor ray" in stray.stderr
     mode = _cli(dataset, "--executor", "ray", "--ray-mode", "threads", "--jobs-dir", str(tmp_path / "jobs"))

@@ -83,6 +83,7 @@ RESUME_FLAGS = (
     "executor",
     "ray_address",
     "ray_mode",
+    "workers",
     "progress_interval",
     "agent_env",
     "env_file",

@@ -44,7 +44,7 @@ def complete_sandbox(incomplete: str) -> list[str]:
 
 
 def complete_executor(incomplete: str) -> list[str]:
-    """`--executor`: the installed executors (local, ray, plug-ins)."""
+    """`--executor`: the installed executors (local, processes, ray, plug-ins)."""
     return _starting(_entry_point_names("evsys.executors"), incomplete)
 
 

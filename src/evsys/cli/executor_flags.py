@@ -1,19 +1,22 @@
-"""`evsys run --executor` and the executor settings flags (`--ray-address`, `--ray-mode`) as the job's
-`ExecutorSpec`, validated once. A resume keeps the executor its config.json records; naming the same one again
-keeps the recorded options and changes only the flags given; naming another one starts from its defaults."""
+"""`evsys run --executor` and the executor settings flags (`--ray-address`, `--ray-mode`, `--workers`) as the
+job's `ExecutorSpec`, validated once. A resume keeps the executor its config.json records; naming the same one
+again keeps the recorded options and changes only the flags given; naming another one starts from its
+defaults."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from evsys.cli.checks import fail
+from evsys.cli.checks import console, fail
 
 if TYPE_CHECKING:
-    from evsys.engine.config import ExecutorSpec
+    from evsys.engine.config import ExecutorSpec, JobConfig
 
-OPTION_FLAGS = {"address": "--ray-address", "mode": "--ray-mode"}
+OPTION_FLAGS = {"address": "--ray-address", "mode": "--ray-mode", "workers": "--workers"}
 """Executor option field -> the `evsys run` flag that sets it."""
+FLAG_EXECUTOR = {"address": "ray", "mode": "ray", "workers": "processes"}
+"""Executor option field -> the executor whose flag it is."""
 
 
 @dataclass
@@ -44,7 +47,8 @@ def executor_spec(
     refused = sorted(options.keys() - cls.options_model.model_fields.keys())
     if refused:
         field = refused[0]
-        raise fail(f"{OPTION_FLAGS[field]} needs --executor ray (executor {name!r} takes no {field})")
+        needs = f"{OPTION_FLAGS[field]} needs --executor {FLAG_EXECUTOR[field]}"
+        raise fail(f"{needs} (executor {name!r} takes no {field})")
     same = recorded is not None and recorded.name == name
     base = recorded.options.model_dump(exclude_unset=True) if recorded is not None and same else {}
     try:
@@ -68,3 +72,20 @@ def resume_hint(job_dir: Any, executor: ExecutorSpec) -> str:
 
     command = f"evsys run --resume {job_dir}"
     return command if executor.name == DEFAULT_EXECUTOR else f"{command} --executor {executor.name}"
+
+
+def automatic_executor(config: JobConfig, flags: ExecutorFlags) -> JobConfig:
+    """`config` on the processes executor when the command line chose no executor and the job is one it
+    runs better (`prefers_processes`: model-driven trials over HTTP at -n >= 256 on >= 8 usable cores), saying
+    so; else `config` unchanged."""
+    from evsys.engine.config import ExecutorSpec
+    from evsys.engine.executors.processes import ProcessExecutor, prefers_processes, usable_cores
+
+    if flags.name is not None or flags.options or not prefers_processes(config):
+        return config
+    console.print(
+        f"note: -n {config.n_concurrent} model-driven trials run over {usable_cores()} worker processes "
+        "(--executor processes); --executor local keeps them in this process",
+        highlight=False,
+    )
+    return config.model_copy(update={"executor": ExecutorSpec(name=ProcessExecutor.name)})

@@ -25,6 +25,7 @@ PARAM_FIELDS = {
     "log_limit": "log_limits",
     "ray_address": "executor",
     "ray_mode": "executor",
+    "workers": "executor",
 }
 """`evsys run` parameters that set a JobConfig field of another name."""
 

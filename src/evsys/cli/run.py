@@ -211,8 +211,11 @@ def run(
         typer.Option(
             "--executor",
             autocompletion=complete_executor,
-            help="Where trials run: local (this process) or ray (a Ray cluster); a resume keeps the job's "
-            "recorded executor unless this names one.",
+            help="Where trials run: local (this process), processes (worker processes on this machine) or "
+            "ray (a Ray cluster). Not given: processes for model-driven trials over HTTP at -n >= 256 on "
+            ">= 8 usable cores, else local; a resume keeps the job's recorded executor unless this names "
+            "one.",
+            show_default=False,
         ),
     ] = "local",
     ray_address: Annotated[
@@ -227,6 +230,14 @@ def run(
         RayMode,
         typer.Option("--ray-mode", help="With --executor ray: one Ray task per trial, or an actor per node."),
     ] = RayMode.TASKS,
+    workers: Annotated[
+        int | None,
+        typer.Option(
+            "--workers",
+            min=1,
+            help="With --executor processes: how many worker processes (default: the usable cores).",
+        ),
+    ] = None,
     model_probe: Annotated[
         bool,
         typer.Option(
@@ -273,8 +284,12 @@ def run(
         name=executor if "executor" in given else None,
         options={
             field: value
-            for field, value in (("address", ray_address), ("mode", ray_mode.value))
-            if f"ray_{field}" in given
+            for field, param, value in (
+                ("address", "ray_address", ray_address),
+                ("mode", "ray_mode", ray_mode.value),
+                ("workers", "workers", workers),
+            )
+            if param in given
         },
     )
     env = read_agent_env(agent_env or [], env_file or [])

@@ -14,7 +14,7 @@ import typer
 from evsys.cli.checks import all_flags, console, flags_given
 from evsys.cli.checks import fail as _fail
 from evsys.cli.datasets import dataset_paths
-from evsys.cli.executor_flags import ExecutorFlags, executor_spec
+from evsys.cli.executor_flags import ExecutorFlags, automatic_executor, executor_spec
 from evsys.cli.job_file import CONFIG_FLAGS, AgentFlags, config_from_file, validation_message
 
 if TYPE_CHECKING:
@@ -69,14 +69,20 @@ def build_job(
 
 
 def check_env_executor(config: JobConfig) -> None:
-    """Agent environment stays in this process: refuse it on an executor that ships trials elsewhere."""
+    """Agent environment stays in this process: refuse it on an executor that ships trials elsewhere; and
+    whatever else the executor cannot run (`Executor.check_job`), before anything starts."""
     from evsys.engine.config import DEFAULT_EXECUTOR
+    from evsys.engine.executors.base import executor_class
 
     if config.executor.name != DEFAULT_EXECUTOR and any(agent.env for agent in config.agents):
         raise _fail(
             f"--agent-env/--env-file values are never shipped to the {config.executor.name} executor's "
             "workers; set them in its environment (for Ray: the runtime_env) instead"
         )
+    try:
+        executor_class(config.executor.name).check_job(config)
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
 
 
 def log_limits(texts: list[str]) -> dict[str, int] | None:
@@ -114,6 +120,7 @@ def new_job_config(
     paths = [*paths, *dataset_paths(datasets.names, datasets.registry_path, datasets.registry_url)]
     if config_file is not None:
         return config_from_file(config_file, flags_given(ctx), settings, paths, agents, flags)
-    return build_job(
+    config = build_job(
         paths, agents.names or [], agents.model, agents.base_url, agents.kwargs, settings, flags, agents.env
     )
+    return automatic_executor(config, where)  # a flag's choice is kept

@@ -63,7 +63,9 @@ class ExecutorSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(DEFAULT_EXECUTOR, min_length=1, description="A registered executor (local, ray, ...).")
+    name: str = Field(
+        DEFAULT_EXECUTOR, min_length=1, description="A registered executor (local, processes, ray, ...)."
+    )
     options: SerializeAsAny[BaseModel] = Field(
         default_factory=NoOptions, description="The executor's settings, as its `options_model`."
     )

@@ -31,7 +31,7 @@ from typing import Any
 
 from evsys.agent.registry import resolve_agent, talks_to_model
 from evsys.engine.config import RESUME_SAFE_FIELDS, AgentSpec, JobConfig
-from evsys.engine.executors.base import Executor, ExecutorContext, create_executor
+from evsys.engine.executors.base import Executor, ExecutorContext, create_executor, executor_class
 from evsys.engine.metrics import compute_metrics, progress_counts, total_usage
 from evsys.engine.plan import PythonTaskItem, plan_trials
 from evsys.engine.run import TrialResources
@@ -174,13 +174,15 @@ class Job:
 
     async def run(self) -> JobResult:
         """Run every trial not already finished; return the JobResult (also written to result.json)."""
+        executor_class(self.config.executor.name).check_job(self.config)
         try:
+            # made first: an executor with worker processes starts them while the job is planned
+            self._executor = create_executor(self.config.executor.name, self._executor_context())
             await self._prepare()
             self.prepared = True
             max_idle = self.config.n_concurrent if self.config.reuse_sandboxes else 0
             warm = self.config.warm_sandboxes
             self._slots = SlotPool.for_backend(self.config.sandbox, max_idle=max_idle, warm=warm)
-            self._executor = create_executor(self.config.executor.name, self._executor_context())
             return await self._run_planned_trials()
         finally:
             if self._executor is not None:
@@ -204,6 +206,7 @@ class Job:
             resources=resources,
             on_start=self.running.add,
             reuse_sandboxes=self.config.reuse_sandboxes,
+            warm_sandboxes=self.config.warm_sandboxes,
             options=self.config.executor.options,  # validated once, with the config
         )
 

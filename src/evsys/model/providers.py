@@ -63,6 +63,7 @@ register_model_provider(
     ProviderDefaults(
         requires_model=False,
         model_is_path=True,
+        in_process=True,
         description="in-process transformers engine (default: SmolLM2)",
     ),
 )

@@ -50,6 +50,11 @@ class ProviderDefaults(BaseModel):
     model_is_path: bool = Field(
         False, description="The model name is a path on this machine (a model directory or a .gguf file)."
     )
+    in_process: bool = Field(
+        False,
+        description="The model runs inside the process that builds the client (a local engine), so executors "
+        "that run trials in other processes refuse it.",
+    )
     probe_server: bool = Field(
         True, description="Pre-flight checks that the resolved base URL accepts connections."
     )

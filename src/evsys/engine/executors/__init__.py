@@ -1,5 +1,6 @@
 """Executors: where a job's trials run. `Executor` is the protocol; `LocalExecutor` runs them in this process,
-`RayExecutor` (evsys.engine.executors.ray, the `evsys[ray]` extra) on a Ray cluster.
+`ProcessExecutor` (evsys.engine.executors.processes) over worker processes on this machine, `RayExecutor`
+(evsys.engine.executors.ray, the `evsys[ray]` extra) on a Ray cluster.
 
 A new executor (a Ray cluster, a process pool) is one module implementing `Executor.execute` plus one
 `register_executor(name, cls)` call (or an entry in the `evsys.executors` entry-point group); the `Job`

@@ -9,7 +9,9 @@ through the store by the time it returns. The base class supplies the rest: `sub
 
 A remote executor ships `planned.spec` (a `TrialSpec`: JSON/pickle-safe) to a worker that calls
 `evsys.engine.run.run_trial_sync`, and commits the returned `PackedTrial` with `store.import_trial`, so only
-the driver writes the job directory. Executors register by name with `register_executor`, or from other
+the driver writes the job directory (the processes executor's workers, on the same machine, write their own
+trials' directories instead). `check_job` refuses what an executor cannot run (a model living in the
+driver's process) before the job starts. Executors register by name with `register_executor`, or from other
 packages in the `evsys.executors` entry-point group.
 """
 
@@ -23,7 +25,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
-from evsys.engine.config import NoOptions
+from evsys.engine.config import JobConfig, NoOptions
 from evsys.engine.run import TrialResources
 from evsys.engine.spec import PlannedTrial
 from evsys.engine.store import JobStore
@@ -42,6 +44,7 @@ class ExecutorContext:
     resources: Callable[[PlannedTrial], TrialResources] = field(default=lambda _planned: TrialResources())
     on_start: Callable[[str], None] = field(default=lambda _name: None)
     reuse_sandboxes: bool = True
+    warm_sandboxes: int = 0  # started sandboxes per environment spec kept ready (the job's `warm_sandboxes`)
     options: BaseModel = field(default_factory=lambda: NoOptions())  # the executor's `options_model`
 
 
@@ -59,6 +62,12 @@ class Executor(ABC):
     @classmethod
     def check_available(cls) -> None:
         """`ExecutorUnavailableError` naming what to install when this executor cannot run here."""
+        return None
+
+    @classmethod
+    def check_job(cls, config: JobConfig) -> None:
+        """ValueError saying why this executor cannot run `config`'s trials (say, a model that lives in the
+        driver's process); called before the job starts. Every job is fine by default."""
         return None
 
     @classmethod
@@ -117,6 +126,7 @@ def _executor_class(name: str, cls: object) -> type[Executor]:
 EXECUTORS: Registry[type[Executor]] = Registry("executor", EXECUTOR_ENTRY_POINTS, _executor_class)
 EXECUTORS.register_lazy("local", "evsys.engine.executors.local:LocalExecutor")
 EXECUTORS.register_lazy("ray", "evsys.engine.executors.ray:RayExecutor")  # imports Ray only when one is made
+EXECUTORS.register_lazy("processes", "evsys.engine.executors.processes:ProcessExecutor")
 
 
 def register_executor(name: str, cls: type[Executor]) -> type[Executor]:

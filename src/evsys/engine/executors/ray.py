@@ -40,11 +40,11 @@ from evsys.engine.executors.ray_worker import (
     pack_directory,
     run_trial_task,
 )
+from evsys.engine.executors.remote import WorkerLost, record_failure, run_rescheduled
 from evsys.engine.run import run_trial
 from evsys.engine.spec import PlannedTrial, TrialSpec
-from evsys.records import FailureCause, TrialFailure, TrialResult
+from evsys.records import FailureCause, TrialResult
 
-CANCELLED_MESSAGE = "the job was cancelled while this trial ran; resume reruns it"
 MB = 1024 * 1024
 
 
@@ -71,10 +71,6 @@ class RayOptions(BaseModel):
     )
     max_worker_losses: int = Field(3, ge=0, description="Reschedules of one trial after worker/node loss.")
     cancel_grace_sec: float = Field(10.0, ge=0, description="How long a cancelled trial may take to stop.")
-
-
-class WorkerLost(Exception):
-    """The worker process or node running a trial died before the trial came back."""
 
 
 def import_ray() -> Any:
@@ -157,41 +153,37 @@ class RayExecutor(Executor):
 
     async def execute(self, planned: PlannedTrial) -> TrialResult:
         """Run one trial on the cluster and commit it; reschedule it when its worker or node is lost."""
-        spec = planned.spec
+        spec, store = planned.spec, self.ctx.store
         if spec.failure is not None:  # decided while planning: nothing runs, the driver records it
-            return await run_trial(spec, self.ctx.store)
+            return await run_trial(spec, store)
         try:
             backend = await self._start()
             shipped = await self._ship(spec)
         except Exception as exc:
-            return await self._record(spec, FailureCause.SANDBOX_FAILED, f"Ray: {exc}")
+            return await record_failure(store, spec, FailureCause.SANDBOX_FAILED, f"Ray: {exc}")
         cpus, memory = trial_resources(planned)
-        losses: list[TrialFailure] = []
-        while True:
-            attempt = spec.model_copy(update={"retries": [*spec.retries, *losses]})
+
+        async def attempt(current: TrialSpec) -> TrialResult:
             try:
-                result_json, files, node = await backend.run(attempt, shipped, cpus, memory)
-            except asyncio.CancelledError:
-                await asyncio.shield(self._record(attempt, FailureCause.CANCELLED, CANCELLED_MESSAGE))
-                raise
-            except WorkerLost as exc:
-                self.worker_losses += 1
-                message = f"the Ray worker running this trial was lost ({exc}); rescheduled"
-                if len(losses) >= self.options.max_worker_losses:
-                    return await self._record(attempt, FailureCause.WORKER_LOST, str(exc))
-                losses.append(TrialFailure(cause=FailureCause.WORKER_LOST, message=message))
-                continue
+                result_json, files, node = await backend.run(current, shipped, cpus, memory)
             except (NodeNotReady, Infeasible) as exc:
-                return await self._record(attempt, FailureCause.SANDBOX_FAILED, str(exc))
+                return await record_failure(store, current, FailureCause.SANDBOX_FAILED, str(exc))
             result = TrialResult.model_validate_json(result_json)
-            await self.ctx.store.import_trial(spec.trial_name, files, result)
+            await store.import_trial(current.trial_name, files, result)
             self.trials_per_node[node] += 1
             return result
 
-    async def _record(self, spec: TrialSpec, cause: FailureCause, message: str) -> TrialResult:
-        """A trial that did not come back: its config and a result with `cause`, written by the driver."""
-        failed = spec.model_copy(update={"failure": TrialFailure(cause=cause, message=message)})
-        return await run_trial(failed, self.ctx.store)
+        return await run_rescheduled(
+            store,
+            spec,
+            attempt,
+            max_losses=self.options.max_worker_losses,
+            worker="the Ray worker",
+            on_loss=self._count_loss,
+        )
+
+    def _count_loss(self) -> None:
+        self.worker_losses += 1
 
     async def _start(self) -> TaskBackend | ActorBackend:
         async with self._start_lock:

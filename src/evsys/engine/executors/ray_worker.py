@@ -29,17 +29,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evsys.engine.run import PackedTrial, TrialResources, build_model_client, needs_model, run_trial_packed
+from evsys.engine.executors.worker import TrialRuntime
+from evsys.engine.run import PackedTrial, run_trial_packed
 from evsys.engine.spec import TrialSpec
 from evsys.sandbox.registry import sandbox_class
-from evsys.sandbox.slots import SlotPool
 from evsys.task.python import VerifiedTask
 from evsys.util.tarsafe import links_stay_inside
 
 TASK_CACHE = "ray-tasks"
 POLL_SEC = 0.2  # how often a waiting Ray task wakes up, so `ray.cancel`'s KeyboardInterrupt lands promptly
 CANCEL_WAIT_SEC = 30.0
-MAX_IDLE_SANDBOXES = 4
 # a worker process outlives its job (Ray keeps it for later tasks): its idle sandboxes are stopped once no
 # trial has run in it for this long, instead of holding memory, uids and processes until Ray recycles it
 IDLE_RELEASE_SEC = 30.0
@@ -158,16 +157,15 @@ async def check_node(backend: str) -> None:
         )
 
 
-class WorkerRuntime:
-    """What a worker process keeps between trials: model clients by model string and a sandbox pool."""
+class WorkerRuntime(TrialRuntime):
+    """A Ray worker process's `TrialRuntime`: checks its node before the first trial of a backend, removes
+    what killed workers of the node left behind, and stops its idle sandboxes once no trial ran for a while
+    (Ray keeps the process after the job)."""
 
     def __init__(self, *, reuse_sandboxes: bool = True, node_id: str = "") -> None:
-        self.reuse_sandboxes = reuse_sandboxes
+        super().__init__(reuse_sandboxes=reuse_sandboxes)
         self.node_id = node_id
-        self.clients: dict[tuple[str | None, str | None], Any] = {}
-        self.pools: dict[str, SlotPool] = {}
         self.cleaned: set[str] = set()
-        self._client_lock: asyncio.Lock | None = None
         self._running = 0
         self._idle_timer: asyncio.TimerHandle | None = None
         self._releasing: set[asyncio.Future[Any]] = set()
@@ -185,15 +183,19 @@ class WorkerRuntime:
                 loop = asyncio.get_running_loop()
                 self._idle_timer = loop.call_later(IDLE_RELEASE_SEC, self._release_idle)
 
+    async def prepare_backend(self, backend: str) -> None:
+        """Check the node can run `backend` sandboxes; remove what killed workers of this node left behind."""
+        await check_node(backend)
+        if backend not in self.cleaned:
+            self.cleaned.add(backend)
+            await sandbox_class(backend).cleanup_stale()
+
     async def _run(self, spec: TrialSpec, shipped: ShippedTask | None, fetch: Fetch) -> Packed:
-        await check_node(spec.sandbox)
-        if spec.sandbox not in self.cleaned:  # what killed workers of this node left behind
-            self.cleaned.add(spec.sandbox)
-            await sandbox_class(spec.sandbox).cleanup_stale()
+        await self.prepare_backend(spec.sandbox)  # before fetching: a node that cannot run it says so first
         if shipped is not None:
             local = await materialise(shipped, fetch)
             spec = relocate(spec, shipped.root, local)
-        resources = TrialResources(slots=self._pool(spec.sandbox), model_client=await self._client(spec))
+        resources = await self.resources(spec)
         packed: PackedTrial = await run_trial_packed(spec, resources, scratch_root())
         return packed.result.model_dump_json(), packed.files, self.node_id
 
@@ -207,35 +209,11 @@ class WorkerRuntime:
         self._releasing.add(task)
         task.add_done_callback(self._releasing.discard)
 
-    def _pool(self, backend: str) -> SlotPool:
-        if backend not in self.pools:
-            idle = MAX_IDLE_SANDBOXES if self.reuse_sandboxes else 0
-            self.pools[backend] = SlotPool.for_backend(backend, max_idle=idle)
-        return self.pools[backend]
-
-    async def _client(self, spec: TrialSpec) -> Any:
-        if not needs_model(spec):
-            return None
-        agent = spec.config.agent
-        key = (agent.model, agent.base_url)
-        self._client_lock = self._client_lock or asyncio.Lock()
-        async with self._client_lock:
-            if key not in self.clients:
-                self.clients[key] = await asyncio.to_thread(build_model_client, spec)
-        return self.clients[key]
-
     async def close(self) -> None:
         """Stop idle sandboxes and close the model clients."""
         if self._idle_timer is not None:
             self._idle_timer.cancel()
-        pools, self.pools = list(self.pools.values()), {}
-        for pool in pools:
-            await pool.close()
-        clients, self.clients = list(self.clients.values()), {}
-        for client in clients:
-            close = getattr(client, "aclose", None)
-            if close is not None:
-                await close()
+        await super().close()
 
 
 class _LoopThread:
