@@ -147,3 +147,36 @@ async def test_close_waits_for_a_release_in_flight():
     assert releasing.done() and pool.idle_count == 0
     assert sandbox_processes() == []
     assert own_cgroup_dirs() == []
+
+
+async def test_a_burst_of_releases_keeps_max_idle_and_stops_the_rest():
+    """Releases at once (the end of a wave of trials) each see the others' resets in flight: the pool resets
+    and keeps `max_idle` of them and stops the rest instead of resetting every one."""
+    pool = SandboxPool(LocalSandbox, max_idle=2)
+    try:
+        boxes = await asyncio.gather(*(pool.acquire(spec()) for _ in range(5)))
+        await asyncio.gather(*(pool.release(box) for box in boxes))
+        assert pool.idle_count == 2
+        assert sum(box.agent_uid is not None for box in boxes) == 2  # the other three were stopped
+    finally:
+        await pool.close()
+    assert sandbox_processes() == []
+
+
+async def test_no_sandbox_is_reset_for_trials_that_will_not_come():
+    """With `demand` (a job's trials not started yet) a released sandbox nobody can take any more is stopped
+    rather than reset: the last wave of a job resets nothing."""
+    left = {"trials": 1}
+    pool = SandboxPool(LocalSandbox, max_idle=4, demand=lambda: left["trials"])
+    try:
+        boxes = await asyncio.gather(*(pool.acquire(spec()) for _ in range(3)))
+        await asyncio.gather(*(pool.release(box) for box in boxes))
+        assert pool.idle_count == 1  # one more trial to come: one kept for it
+        left["trials"] = 0
+        again = await pool.acquire(spec())
+        assert pool.was_reused(again)
+        await pool.release(again)
+        assert pool.idle_count == 0 and again.agent_uid is None  # no trial left: stopped, not reset
+    finally:
+        await pool.close()
+    assert sandbox_processes() == []

@@ -101,6 +101,7 @@ class Job:
         self.planned: list[PlannedTrial] = []
         self.results: dict[str, TrialResult] = {}
         self.running: set[str] = set()
+        self._unstarted = 0  # trials of this run not started yet (set when they are scheduled)
         self.prepared = False  # True once planned and the job directory is ready: trials may start
         self._clients: dict[int, Any] = {}
         self._workers: list[asyncio.Task] = []
@@ -182,7 +183,9 @@ class Job:
             self.prepared = True
             max_idle = self.config.n_concurrent if self.config.reuse_sandboxes else 0
             warm = self.config.warm_sandboxes
-            self._slots = SlotPool.for_backend(self.config.sandbox, max_idle=max_idle, warm=warm)
+            self._slots = SlotPool.for_backend(
+                self.config.sandbox, max_idle=max_idle, warm=warm, demand=lambda: self._unstarted
+            )
             return await self._run_planned_trials()
         finally:
             if self._executor is not None:
@@ -204,15 +207,20 @@ class Job:
             store=self.store,
             n_concurrent=self.config.n_concurrent,
             resources=resources,
-            on_start=self.running.add,
+            on_start=self._trial_started,
             reuse_sandboxes=self.config.reuse_sandboxes,
             warm_sandboxes=self.config.warm_sandboxes,
             options=self.config.executor.options,  # validated once, with the config
         )
 
+    def _trial_started(self, trial_name: str) -> None:
+        self.running.add(trial_name)
+        self._unstarted -= 1
+
     async def _run_planned_trials(self) -> JobResult:
         self._schedule_job_result()
         pending = [p for p in self.planned if p.config.trial_name not in self.results]
+        self._unstarted = len(pending)  # trials that may still take a sandbox another trial released
         self._workers = [asyncio.create_task(self._run_planned(p)) for p in pending]
         try:
             if self._workers:

@@ -42,9 +42,13 @@ class SandboxPool:
         max_idle: int = 8,
         warm: int = 0,
         idle_timeout_sec: float = IDLE_TIMEOUT_SEC,
+        demand: Callable[[], int] | None = None,
     ) -> None:
         self.factory = factory
         self.max_idle = max_idle
+        # how many acquires are still to come (a job's trials not started yet); None: unknown. A released
+        # sandbox no later trial can take is stopped rather than reset for nobody.
+        self.demand = demand
         # warm.py: `warm` started sandboxes per spec kept ready beside the reset ones, as many as memory holds
         warm, shrunk = fit_warm_count(warm)
         if shrunk is not None:
@@ -54,21 +58,28 @@ class SandboxPool:
         self._keys: dict[int, str | None] = {}  # id(sandbox) -> its reuse key
         self._reused: set[int] = set()
         self._releasing: set[asyncio.Task] = set()
+        self._resetting = 0  # releases being reset now: places among the idle already taken
         self._closed = False
         self.started = 0
         self.reused = 0
 
     @classmethod
     def for_backend(
-        cls, backend: str, *, max_idle: int, warm: int = 0, idle_timeout_sec: float = IDLE_TIMEOUT_SEC
+        cls,
+        backend: str,
+        *,
+        max_idle: int,
+        warm: int = 0,
+        idle_timeout_sec: float = IDLE_TIMEOUT_SEC,
+        demand: Callable[[], int] | None = None,
     ) -> SandboxPool:
         """A pool starting sandboxes with `create_sandbox(spec, backend)`; `max_idle=0` keeps none, `warm=N`
-        keeps N started ones per spec ready (warm.py)."""
+        keeps N started ones per spec ready (warm.py); `demand`: acquires still to come (see `__init__`)."""
 
         def make(spec: SandboxSpec) -> Sandbox:
             return create_sandbox(spec, backend=backend)
 
-        return cls(make, max_idle=max_idle, warm=warm, idle_timeout_sec=idle_timeout_sec)
+        return cls(make, max_idle=max_idle, warm=warm, idle_timeout_sec=idle_timeout_sec, demand=demand)
 
     @property
     def idle_count(self) -> int:
@@ -166,13 +177,18 @@ class SandboxPool:
         self._reused.discard(id(sandbox))
         if not reusable or key is None or not sandbox.supports(Capability.RESET) or self._closed:
             return False
-        if sum(len(group) for group in self._idle.values()) >= self.max_idle:  # warm ones not counted
+        idle = sum(len(group) for group in self._idle.values())  # warm ones not counted
+        room = self.max_idle if self.demand is None else min(self.max_idle, self.demand())
+        if idle + self._resetting >= room:  # resets in flight count: a burst keeps `room`, not all of itself
             return False
+        self._resetting += 1
         try:
             await sandbox.reset()
         except SandboxError as exc:
             log.debug("not reusing %s: %s", sandbox.spec.name, exc)
             return False
+        finally:
+            self._resetting -= 1
         if self._closed:
             return False
         self._idle.setdefault(key, []).append(sandbox)

@@ -100,12 +100,19 @@ class SlotPool:
 
     @classmethod
     def for_backend(
-        cls, backend: str, *, max_idle: int, warm: int = 0, idle_timeout_sec: float = IDLE_TIMEOUT_SEC
+        cls,
+        backend: str,
+        *,
+        max_idle: int,
+        warm: int = 0,
+        idle_timeout_sec: float = IDLE_TIMEOUT_SEC,
+        demand: Callable[[], int] | None = None,
     ) -> SlotPool:
-        """One slot per sandbox on `backend`, keeping up to `max_idle` reset sandboxes (0: none) and `warm`
-        started ones per spec ready ahead of demand (evsys.sandbox.warm; `idle_timeout_sec`)."""
+        """One slot per sandbox on `backend`, keeping up to `max_idle` reset sandboxes (0: none; never more
+        than `demand()`, the acquires still to come, when given) and `warm` started ones per spec ready ahead
+        of demand (evsys.sandbox.warm; `idle_timeout_sec`)."""
         pool = SandboxPool.for_backend(
-            backend, max_idle=max_idle, warm=warm, idle_timeout_sec=idle_timeout_sec
+            backend, max_idle=max_idle, warm=warm, idle_timeout_sec=idle_timeout_sec, demand=demand
         )
         return cls(backend=backend, sandboxes=pool)
 
