@@ -78,6 +78,7 @@ async def test_one_slot_per_sandbox_waits_at_max_sandboxes_too(eventually):
         assert c.sandbox is a.sandbox
         with pytest.raises(TimeoutError):
             await pool.acquire("d", timeout=0.2)
+    assert c.sandbox.agent_uid is None  # leaving the block stopped the sandbox of the slot still taken
 
 
 async def test_min_sandboxes_are_kept_started_and_idle_ones_above_it_stopped(slot_backend, eventually):

@@ -18,7 +18,7 @@ from evsys.sandbox.slots.sandbox import SlotSandbox
 from evsys.sandbox.slots.shared import SharedBox, SharedSandboxes
 from evsys.sandbox.slots.slot import SLOTS_DIR, Slot, clean_slot, slot_exec
 from evsys.sandbox.tools import SANDBOX_TOOLS
-from evsys.sandbox.warm import IDLE_TIMEOUT_SEC
+from evsys.sandbox.warm import IDLE_TIMEOUT_SEC, stop_all
 
 TOOLS = tuple(SANDBOX_TOOLS)  # bash, read_file, write_file (evsys.sandbox.tools)
 
@@ -94,7 +94,7 @@ class SlotPool:
         )
         self._own_room = asyncio.Semaphore(max_sandboxes) if max_sandboxes is not None else None
         self._own_waiting = 0  # acquires of an own sandbox waiting at max_sandboxes
-        self._own: set[int] = set()  # id() of the own-sandbox slots handed out
+        self._own: dict[int, Sandbox] = {}  # id() of the own-sandbox slots handed out -> their sandboxes
         self._boxes: dict[int, SharedBox] = {}  # id(slot) -> its shared sandbox
         self._count = 0
 
@@ -200,7 +200,7 @@ class SlotPool:
                 self._own_room.release()
             raise
         slot = Slot(sandbox.spec.name, trajectory_id, sandbox, sandbox.spec.workdir)
-        self._own.add(id(slot))
+        self._own[id(slot)] = sandbox
         return slot
 
     async def _acquire_shared(self, trajectory_id: str, spec: SandboxSpec) -> Slot:
@@ -235,9 +235,8 @@ class SlotPool:
         when it keeps its files (`reset_workspace=False`); a shared sandbox whose cleanup fails is stopped
         once its other slots are back."""
         if not slot.shared:
-            if id(slot) not in self._own:
+            if self._own.pop(id(slot), None) is None:
                 return  # released already
-            self._own.discard(id(slot))
             try:
                 if not reset_workspace:
                     await slot.sandbox.kill_processes()
@@ -260,8 +259,10 @@ class SlotPool:
     async def close(self) -> None:
         """Stop every sandbox the pool holds (slots still taken included)."""
         self._boxes.clear()
+        taken, self._own = list(self._own.values()), {}
         await self._shared.close()
         await self._pool.close()
+        await stop_all(taken)
 
     async def aclose(self) -> None:
         """`close`."""
