@@ -91,3 +91,30 @@ async def test_a_spawner_killed_mid_burst_fails_those_starts_clearly_and_is_rest
     assert not [outcome for outcome in outcomes if isinstance(outcome, BaseException)] or failures
     await _nothing_left(boxes)
     await _next_start_works()
+
+
+async def test_a_cgroup_name_left_by_an_earlier_run_fails_the_start_and_is_not_touched(monkeypatch):
+    """The spawner makes a sandbox's cgroup directories; one that already exists (an earlier run's, with its
+    processes) fails the start naming it, the directories made before it are removed, and the teardown
+    leaves the existing one alone."""
+    from evsys.sandbox.local import cgroups
+    from evsys.sandbox.local.sandbox import _cgroup_layout
+
+    layout = _cgroup_layout()
+    name = cgroups.cgroup_name("left-behind")
+    monkeypatch.setattr(cgroups, "cgroup_name", lambda *_args, **_kw: name)
+    parents = [parent for ctrl, parent in layout.parents.items() if ctrl != "cpu" or layout.version != 1]
+    existing = parents[-1] / name
+    existing.mkdir()
+    try:
+        box = LocalSandbox(spec())
+        with pytest.raises(SandboxError, match=f"cgroup {existing} already exists"):
+            await box.start()
+        assert existing.is_dir()  # not removed by the failed sandbox's teardown
+        assert [parent for parent in parents[:-1] if (parent / name).exists()] == []
+    finally:
+        existing.rmdir()
+    ok = LocalSandbox(spec())
+    await ok.start()
+    assert (await ok.exec("echo fine")).stdout == "fine\n"
+    await _nothing_left([ok])

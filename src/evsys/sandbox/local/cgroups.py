@@ -22,7 +22,6 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from evsys.sandbox.base import SandboxError
 from evsys.sandbox.local import delegation
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
@@ -93,27 +92,18 @@ class SandboxCgroup:
         self._counters_open = False
         self.counters: dict[str, int] = {}  # the totals at the last reading (none yet: all zero)
 
-    def make_dirs(self) -> None:
-        """Create the directories (before the setup step: a setup step orphaned by a dying spawner can then
-        never create one after this sandbox's teardown removed them). Raises SandboxError naming the one that
-        failed, after removing the ones made so far and forgetting every directory, so tearing this sandbox
-        down can never touch another sandbox's processes."""
-        made: list[str] = []
-        for path in dict.fromkeys(map(str, self.dirs.values())):
-            try:
-                os.mkdir(path)
-            except OSError as exc:
-                for done in made:
-                    with contextlib.suppress(OSError):
-                        os.rmdir(done)
-                self.dirs = {}
-                if isinstance(exc, FileExistsError):
-                    raise SandboxError(f"cgroup {path} already exists (left by an earlier run?)") from None
-                raise SandboxError(f"cannot create cgroup {path}: {exc.strerror}") from exc
-            made.append(path)
+    def dir_paths(self) -> list[str]:
+        """The directories to create, each once. The spawner makes them before the setup step
+        (spawner.make_dirs), so a setup step orphaned by a dying spawner can never create one after this
+        sandbox's teardown removed them."""
+        return list(dict.fromkeys(map(str, self.dirs.values())))
+
+    def forget_dirs(self) -> None:
+        """Forget every directory (none was made: tearing this sandbox down must never touch another's)."""
+        self.dirs = {}
 
     def setup_items(self, *, memory_mb: int | None, pids_max: int, cpus: float | None) -> list[str]:
-        """What `evsysd --setup` does with the directories `make_dirs` made, before bwrap (native/setup.c):
+        """What `evsysd --setup` does with the directories the spawner made, before bwrap (native/setup.c):
         write the limits, join them; off the orchestrator's event loop."""
         items = []
         for ctrl, filename, value, optional in self._limits(memory_mb, pids_max, cpus):

@@ -26,6 +26,7 @@ class ChildSetup:
         items: list[str],
         helper: str,
         agent_uid: int,
+        cgroup_dirs: list[str] | None = None,
     ) -> None:
         self.mount_point = mount_point
         self.params = {
@@ -37,6 +38,8 @@ class ChildSetup:
             "items": list(items),
             "helper": helper,
             "agent_uid": agent_uid,
+            # made by the spawner before the child starts (spawner.make_dirs); the items then use them
+            "cgroup_dirs": list(cgroup_dirs or []),
         }
 
     @property

@@ -36,7 +36,7 @@ from evsys.sandbox.local.mounts import ChildSetup
 from evsys.sandbox.local.reset import ResetTarget, close_target, daemon_pid, run_reset_helper
 from evsys.sandbox.local.seccomp import seccomp_fd
 from evsys.sandbox.local.slirp import SlirpNetwork, slirp_binary
-from evsys.sandbox.local.spawn import SpawnedProcess, spawn
+from evsys.sandbox.local.spawn import CgroupDirsRefused, SpawnedProcess, spawn
 
 START_TIMEOUT = 30.0
 EXIT_WAIT = 120.0  # seconds a stopped sandbox's killed processes may take to exit (unmounting a huge root)
@@ -168,7 +168,6 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
         # joining a v1 cpu cgroup costs milliseconds; only do it when there is a cpu limit to enforce
         skip = ("cpu",) if spec.cpus is None and layout.version == 1 else ()
         self._cgroup = cgroups.SandboxCgroup(layout, cgroups.cgroup_name(spec.name), skip=skip)
-        self._cgroup.make_dirs()
         items = self._cgroup.setup_items(memory_mb=spec.memory_mb, pids_max=spec.pids_max, cpus=spec.cpus)
         if "pids" not in layout.parents:  # the fallback (limits.py)
             items.append(f"nproc={spec.pids_max}")
@@ -186,6 +185,7 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
             items=items,
             helper=str(Path(daemon_file) / native.BINARY_NAME),
             agent_uid=self._uid.uid,
+            cgroup_dirs=self._cgroup.dir_paths(),
         )
         sfd = seccomp_fd(range(self._uid.uid, self._uid.uid + uids.UID_BLOCK))
         try:
@@ -193,6 +193,9 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
             argv = argv if joined is None else pods.join_argv(argv, joined)
             async with asyncio.timeout(START_TIMEOUT):
                 self._proc = await spawn(argv, setup=setup.params, pass_fds=(sfd,), limit=1 << 22)
+        except CgroupDirsRefused as exc:
+            self._cgroup.forget_dirs()
+            raise SandboxError(f"sandbox {spec.name}: {exc}") from None
         except SandboxError as exc:
             raise SandboxError(f"sandbox {spec.name}: {exc}") from None
         except TimeoutError:  # the setup (cgroups, mounts, idmapped layers) hangs: fail, never wait forever

@@ -30,6 +30,13 @@ from evsys.sandbox.base import SandboxError
 SPAWNER_SCRIPT = Path(__file__).with_name("spawner.py")
 MAX_REPLY = 1 << 16
 SPAWNER_EXITED = "the sandbox spawner exited; it is restarted on the next start"
+
+
+class CgroupDirsRefused(SandboxError):
+    """The spawner could not make a cgroup directory of the request (it exists, or the kernel refused);
+    none of the request's directories exists, so the caller must not remove any (another's may be there)."""
+
+
 _Child = tuple[int, list[int]]  # pid, [pidfd, stdin writer, stdout, stderr, setup-error reader]
 
 
@@ -286,7 +293,10 @@ def _deliver(future: asyncio.Future, reply: dict, fds: list[int]) -> None:
             os.close(fd)
         if not future.done():
             why = reply.get("error", reply)
-            future.set_exception(SandboxError(f"the sandbox spawner could not fork: {why}"))
+            if reply.get("dirs_refused"):
+                future.set_exception(CgroupDirsRefused(str(why)))
+            else:
+                future.set_exception(SandboxError(f"the sandbox spawner could not fork: {why}"))
         return
     if future.done() or future.get_loop().is_closed():  # its requester was cancelled
         with contextlib.suppress(ProcessLookupError):
