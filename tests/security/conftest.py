@@ -5,7 +5,8 @@ attack leaves a marker or an observable effect the test checks), and only then a
 
 The no-op switch: with EVSYS_SECURITY_NOOP=1 in the environment, an autouse fixture below replaces the
 command path of `LocalSandbox` (`exec`, `exec_program` and the shells built on them, all through
-`_exec_request`) by one that runs nothing and returns exit 0 with empty output. Sandboxes still start, stop
+`_exec_request`) by one that runs nothing and returns exit 0 with empty output, and its `spawn` by one that
+starts `true` whatever was asked (the Modal stand-in runs each exec that way). Sandboxes still start, stop
 and reset for real. A test whose assertions only check that something is *absent* passes against such a
 sandbox, which means it protects nothing: test_suite_fails_without_a_sandbox.py runs this whole directory with
 the switch on and fails when a test other than the few it lists passes. The switch patches the class, so it
@@ -42,11 +43,20 @@ async def _noop_exec_request(self, *args, **kwargs) -> ExecResult:
     return ExecResult(exit_code=0)
 
 
+_real_spawn = LocalSandbox.spawn
+
+
+async def _noop_spawn(self, argv, **kwargs):
+    """A spawned process that runs nothing: `true`, whatever was asked (stdin dropped)."""
+    return await _real_spawn(self, ["true"], **{**kwargs, "stdin": b""})
+
+
 @pytest.fixture(autouse=True)
 def _noop_sandbox(monkeypatch):
     """With EVSYS_SECURITY_NOOP=1, every LocalSandbox command does nothing (see the module docstring)."""
     if noop_mode():
         monkeypatch.setattr(LocalSandbox, "_exec_request", _noop_exec_request)
+        monkeypatch.setattr(LocalSandbox, "spawn", _noop_spawn)
 
 
 def redteam_spec(**kw) -> SandboxSpec:
