@@ -11,6 +11,7 @@ networks it creates; tests never ask for it."""
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -68,15 +69,17 @@ class PrivateDockerd:
         if shutil.which("dockerd") is None:
             raise DockerdUnavailable("dockerd is not installed (Debian's docker.io; scripts/bootstrap.sh)")
         log = (self.root / "dockerd.log").open("wb")
-        name = self.root.name
+        # containerd names allow letters and digits joined by single . _ -: a temporary directory's random
+        # part (letters, digits, `_`) may end in `_`, which containerd refuses when a container starts
+        name = f"evsys-dockerd-{secrets.token_hex(6)}"
         command = [
             "dockerd",
             f"--host={self.host}",
             f"--data-root={self.root / 'data'}",
             f"--exec-root={self.root / 'exec'}",
             f"--pidfile={self.root / 'dockerd.pid'}",
-            f"--containerd-namespace=evsys-{name}",
-            f"--containerd-plugins-namespace=evsys-{name}-plugins",
+            f"--containerd-namespace={name}",
+            f"--containerd-plugins-namespace={name}-plugins",
             "--bridge=none",
             f"--iptables={'true' if self.nat else 'false'}",
         ]
