@@ -86,20 +86,22 @@ async def test_weights_load_between_generations_and_each_completion_names_its_ve
     old = {k: v.clone() for k, v in policy.model.state_dict().items()}
     new = perturbed(policy.model)
     prompt = policy.renderer.render(DEMO_GREETING, None)
-    started = asyncio.Event()
+    started = {seed: asyncio.Event() for seed in range(3)}
 
     async def generate(seed: int) -> Any:
         async for item in own_client.stream(prompt, LONG.model_copy(update={"seed": seed})):
             if isinstance(item, tuple):
-                started.set()
+                if seed in started:
+                    started[seed].set()
             else:
                 return item
         raise AssertionError("the stream ended without a result")
 
     before = [asyncio.create_task(generate(seed)) for seed in range(3)]
-    await started.wait()  # a batch is mid-generation now
+    # Every one of the first three has produced a token: all are mid-generation now, none still queued.
+    await asyncio.gather(*(event.wait() for event in started.values()))
     version = await policy.load_weights(new)
-    after = [asyncio.create_task(generate(seed)) for seed in range(3)]
+    after = [asyncio.create_task(generate(seed)) for seed in range(3, 6)]
     results = await asyncio.gather(*before, *after)
 
     assert version == 1 == policy.weights_version
