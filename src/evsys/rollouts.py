@@ -32,6 +32,7 @@ from evsys.engine.job import Job
 from evsys.engine.spec import PlannedTrial
 from evsys.records import FailureCause, JobResult
 from evsys.repo.rows import RepoTask
+from evsys.sandbox.slots import SlotPool
 from evsys.task.python import PromptTask, VerifiedTask, load_python_tasks
 from evsys.trajectory.advantages import ADVANTAGE_METHODS, AdvantageMethod
 from evsys.trajectory.groups import (
@@ -160,6 +161,7 @@ async def run_rollouts(
     executor: str = "local",
     executor_options: BaseModel | Mapping[str, Any] | None = None,
     warm_sandboxes: int = 0,
+    sandboxes: SlotPool | None = None,
 ) -> list[TrajectoryGroup]:
     """Roll out every item `num_samples` times; one `TrajectoryGroup` per item, in input order.
 
@@ -172,7 +174,10 @@ async def run_rollouts(
     `executor_options` its settings (for `ray`: `{"address": "auto"}`, see RayOptions; for `processes`:
     `{"workers": 8}`, see ProcessOptions); a lent client works in-process only, so
     another executor needs a model string (each worker builds its own client from it). `warm_sandboxes=N`
-    keeps N started sandboxes per environment ready while the job runs (evsys.sandbox.warm).
+    keeps N started sandboxes per environment ready while the job runs (evsys.sandbox.warm). `sandboxes`: a
+    pool the caller owns (`SlotPool.for_backend("local", max_idle=N)`), passed to every step of a training
+    run so each batch starts on the sandboxes the last one released, reset; never closed here (local
+    executor only; docs/scale.md).
     """
     if num_samples < 1:
         raise ValueError(f"num_samples must be >= 1, got {num_samples}")
@@ -201,6 +206,7 @@ async def run_rollouts(
             settings,
             advantage=advantage,
             executor=where,
+            sandboxes=sandboxes,
         )
     tasks = prepare_tasks(items, outcome_reward=outcome_reward, sandbox=sandbox)
     dataset = await asyncio.to_thread(save_tasks, tasks, root / name / TASKS_DIR)
@@ -215,7 +221,9 @@ async def run_rollouts(
         executor=where,
         warm_sandboxes=warm_sandboxes,
     )
-    job = Job(config, model_client_factory=factory, python_tasks=tasks, keep_trajectories=True)
+    job = Job(
+        config, model_client_factory=factory, python_tasks=tasks, keep_trajectories=True, sandboxes=sandboxes
+    )
     result = await job.run()
     return await asyncio.to_thread(collect_groups, job, result, tasks, advantage)
 
@@ -245,6 +253,7 @@ async def run_repo_rollouts(
     *,
     advantage: AdvantageMethod,
     executor: ExecutorSpec | None = None,
+    sandboxes: SlotPool | None = None,
 ) -> list[TrajectoryGroup]:
     """`run_rollouts` over repository tasks: the rows are saved as `tasks/rows.jsonl` in the job (so it can be
     resumed), run as repository task directories, and grouped per instance in the rows' order."""
@@ -266,7 +275,7 @@ async def run_repo_rollouts(
         executor=executor or ExecutorSpec(),
         **settings,
     )
-    job = Job(config, model_client_factory=factory, keep_trajectories=True)
+    job = Job(config, model_client_factory=factory, keep_trajectories=True, sandboxes=sandboxes)
     result = await job.run()
     return await asyncio.to_thread(_repo_groups, job, result, rows, advantage)
 

@@ -142,6 +142,28 @@ async def test_agentic_item_runs_the_loop_agent_in_a_sandbox(tmp_path: Path, mat
     assert result["sandbox_name"] and result["timing"]["sandbox_start"] is not None
 
 
+async def test_a_trainers_pool_serves_its_next_step_with_the_sandboxes_of_the_last(
+    tmp_path: Path, math_client, fresh_verifier
+):
+    """`run_rollouts(..., sandboxes=pool)` at every step: the second step's trials start on the first
+    step's sandboxes, reset; the pool outlives both calls."""
+    from evsys.sandbox.slots import SlotPool
+
+    verifier = fresh_verifier(lambda completion, answer, trajectory=None: 1.0)
+    item = VerifiedTask(id="step", prompt="What is 19+23?", verifier=verifier, data={"answer": 42})
+    settings = {"model": math_client, "sandbox": True, "max_turns": 1, "max_tokens": 4, "jobs_dir": tmp_path}
+    async with SlotPool.for_backend("local", max_idle=2) as pool:
+        for step in ("one", "two"):
+            [group] = await run_rollouts([item], num_samples=2, job_name=step, sandboxes=pool, **settings)
+            assert [s.error for s in group.trajectories] == [None, None]
+        assert pool.idle_count == 2
+    reused = [
+        (path.parent.parent.name, json.loads(path.read_text())["sandbox_reused"])
+        for path in _files(tmp_path, "*/step__*/result.json")
+    ]
+    assert sorted(reused) == [("one", False), ("one", False), ("two", True), ("two", True)]
+
+
 async def test_a_rollout_job_resumes_from_its_saved_tasks(
     tmp_path: Path, math_client, fresh_verifier, questions
 ):

@@ -4,9 +4,10 @@ results and metrics."""
 
 from evsys.engine.config import AgentSpec, ExecutorSpec, JobConfig, TrialConfig
 from evsys.engine.executors import Executor, ExecutorContext, LocalExecutor, create_executor
-from evsys.engine.job import Job, is_retryable, retry_delay
+from evsys.engine.job import Job
 from evsys.engine.metrics import compute_metrics, mean_pass_at_k, pass_at_k
 from evsys.engine.plan import PlanError, plan_trials
+from evsys.engine.retries import is_retryable, retry_delay
 from evsys.engine.run import PackedTrial, TrialResources, run_trial, run_trial_packed, run_trial_sync
 from evsys.engine.spec import PlannedTrial, TaskRef, TrialSpec
 from evsys.engine.store import JobStore, JobStoreError, read_job_config

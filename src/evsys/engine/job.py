@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
@@ -34,10 +33,11 @@ from evsys.engine.config import RESUME_SAFE_FIELDS, AgentSpec, JobConfig
 from evsys.engine.executors.base import Executor, ExecutorContext, create_executor, executor_class
 from evsys.engine.metrics import compute_metrics, progress_counts, total_usage
 from evsys.engine.plan import PythonTaskItem, plan_trials
+from evsys.engine.retries import is_retryable, retry_delay
 from evsys.engine.run import TrialResources
 from evsys.engine.spec import PlannedTrial
 from evsys.engine.store import JobStore, JobStoreError
-from evsys.records import RETRYABLE_CAUSES, FailureCause, JobResult, TrialFailure, TrialResult, utc_now
+from evsys.records import FailureCause, JobResult, TrialFailure, TrialResult, utc_now
 from evsys.sandbox.registry import sandbox_class
 from evsys.sandbox.slots import SlotPool
 from evsys.task.loader import TaskSet
@@ -60,17 +60,6 @@ def default_model_client(agent: AgentSpec) -> Any:
     return create_model_client(agent.model, base_url=agent.base_url)
 
 
-def retry_delay(retry_index: int, min_wait: float, max_wait: float) -> float:
-    """Seconds to wait before retry number `retry_index` (0-based): exponential, capped, 50-100 % jitter."""
-    base = min(max_wait, min_wait * (2**retry_index))
-    return base * (0.5 + random.random() / 2)
-
-
-def is_retryable(cause: FailureCause | None) -> bool:
-    """True for the causes a job retries: sandbox_failed, model_error, agent_error, worker_lost."""
-    return cause in RETRYABLE_CAUSES
-
-
 class Job:
     """A planned set of trials and the machinery to run them. See the module docstring."""
 
@@ -86,6 +75,7 @@ class Job:
         on_agent_event: Callable[[dict[str, Any]], None] | None = None,
         tasksets: Mapping[Path, TaskSet] | None = None,
         keep_trajectories: bool = False,
+        sandboxes: SlotPool | None = None,
     ) -> None:
         datasets = [Path(p).absolute() for p in config.datasets]  # a resume may start from another directory
         self.config = config.model_copy(update={"datasets": datasets})
@@ -113,6 +103,8 @@ class Job:
         self._writer: asyncio.Task | None = None
         self._closing = asyncio.Event()
         self._slots: SlotPool | None = None
+        # a pool the caller owns and keeps across jobs (a trainer's steps): used, never closed here
+        self._lent_slots = sandboxes
 
     @classmethod
     def resume(
@@ -176,23 +168,46 @@ class Job:
     async def run(self) -> JobResult:
         """Run every trial not already finished; return the JobResult (also written to result.json)."""
         executor_class(self.config.executor.name).check_job(self.config)
+        self._check_lent_slots()
         try:
             # made first: an executor with worker processes starts them while the job is planned
             self._executor = create_executor(self.config.executor.name, self._executor_context())
             await self._prepare()
             self.prepared = True
-            max_idle = self.config.n_concurrent if self.config.reuse_sandboxes else 0
-            warm = self.config.warm_sandboxes
-            self._slots = SlotPool.for_backend(
-                self.config.sandbox, max_idle=max_idle, warm=warm, demand=lambda: self._unstarted
-            )
+            self._slots = self._lent_slots or self._own_slots()
             return await self._run_planned_trials()
         finally:
             if self._executor is not None:
                 await asyncio.shield(self._executor.aclose())
-            if self._slots is not None:
+            if self._slots is not None and self._slots is not self._lent_slots:
                 await asyncio.shield(self._slots.close())
             await self._close_clients()
+
+    def _own_slots(self) -> SlotPool:
+        """The job's own pool: reset sandboxes kept for trials not started yet, `warm_sandboxes` ready."""
+        max_idle = self.config.n_concurrent if self.config.reuse_sandboxes else 0
+        return SlotPool.for_backend(
+            self.config.sandbox,
+            max_idle=max_idle,
+            warm=self.config.warm_sandboxes,
+            demand=lambda: self._unstarted,
+        )
+
+    def _check_lent_slots(self) -> None:
+        """A lent pool serves trials in this process only, on the job's own sandbox backend."""
+        lent = self._lent_slots
+        if lent is None:
+            return
+        if not executor_class(self.config.executor.name).in_process:
+            raise ValueError(
+                f"a sandbox pool passed to the job serves trials in this process only; executor "
+                f"{self.config.executor.name!r} runs them in other processes"
+            )
+        if lent.backend != self.config.sandbox:
+            raise ValueError(
+                f"the sandbox pool passed to the job starts {lent.backend!r} sandboxes; "
+                f"the job runs on {self.config.sandbox!r}"
+            )
 
     def _executor_context(self) -> ExecutorContext:
         def resources(planned: PlannedTrial) -> TrialResources:
@@ -250,16 +265,7 @@ class Job:
                     f"{self.job_dir} already exists: resume it with `evsys run --resume {self.job_dir}` "
                     "or choose another --job-name"
                 )
-            saved = self.store.read_config()
-            # the job directory may have been moved or renamed; the safe fields may change
-            same = {"jobs_dir", "job_name", *RESUME_SAFE_FIELDS}
-            if saved.model_dump(mode="json", exclude=same) != self.config.model_dump(
-                mode="json", exclude=same
-            ):
-                raise JobStoreError(f"{self.store.config_path} differs from this job's config: cannot resume")
-            if saved.model_dump(include=set(RESUME_SAFE_FIELDS)) != self.config.model_dump(
-                include=set(RESUME_SAFE_FIELDS)
-            ):
+            if self.store.check_resumable(self.config):
                 await self.store.write_config(self.config)
             names = [p.config.trial_name for p in self.planned]
             self.results = await asyncio.to_thread(

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
-from evsys.engine.config import JobConfig, TrialConfig
+from evsys.engine.config import RESUME_SAFE_FIELDS, JobConfig, TrialConfig
 from evsys.records import FailureCause, JobResult, Trajectory, TrialResult
 from evsys.util.atomic import write_bytes_atomic, write_json_atomic, write_text_atomic
 from evsys.util.descriptors import raise_descriptor_limit
@@ -72,6 +72,17 @@ class JobStore:
     def read_config(self) -> JobConfig:
         """The saved JobConfig; `JobStoreError` naming the file when missing or invalid."""
         return read_job_config(self.job_dir)
+
+    def check_resumable(self, config: JobConfig) -> bool:
+        """Refuse (JobStoreError) resuming with a config that differs from the saved one beyond the fields a
+        resume may change (and where the job directory is: it may have been moved); True when some of those
+        changed, so config.json must be saved again."""
+        saved = self.read_config()
+        same = {"jobs_dir", "job_name", *RESUME_SAFE_FIELDS}
+        if saved.model_dump(mode="json", exclude=same) != config.model_dump(mode="json", exclude=same):
+            raise JobStoreError(f"{self.config_path} differs from this job's config: cannot resume")
+        safe = set(RESUME_SAFE_FIELDS)
+        return saved.model_dump(include=safe) != config.model_dump(include=safe)
 
     async def write_config(self, config: JobConfig) -> None:
         """Save the JobConfig as config.json."""

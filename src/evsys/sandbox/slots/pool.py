@@ -79,6 +79,7 @@ class SlotPool:
             raise ValueError(f"slots_per_sandbox must be >= 1, got {slots_per_sandbox}")
         _check_bounds(min_sandboxes, max_sandboxes)
         self.spec = spec
+        self.backend = backend
         self.slots_per_sandbox = slots_per_sandbox
         self.command_timeout = command_timeout
         own_warm = min_sandboxes if slots_per_sandbox == 1 else 0

@@ -1,0 +1,90 @@
+"""A sandbox pool the caller owns (`Job(..., sandboxes=pool)`, `run_rollouts(..., sandboxes=pool)`): a
+trainer keeps one across its steps, so each step's trials start on the sandboxes the last step released,
+reset. The jobs use it and never close it; closing it stops everything it holds."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from engine_tasks import SOLVE_OUT, make_task
+from test_warm_job import sandbox_processes, sandboxes_of_this_process
+
+from evsys.engine import Job, JobConfig
+from evsys.engine.config import ExecutorSpec
+from evsys.sandbox.slots import SlotPool
+
+LEAVE_MARKS = "#!/bin/bash\necho ok > /app/out.txt\necho step1 > /app/mark\necho step1 > /var/tmp/mark\n"
+NO_MARKS = (
+    "#!/bin/bash\n"
+    'if [ "$(cat /app/out.txt 2>/dev/null)" = ok ] && [ ! -e /app/mark ] && [ ! -e /var/tmp/mark ]\n'
+    "then r=1; else r=0; fi\necho $r > /logs/verifier/reward.txt\n"
+)
+SEES_MARKS = (
+    "#!/bin/bash\n"
+    "if [ -e /app/mark ] && [ -e /var/tmp/mark ]; then r=1; else r=0; fi\n"
+    "echo $r > /logs/verifier/reward.txt\n"
+)
+
+
+def dataset(root: Path, names: list[str], *, solve: str, test: str) -> Path:
+    """Tasks with one environment (so their sandboxes may serve each other's trials)."""
+    for name in names:
+        make_task(root, name, solve=solve, test=test)
+    return root
+
+
+def config(data: Path, name: str, **kw) -> JobConfig:
+    return JobConfig(datasets=[data], jobs_dir=data.parent / "jobs", job_name=name, **kw)
+
+
+async def test_the_next_step_runs_on_the_sandboxes_the_last_step_released_reset(tmp_path):
+    names = ["a", "b", "c"]
+    step1 = dataset(tmp_path / "step1", names, solve=LEAVE_MARKS, test=SEES_MARKS)
+    step2 = dataset(tmp_path / "step2", names, solve=SOLVE_OUT, test=NO_MARKS)
+    before = sandboxes_of_this_process()
+    pool = SlotPool.for_backend("local", max_idle=3)
+    try:
+        first = await Job(config(step1, "s1", n_concurrent=3), sandboxes=pool).run()
+        # positive control: the marks were really left in the sandboxes the first step used
+        assert [t.reward for t in first.trials] == [1.0] * 3
+        assert pool.idle_count == 3, "the job must hand its reset sandboxes back to the pool, not stop them"
+        second = await Job(config(step2, "s2", n_concurrent=3), sandboxes=pool).run()
+        assert [t.sandbox_reused for t in second.trials] == [True] * 3
+        assert [t.reward for t in second.trials] == [1.0] * 3, "a reused sandbox kept the last step's files"
+        assert len(sandboxes_of_this_process() - before) == 3  # still held by the open pool
+    finally:
+        await pool.close()
+    assert sandboxes_of_this_process() - before == set()
+    assert sandbox_processes() == []
+
+
+async def test_a_cancelled_step_leaves_the_pool_serving_the_next(tmp_path, eventually):
+    slow = dataset(tmp_path / "slow", ["a", "b"], solve="#!/bin/bash\nsleep 120\n", test=NO_MARKS)
+    fast = dataset(tmp_path / "fast", ["c", "d"], solve=SOLVE_OUT, test=NO_MARKS)
+    before = sandboxes_of_this_process()
+    pool = SlotPool.for_backend("local", max_idle=2)
+    try:
+        run = asyncio.create_task(Job(config(slow, "slow", n_concurrent=2), sandboxes=pool).run())
+        await eventually(lambda: len(sandboxes_of_this_process() - before) >= 2, "both trials running")
+        run.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await run
+        result = await Job(config(fast, "fast", n_concurrent=2), sandboxes=pool).run()
+        assert [t.reward for t in result.trials] == [1.0, 1.0]
+    finally:
+        await pool.close()
+    assert sandboxes_of_this_process() - before == set()
+    assert sandbox_processes() == []
+
+
+async def test_a_pool_the_job_cannot_use_is_refused_before_anything_starts(tmp_path):
+    data = dataset(tmp_path / "d", ["a"], solve=SOLVE_OUT, test=NO_MARKS)
+    before = sandboxes_of_this_process()
+    elsewhere = config(data, "procs", executor=ExecutorSpec(name="processes"))
+    with pytest.raises(ValueError, match="in this process only"):
+        await Job(elsewhere, sandboxes=SlotPool.for_backend("local", max_idle=1)).run()
+    with pytest.raises(ValueError, match="starts 'docker' sandboxes; the job runs on 'local'"):
+        await Job(config(data, "other"), sandboxes=SlotPool.for_backend("docker", max_idle=1)).run()
+    assert sandboxes_of_this_process() - before == set()
