@@ -20,6 +20,12 @@ Also: local sandbox starts per second (START_N started at once, the sandbox API 
 idle sandbox (their memory cgroups' usage, and the unique memory of their processes), beside the issue's
 figures measured quietly (~224 starts/s, 0.4-1.2 MB each).
 
+And a trainer's steps (bench/trainer_steps.py, in its own process): at each level the same N = C trials
+run STEPS times as jobs one after another over one sandbox pool the process owns (`Job(..., sandboxes=pool)`),
+the first step starting its sandboxes, the next ones on those the last step released, reset; each step's
+wall beside the same ideal, and the process's CPU per trial (startup not included: it runs once per training
+run). EVSYS_BENCH_STEPS=0 leaves them out.
+
 EVSYS_BENCH_CONCURRENCY="64 256" picks the levels; EVSYS_BENCH_EXECUTORS="local processes:1" the executors
 (`processes:K`: K worker processes);
 EVSYS_BENCH_SRC=/other/tree/src runs another tree's evsys (a before/after comparison in the same minutes).
@@ -53,6 +59,7 @@ TARGET_CPU_MS = 8.0
 EXECUTORS = os.environ.get("EVSYS_BENCH_EXECUTORS", "local processes").split()
 WORKER_MARK = "evsys.engine.executors.process_worker"  # in a trial worker process's command line
 ISSUE_START_PER_S = 224.0
+STEPS = int(os.environ.get("EVSYS_BENCH_STEPS", "3"))
 
 TEST = (
     "#!/bin/bash\n"
@@ -287,6 +294,45 @@ def _report(c: int, executor: str, run: dict, one: dict) -> dict:
     return figures
 
 
+def trainer_steps(dataset: Path, jobs: Path, base_url: str, c: int) -> list[dict]:
+    """bench/trainer_steps.py over `dataset` at -n `c`, STEPS steps; one dict per step."""
+    import json
+
+    env = {**os.environ, "PYTHONPATH": os.environ.get("EVSYS_BENCH_SRC") or str(ROOT / "src")}
+    argv = [sys.executable, str(BENCH_DIR / "trainer_steps.py"), str(dataset), str(jobs), base_url, str(c)]
+    done = subprocess.run([*argv, str(STEPS)], env=env, cwd=ROOT, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"trainer_steps.py exited {done.returncode}: {done.stderr[-2000:]}")
+    return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+
+
+def _report_steps(c: int, steps: list[dict]) -> dict:
+    ideal = CALLS_PER_TRIAL * LATENCY_S
+    later = sorted(steps[1:], key=lambda step: step["wall"])
+    middle = later[len(later) // 2] if later else steps[0]
+    figures = {
+        "steps": len(steps),
+        "first_step_wall_sec": round(steps[0]["wall"], 2),
+        "first_step_ratio": round(steps[0]["wall"] / ideal, 2),
+        "first_step_cpu_ms_per_trial": round(steps[0]["cpu"] / c * 1000, 2),
+        "next_steps_wall_sec": [round(step["wall"], 2) for step in steps[1:]],
+        "next_step_ratio": round(middle["wall"] / ideal, 2),
+        "next_step_cpu_ms_per_trial": round(middle["cpu"] / c * 1000, 2),
+        "reused_per_next_step": [step["reused"] for step in steps[1:]],
+        "errors": sum(step["errors"] for step in steps),
+    }
+    target = f" (target <= {TARGET_RATIO[c]}x)" if c in TARGET_RATIO else ""
+    print(
+        f"  trainer steps -n {c:>4}: first {figures['first_step_wall_sec']} s "
+        f"({figures['first_step_ratio']}x, {figures['first_step_cpu_ms_per_trial']} ms CPU/trial); next "
+        f"{figures['next_steps_wall_sec']} s, median {figures['next_step_ratio']}x{target}, "
+        f"{figures['next_step_cpu_ms_per_trial']} ms CPU/trial, reused {figures['reused_per_next_step']}, "
+        f"{figures['errors']} errors",
+        flush=True,
+    )
+    return figures
+
+
 def _bench_root() -> Path:
     parent = Path(os.environ.get("EVSYS_BENCH_DIR") or ROOT / "jobs")
     parent.mkdir(parents=True, exist_ok=True)
@@ -325,6 +371,9 @@ async def main() -> dict:
                     evsys_run, dataset, jobs, f"c{c}-{executor.replace(':', '-')}", base_url, c, executor
                 )
                 results["runs"].setdefault(executor, {})[str(c)] = _report(c, executor, run, ones[executor])
+            if STEPS > 0:
+                steps = await asyncio.to_thread(trainer_steps, dataset, jobs, base_url, c)
+                results.setdefault("trainer_steps", {})[str(c)] = _report_steps(c, steps)
         if START_N <= 0:  # EVSYS_BENCH_START_N=0: the command runs only
             return results
         starts = await sandbox_starts(START_N)

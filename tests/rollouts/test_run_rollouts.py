@@ -143,7 +143,7 @@ async def test_agentic_item_runs_the_loop_agent_in_a_sandbox(tmp_path: Path, mat
 
 
 async def test_a_trainers_pool_serves_its_next_step_with_the_sandboxes_of_the_last(
-    tmp_path: Path, math_client, fresh_verifier
+    tmp_path: Path, math_client, fresh_verifier, eventually
 ):
     """`run_rollouts(..., sandboxes=pool)` at every step: the second step's trials start on the first
     step's sandboxes, reset; the pool outlives both calls."""
@@ -156,7 +156,7 @@ async def test_a_trainers_pool_serves_its_next_step_with_the_sandboxes_of_the_la
         for step in ("one", "two"):
             [group] = await run_rollouts([item], num_samples=2, job_name=step, sandboxes=pool, **settings)
             assert [s.error for s in group.trajectories] == [None, None]
-        assert pool.idle_count == 2
+        await eventually(lambda: pool.idle_count == 2, "both sandboxes idle in the pool")
     reused = [
         (path.parent.parent.name, json.loads(path.read_text())["sandbox_reused"])
         for path in _files(tmp_path, "*/step__*/result.json")

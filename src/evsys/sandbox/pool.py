@@ -59,6 +59,9 @@ class SandboxPool:
         self._reused: set[int] = set()
         self._releasing: set[asyncio.Task] = set()
         self._resetting = 0  # releases being reset now: places among the idle already taken
+        self._inflight: dict[str, int] = {}  # background releases (resets) in flight by reuse key
+        self._awaiting: dict[str, int] = {}  # acquires waiting for one of them, by reuse key
+        self._landed = asyncio.Event()  # set (and replaced) each time a reset ends
         self._closed = False
         self.started = 0
         self.reused = 0
@@ -133,9 +136,26 @@ class SandboxPool:
             if sandbox is not None:
                 self._keys[id(sandbox)] = key
                 return sandbox
+        if sandbox is None:  # then one being reset (milliseconds), rather than a new start
+            sandbox = await asyncio.wait_for(self._await_reset(spec, key), timeout)
         if sandbox is not None:
             return sandbox
         return await self._start_within(spec, key, timeout)
+
+    async def _await_reset(self, spec: SandboxSpec, key: str | None) -> Sandbox | None:
+        """An idle sandbox for `key` once one of its resets in flight ends, while more of them are in flight
+        than acquires already wait for; None when there is none to wait for (or it could not be reset)."""
+        while key is not None and self._inflight.get(key, 0) > self._awaiting.get(key, 0):
+            landed = self._landed
+            self._awaiting[key] = self._awaiting.get(key, 0) + 1
+            try:
+                await landed.wait()
+            finally:
+                self._awaiting[key] -= 1
+            sandbox = self._take_idle(spec, key)
+            if sandbox is not None:
+                return sandbox
+        return None
 
     async def start_new(self, spec: SandboxSpec) -> Sandbox:
         """A newly started sandbox of this pool (what warm sandboxes are), never lost to a cancellation."""
@@ -161,8 +181,19 @@ class SandboxPool:
         """True when `sandbox` came out of `acquire` as a reset sandbox of an earlier trial."""
         return id(sandbox) in self._reused
 
-    async def release(self, sandbox: Sandbox, *, reusable: bool = True) -> None:
-        """Reset `sandbox` and keep it for the next trial of its spec, or stop it (see the module doc)."""
+    async def release(self, sandbox: Sandbox, *, reusable: bool = True, wait: bool = True) -> None:
+        """Reset `sandbox` and keep it for the next trial of its spec, or stop it (see the module doc).
+
+        `wait=False`: a sandbox that may be kept is handed back at once and reset in the background (the
+        next acquire of its spec waits for it rather than starting another, `close` waits for it); one that
+        cannot be kept is stopped before this returns."""
+        key = self._keys.get(id(sandbox))
+        if not wait and key is not None and self._may_keep(sandbox, reusable):
+            self._inflight[key] = self._inflight.get(key, 0) + 1  # counted now: the next acquire waits for it
+            later = asyncio.ensure_future(self._release_in_flight(sandbox, key))
+            self._releasing.add(later)
+            later.add_done_callback(self._released_later)
+            return
         task = asyncio.current_task()
         if task is not None:
             self._releasing.add(task)
@@ -171,6 +202,22 @@ class SandboxPool:
                 await sandbox.stop()
         finally:
             self._releasing.discard(task)
+
+    def _may_keep(self, sandbox: Sandbox, reusable: bool) -> bool:
+        return reusable and sandbox.supports(Capability.RESET) and not self._closed
+
+    async def _release_in_flight(self, sandbox: Sandbox, key: str) -> None:
+        try:
+            await self.release(sandbox)
+        finally:  # kept (idle) or stopped by now; acquires waiting for it look again
+            self._inflight[key] -= 1
+            landed, self._landed = self._landed, asyncio.Event()
+            landed.set()
+
+    def _released_later(self, task: asyncio.Future) -> None:
+        self._releasing.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("releasing a sandbox failed: %s", task.exception())
 
     async def _keep(self, sandbox: Sandbox, reusable: bool) -> bool:
         key = self._keys.pop(id(sandbox), None)

@@ -163,7 +163,9 @@ async def stop_sandbox(state: TrialState) -> None:
     reusable = state.sandbox_alive and state.result.cause not in NOT_REUSABLE
     slot, state.slot, state.sandbox, state.sandbox_alive = state.slot, None, None, False
     try:
-        await state.timed("sandbox_stop", asyncio.shield(state.slots.release(slot, reusable=reusable)))
+        # a sandbox kept for the next trial is reset in the background: the trial's result does not wait
+        release = state.slots.release(slot, reusable=reusable, wait=False)
+        await state.timed("sandbox_stop", asyncio.shield(release))
     except asyncio.CancelledError:
         raise
     except Exception as exc:

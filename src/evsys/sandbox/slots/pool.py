@@ -228,20 +228,24 @@ class SlotPool:
         """True when the slot's own sandbox is a reset sandbox of an earlier slot (shared slots: False)."""
         return not slot.shared and self._pool.was_reused(slot.sandbox)
 
-    async def release(self, slot: Slot, reset_workspace: bool = True, *, reusable: bool = True) -> None:
+    async def release(
+        self, slot: Slot, reset_workspace: bool = True, *, reusable: bool = True, wait: bool = True
+    ) -> None:
         """Give the slot back: its processes are killed; with `reset_workspace` its files are gone too (an
         own sandbox is reset to its started state and kept for the next slot; a shared slot's workspace and
         temporary directory emptied, its IPC objects and its files in /tmp, /var/tmp, /dev/shm and /run/lock
         removed). An own sandbox is stopped instead when `reusable` is False (its trial went wrong in it) or
         when it keeps its files (`reset_workspace=False`); a shared sandbox whose cleanup fails is stopped
-        once its other slots are back."""
+        once its other slots are back. `wait=False`: an own sandbox to be reset is reset in the background
+        (SandboxPool.release; not with `max_sandboxes`, whose room is given back only once it is done)."""
         if not slot.shared:
             if self._own.pop(id(slot), None) is None:
                 return  # released already
             try:
                 if not reset_workspace:
                     await slot.sandbox.kill_processes()
-                await self._pool.release(slot.sandbox, reusable=reusable and reset_workspace)
+                keep = reusable and reset_workspace
+                await self._pool.release(slot.sandbox, reusable=keep, wait=wait or self._own_room is not None)
             finally:
                 if self._own_room is not None:
                     self._own_room.release()

@@ -1,0 +1,70 @@
+"""`SandboxPool.release(..., wait=False)`: a sandbox kept for the next trial is reset in the background. The
+next acquire of its spec waits for that reset instead of starting another sandbox, and gets it clean; `close`
+waits for resets in flight, so nothing is left running."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+
+from evsys.records import SandboxSpec
+from evsys.sandbox.local.cgroups import detect_layout
+from evsys.sandbox.pool import SandboxPool
+
+
+def sandbox_cgroups() -> set[str]:
+    """This process's local sandboxes' cgroups (one per running sandbox)."""
+    names: set[str] = set()
+    for parent in detect_layout().parents.values():
+        names |= {p.name for p in parent.glob(f"evsys-{os.getpid()}-*")}
+    return names
+
+
+SLEEPING = "cat /proc/[0-9]*/comm 2>/dev/null | grep -qx sleep"  # a `sleep` runs in the sandbox
+
+
+@pytest.fixture
+async def pool():
+    pool = SandboxPool.for_backend("local", max_idle=4)
+    yield pool
+    await pool.close()
+
+
+async def test_the_next_acquire_takes_the_sandbox_being_reset_and_gets_it_clean(pool):
+    first = await pool.acquire(SandboxSpec(name="one"))
+    left = await first.exec("echo mine > /tmp/left; sleep 300 >/dev/null 2>&1 &", user="root")
+    # positive control: the file and the process are there before the release
+    assert left.exit_code == 0
+    assert (await first.exec("cat /tmp/left", user="root")).stdout.strip() == "mine"
+    started = "for i in $(seq 250); do " + SLEEPING + " && exit 0; sleep 0.02; done; exit 1"
+    assert (await first.exec(started, user="root")).exit_code == 0
+    await pool.release(first, wait=False)
+    assert pool.idle_count == 0  # handed back before its reset ended
+    second = await pool.acquire(SandboxSpec(name="two"))
+    assert second is first and pool.was_reused(second)
+    assert pool.started == 1, "a second sandbox was started while the first one was being reset"
+    assert (await second.exec("cat /tmp/left", user="root")).exit_code != 0
+    assert (await second.exec(SLEEPING, user="root")).exit_code != 0
+
+
+async def test_acquires_beyond_the_resets_in_flight_start_their_own(pool):
+    boxes = [await pool.acquire(SandboxSpec(name=f"a{i}")) for i in range(2)]
+    for box in boxes:
+        await pool.release(box, wait=False)
+    again = await asyncio.gather(*(pool.acquire(SandboxSpec(name=f"b{i}")) for i in range(3)))
+    assert sum(pool.was_reused(box) for box in again) == 2 and pool.started == 3
+    for box in again:
+        await pool.release(box)
+
+
+async def test_closing_waits_for_the_resets_in_flight_and_leaves_nothing_running():
+    before = sandbox_cgroups()
+    pool = SandboxPool.for_backend("local", max_idle=4)
+    boxes = [await pool.acquire(SandboxSpec(name=f"c{i}")) for i in range(3)]
+    assert len(sandbox_cgroups() - before) == 3  # positive control: three sandboxes run
+    for box in boxes:
+        await pool.release(box, wait=False)
+    await pool.close()
+    assert sandbox_cgroups() - before == set()
