@@ -21,7 +21,7 @@ import os
 from typing import Any, ClassVar
 
 from evsys.records import ImageSpec, NetworkMode, SandboxSpec
-from evsys.sandbox.base import Capability, SandboxError
+from evsys.sandbox.base import SandboxError
 from evsys.sandbox.remote.sandbox import RemoteSandbox, import_sdk
 
 LABEL_SANDBOX = "evsys.sandbox"
@@ -59,7 +59,6 @@ def image_of(image: ImageSpec) -> Any:
 class DaytonaSandbox(RemoteSandbox):
     """A sandbox on Daytona (see the module docstring)."""
 
-    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.IMAGES, Capability.REMOTE_IMAGES})
     network_modes: ClassVar[frozenset[NetworkMode]] = frozenset({"no-network", "public"})
     service: ClassVar[str] = "Daytona"
 

@@ -23,7 +23,7 @@ import os
 from typing import Any, ClassVar
 
 from evsys.records import ImageSpec, NetworkMode, SandboxSpec
-from evsys.sandbox.base import Capability, SandboxError
+from evsys.sandbox.base import SandboxError
 from evsys.sandbox.remote.sandbox import RemoteSandbox, import_sdk
 
 TEMPLATE_VAR = "EVSYS_E2B_TEMPLATE"
@@ -87,7 +87,6 @@ async def build_template(spec: SandboxSpec) -> str:
 class E2BSandbox(RemoteSandbox):
     """A sandbox on E2B (see the module docstring)."""
 
-    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.IMAGES, Capability.REMOTE_IMAGES})
     network_modes: ClassVar[frozenset[NetworkMode]] = frozenset({"no-network", "public"})
     service: ClassVar[str] = "E2B"
 

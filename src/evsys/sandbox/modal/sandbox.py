@@ -23,7 +23,7 @@ import os
 from typing import Any, ClassVar
 
 from evsys.records import NetworkMode, SandboxSpec
-from evsys.sandbox.base import Capability, SandboxError
+from evsys.sandbox.base import SandboxError
 from evsys.sandbox.remote.sandbox import RemoteSandbox, import_sdk
 
 APP_VAR = "EVSYS_MODAL_APP"
@@ -69,7 +69,6 @@ def image(spec: SandboxSpec) -> Any:
 class ModalSandbox(RemoteSandbox):
     """A sandbox on Modal (see the module docstring)."""
 
-    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.IMAGES, Capability.REMOTE_IMAGES})
     network_modes: ClassVar[frozenset[NetworkMode]] = frozenset({"no-network", "public", "allowlist"})
     service: ClassVar[str] = "Modal"
 

@@ -24,7 +24,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any, ClassVar
 
 from evsys.records import ExecResult, SandboxSpec
-from evsys.sandbox.base import Sandbox, SandboxError
+from evsys.sandbox.base import Capability, Sandbox, SandboxError
 from evsys.sandbox.remote import scripts
 from evsys.util.tarsafe import tar_of
 
@@ -47,6 +47,8 @@ def import_sdk(module: str, service: str) -> Any:
 class RemoteSandbox(Sandbox):
     """A sandbox on a hosted service (see the module docstring)."""
 
+    # The service runs a task's image, pulling or building it itself (never one only this machine has).
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.IMAGES, Capability.REMOTE_IMAGES})
     service: ClassVar[str]  # the service's name as its users know it ("Modal"), in evsys's messages
 
     def __init__(self, spec: SandboxSpec) -> None:
