@@ -1,7 +1,8 @@
 """Jobs on E2B and Daytona with tasks that bring their own image: the task's Dockerfile or `docker_image` is
 handed to the service (through the stand-ins), which builds it; evsys builds and pulls nothing itself, and
 the trial records the image's source as `remote`. The tasks' oracles only pass on the image the Dockerfile
-describes (its RUN and, on E2B, COPY steps made the file they copy)."""
+describes (its RUN and, on E2B, COPY steps made the file they copy). An image evsys built here is refused by
+every cloud backend, in the same words naming the service."""
 
 from __future__ import annotations
 
@@ -15,8 +16,15 @@ import pytest
 from standins import STANDIN_IMAGE
 
 from evsys.engine.trial.images import BUILD_LOG
+from evsys.records import ImageSpec, SandboxSpec
+from evsys.sandbox.base import SandboxUnsupported
+from evsys.sandbox.daytona.sandbox import DaytonaSandbox
+from evsys.sandbox.e2b.sandbox import E2BSandbox
+from evsys.sandbox.modal.sandbox import ModalSandbox
+from evsys.sandbox.remote.sandbox import RemoteSandbox
 
 pytestmark = pytest.mark.asyncio
+CLOUD_BACKENDS = [(DaytonaSandbox, "Daytona"), (E2BSandbox, "E2B"), (ModalSandbox, "Modal")]
 
 REPO = Path(__file__).resolve().parents[3]
 GREETING = "Hello from evsys!\n"
@@ -87,3 +95,17 @@ async def test_a_job_on_daytona_builds_each_tasks_image_on_the_service(daytona_s
     assert outcomes == {"from-dockerfile": (None, 1.0), "from-registry": (None, 0.0)}
     received = [body["buildInfo"]["dockerfileContent"] for body in daytona_standin.created[before:]]
     assert sorted(received) == sorted([dockerfile(run), f"FROM {STANDIN_IMAGE}\n"])
+
+
+@pytest.mark.parametrize(("backend", "service"), CLOUD_BACKENDS, ids=[name for _, name in CLOUD_BACKENDS])
+async def test_an_image_built_here_is_refused_naming_the_service(backend: type[RemoteSandbox], service: str):
+    built_here = ImageSpec(ref="sha256-local", source="containers-storage:[/var/lib/evsys]sha256-local")
+    with pytest.raises(SandboxUnsupported) as refused:
+        backend(SandboxSpec(name="refused", image=built_here))
+    assert str(refused.value) == (
+        "sandbox refused: image 'sha256-local' was built locally; "
+        f"push it to a registry {service} can pull from"
+    )
+    # What the service builds or pulls itself is accepted: a task's Dockerfile, a registry image.
+    backend(SandboxSpec(name="dockerfile", image=ImageSpec(ref="task", dockerfile=Path("/t/Dockerfile"))))
+    backend(SandboxSpec(name="registry", image=ImageSpec(ref="python:3.13-slim")))

@@ -13,7 +13,8 @@ Endpoints: `POST /v1/chat/completions`, `POST /v1/messages`, `POST /v1/responses
 `GET /health` (no key needed), and `/mcp` (MCP Streamable HTTP: the environment tools attached to the
 session with `evsys.agent.harness.mcp_server.serve_tools`; same key rules). Streaming responses are
 produced from the finished completion (the `ModelClient` contract is request/response), so
-time-to-first-token equals the full latency."""
+time-to-first-token equals the full latency. This module holds the listeners, the sessions and the routes;
+each dialect's request model and reply shapes are in `wire.py`."""
 
 from __future__ import annotations
 
@@ -27,10 +28,10 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from evsys.model.base import ModelClient
-from evsys.model.proxy import anthropic_dialect, google_dialect, openai_dialect, responses_dialect
+from evsys.model.proxy import google_dialect
 from evsys.model.proxy.replies import (
     NO_TOOLS,
     UNKNOWN_KEY,
@@ -40,9 +41,9 @@ from evsys.model.proxy.replies import (
     status_for,
 )
 from evsys.model.proxy.session import Dialect, ProxySession, new_session_key
+from evsys.model.proxy.wire import completion_reply, parse_request
 from evsys.util.bodylimit import BodyLimit
 from evsys.util.httpserver import ConnectionLimits, GuardedServer
-from evsys.util.jsonparse import loads_bounded
 from evsys.util.net import listening_socket
 
 log = logging.getLogger(__name__)
@@ -313,7 +314,7 @@ class ModelProxy:
         if method == "countTokens":
             if self._authorise(request) is None:
                 return error_response("google", 401, UNKNOWN_KEY)
-            parsed, problem = await _parse(request, "google", unwrap="generateContentRequest")
+            parsed, problem = await parse_request(request, "google", unwrap="generateContentRequest")
             if problem is not None:
                 return error_response("google", 400, problem)
             return JSONResponse(google_dialect.count_tokens_response(parsed))
@@ -322,12 +323,10 @@ class ModelProxy:
         return await self._serve(request, "google", model=model, stream=method == "streamGenerateContent")
 
     async def _serve(self, request: Any, dialect: Dialect, **from_path: Any) -> Any:
-        from starlette.responses import JSONResponse, StreamingResponse
-
         session = self._authorise(request)
         if session is None:
             return error_response(dialect, 401, UNKNOWN_KEY)
-        parsed, problem = await _parse(request, dialect)
+        parsed, problem = await parse_request(request, dialect)
         if problem is not None:
             return error_response(dialect, 400, problem)
         for name, value in from_path.items():
@@ -348,26 +347,7 @@ class ModelProxy:
             session.finish_call(call, None, f"{type(exc).__name__}: {exc}", time.perf_counter() - started)
             return error_response(dialect, status_for(exc), str(exc) or type(exc).__name__)
         session.finish_call(call, completion, None, time.perf_counter() - started)
-        if dialect == "google":
-            if parsed.stream:
-                return StreamingResponse(google_dialect.stream_events(parsed, completion), media_type=_SSE)
-            return JSONResponse(google_dialect.generate_response(parsed, completion))
-        if dialect == "responses":
-            cap = self.max_tokens_cap
-            if parsed.stream:
-                events = responses_dialect.stream_events(parsed, completion, max_tokens_cap=cap)
-                return StreamingResponse(events, media_type=_SSE)
-            return JSONResponse(responses_dialect.response_object(parsed, completion, max_tokens_cap=cap))
-        if dialect == "openai":
-            if parsed.stream:
-                return StreamingResponse(openai_dialect.stream_chunks(parsed, completion), media_type=_SSE)
-            return JSONResponse(openai_dialect.chat_response(parsed, completion))
-        if parsed.stream:
-            return StreamingResponse(anthropic_dialect.stream_events(parsed, completion), media_type=_SSE)
-        return JSONResponse(anthropic_dialect.message_response(parsed, completion))
-
-
-_SSE = "text/event-stream"
+        return completion_reply(dialect, parsed, completion, self.max_tokens_cap)
 
 
 class _RawAsgi:
@@ -378,31 +358,6 @@ class _RawAsgi:
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         await self.handler(scope, receive, send)
-
-
-_REQUEST_MODELS: dict[Dialect, type[BaseModel]] = {
-    "openai": openai_dialect.OpenAIChatRequest,
-    "anthropic": anthropic_dialect.AnthropicRequest,
-    "responses": responses_dialect.ResponsesRequest,
-    "google": google_dialect.GoogleRequest,
-}
-
-
-async def _parse(request: Any, dialect: Dialect, *, unwrap: str | None = None) -> tuple[Any, str | None]:
-    """Validate the JSON body (the object under `unwrap`, when the body has it); on failure return a message
-    naming the offending fields."""
-    model = _REQUEST_MODELS[dialect]
-    try:
-        body = loads_bounded(await request.body())
-    except ValueError as exc:
-        return None, f"request body is not valid JSON: {exc}"
-    if unwrap is not None and isinstance(body, dict) and isinstance(body.get(unwrap), dict):
-        body = body[unwrap]
-    try:
-        return model.model_validate(body), None
-    except ValidationError as exc:
-        detail = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors())
-        return None, f"invalid request: {detail}"
 
 
 async def _stop(listener: GuardedServer) -> None:

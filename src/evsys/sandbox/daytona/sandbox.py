@@ -21,8 +21,8 @@ import os
 from typing import Any, ClassVar
 
 from evsys.records import ImageSpec, NetworkMode, SandboxSpec
-from evsys.sandbox.base import Capability, SandboxError
-from evsys.sandbox.remote.sandbox import RemoteSandbox
+from evsys.sandbox.base import SandboxError
+from evsys.sandbox.remote.sandbox import RemoteSandbox, import_sdk
 
 LABEL_SANDBOX = "evsys.sandbox"
 AUTO_STOP_MINUTES = 60  # a sandbox whose orchestrator died stops (and is deleted) after an idle hour
@@ -34,13 +34,7 @@ DEFAULT_BASE_IMAGE = "debian:bookworm-slim"
 
 def sdk() -> Any:
     """The `daytona` module, or `SandboxError` telling how to install it."""
-    try:
-        import daytona
-    except ImportError:
-        raise SandboxError(
-            "the daytona backend needs the Daytona SDK: pip install 'evsys[daytona]'"
-        ) from None
-    return daytona
+    return import_sdk("daytona", "Daytona")
 
 
 def resources(spec: SandboxSpec) -> Any:
@@ -65,21 +59,13 @@ def image_of(image: ImageSpec) -> Any:
 class DaytonaSandbox(RemoteSandbox):
     """A sandbox on Daytona (see the module docstring)."""
 
-    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.IMAGES, Capability.REMOTE_IMAGES})
     network_modes: ClassVar[frozenset[NetworkMode]] = frozenset({"no-network", "public"})
+    service: ClassVar[str] = "Daytona"
 
     def __init__(self, spec: SandboxSpec) -> None:
         super().__init__(spec)
         self._client: Any = None
         self._box: Any = None
-
-    @classmethod
-    def unsupported(cls, spec: SandboxSpec) -> str | None:
-        """Besides the base checks: an image only Docker on this machine has cannot be pulled by Daytona."""
-        problem = super().unsupported(spec)
-        if problem is None and spec.image is not None and spec.image.source is not None:
-            return f"image {spec.image.ref!r} was built locally; push it to a registry Daytona can pull from"
-        return problem
 
     @classmethod
     async def unavailable(cls) -> str | None:
@@ -123,10 +109,7 @@ class DaytonaSandbox(RemoteSandbox):
         try:
             self._client = daytona.AsyncDaytona()
             self._box = await self._client.create(self._params(), timeout=CREATE_TIMEOUT_SEC)
-        except Exception as exc:
-            await self._close_client()
-            raise SandboxError(f"sandbox {self.spec.name}: Daytona could not create it: {exc}") from None
-        except BaseException:  # cancelled while the service creates it: its HTTP sessions are closed too
+        except BaseException:  # failed, or cancelled while the service creates it: its HTTP sessions close
             await asyncio.shield(self._close_client())
             raise
 
@@ -135,8 +118,6 @@ class DaytonaSandbox(RemoteSandbox):
         try:
             if box is not None:
                 await box.delete()
-        except Exception as exc:
-            raise SandboxError(f"sandbox {self.spec.name}: Daytona could not delete it: {exc}") from None
         finally:
             await self._close_client()
 
@@ -150,14 +131,7 @@ class DaytonaSandbox(RemoteSandbox):
         return int(response.exit_code if response.exit_code is not None else -1), response.result or ""
 
     async def _put(self, path: str, data: bytes) -> None:
-        try:
-            await self._box.fs.upload_file(data, path)
-        except Exception as exc:
-            raise SandboxError(f"sandbox {self.spec.name}: writing {path} failed: {exc}") from None
+        await self._box.fs.upload_file(data, path)
 
     async def _get(self, path: str) -> bytes:
-        try:
-            data = await self._box.fs.download_file(path)
-        except Exception as exc:
-            raise SandboxError(f"sandbox {self.spec.name}: reading {path} failed: {exc}") from None
-        return bytes(data)
+        return bytes(await self._box.fs.download_file(path))

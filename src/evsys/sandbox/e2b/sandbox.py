@@ -23,8 +23,8 @@ import os
 from typing import Any, ClassVar
 
 from evsys.records import ImageSpec, NetworkMode, SandboxSpec
-from evsys.sandbox.base import Capability, SandboxError
-from evsys.sandbox.remote.sandbox import RemoteSandbox
+from evsys.sandbox.base import SandboxError
+from evsys.sandbox.remote.sandbox import RemoteSandbox, import_sdk
 
 TEMPLATE_VAR = "EVSYS_E2B_TEMPLATE"
 DEFAULT_TEMPLATE = "base"
@@ -35,11 +35,7 @@ _built: set[str] = set()  # the templates this process has built
 
 def sdk() -> Any:
     """The `e2b` module, or `SandboxError` telling how to install it."""
-    try:
-        import e2b
-    except ImportError:
-        raise SandboxError("the e2b backend needs the E2B SDK: pip install 'evsys[e2b]'") from None
-    return e2b
+    return import_sdk("e2b", "E2B")
 
 
 def template() -> str:
@@ -91,20 +87,12 @@ async def build_template(spec: SandboxSpec) -> str:
 class E2BSandbox(RemoteSandbox):
     """A sandbox on E2B (see the module docstring)."""
 
-    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.IMAGES, Capability.REMOTE_IMAGES})
     network_modes: ClassVar[frozenset[NetworkMode]] = frozenset({"no-network", "public"})
+    service: ClassVar[str] = "E2B"
 
     def __init__(self, spec: SandboxSpec) -> None:
         super().__init__(spec)
         self._box: Any = None
-
-    @classmethod
-    def unsupported(cls, spec: SandboxSpec) -> str | None:
-        """Besides the base checks: an image only Docker on this machine has cannot be pulled by E2B."""
-        problem = super().unsupported(spec)
-        if problem is None and spec.image is not None and spec.image.source is not None:
-            return f"image {spec.image.ref!r} was built locally; push it to a registry E2B can pull from"
-        return problem
 
     @classmethod
     async def unavailable(cls) -> str | None:
@@ -123,24 +111,18 @@ class E2BSandbox(RemoteSandbox):
             name = template() if self.spec.image is None else await build_template(self.spec)
         except Exception as exc:
             raise SandboxError(f"sandbox {self.spec.name}: E2B could not build its template: {exc}") from None
-        try:
-            self._box = await e2b.AsyncSandbox.create(
-                template=name,
-                timeout=LIFETIME_SEC,
-                metadata={LABEL_SANDBOX: self.spec.name},
-                envs=dict(self.spec.env),
-                allow_internet_access=self.spec.network == "public",
-            )
-        except Exception as exc:
-            raise SandboxError(f"sandbox {self.spec.name}: E2B could not create it: {exc}") from None
+        self._box = await e2b.AsyncSandbox.create(
+            template=name,
+            timeout=LIFETIME_SEC,
+            metadata={LABEL_SANDBOX: self.spec.name},
+            envs=dict(self.spec.env),
+            allow_internet_access=self.spec.network == "public",
+        )
 
     async def _delete(self) -> None:
         box, self._box = self._box, None
-        try:
-            if box is not None:
-                await box.kill()
-        except Exception as exc:
-            raise SandboxError(f"sandbox {self.spec.name}: E2B could not kill it: {exc}") from None
+        if box is not None:
+            await box.kill()
 
     async def _run(self, command: str, timeout: float) -> tuple[int, str]:  # noqa: ASYNC109
         e2b = sdk()
@@ -151,14 +133,7 @@ class E2BSandbox(RemoteSandbox):
         return int(result.exit_code), (result.stdout or "") + (result.stderr or "")
 
     async def _put(self, path: str, data: bytes) -> None:
-        try:
-            await self._box.files.write(path, data, user="root")
-        except Exception as exc:
-            raise SandboxError(f"sandbox {self.spec.name}: writing {path} failed: {exc}") from None
+        await self._box.files.write(path, data, user="root")
 
     async def _get(self, path: str) -> bytes:
-        try:
-            data = await self._box.files.read(path, format="bytes", user="root")
-        except Exception as exc:
-            raise SandboxError(f"sandbox {self.spec.name}: reading {path} failed: {exc}") from None
-        return bytes(data)
+        return bytes(await self._box.files.read(path, format="bytes", user="root"))

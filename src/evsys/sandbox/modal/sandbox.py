@@ -23,8 +23,8 @@ import os
 from typing import Any, ClassVar
 
 from evsys.records import NetworkMode, SandboxSpec
-from evsys.sandbox.base import Capability, SandboxError
-from evsys.sandbox.remote.sandbox import RemoteSandbox
+from evsys.sandbox.base import SandboxError
+from evsys.sandbox.remote.sandbox import RemoteSandbox, import_sdk
 
 APP_VAR = "EVSYS_MODAL_APP"
 DEFAULT_APP = "evsys"
@@ -38,11 +38,7 @@ STDIN_CHUNK = 4 << 20  # bytes per stdin write (Modal buffers up to 16 MiB)
 
 def sdk() -> Any:
     """The `modal` module, or `SandboxError` telling how to install it."""
-    try:
-        import modal
-    except ImportError:
-        raise SandboxError("the modal backend needs the Modal SDK: pip install 'evsys[modal]'") from None
-    return modal
+    return import_sdk("modal", "Modal")
 
 
 def network_options(spec: SandboxSpec) -> dict[str, Any]:
@@ -73,20 +69,12 @@ def image(spec: SandboxSpec) -> Any:
 class ModalSandbox(RemoteSandbox):
     """A sandbox on Modal (see the module docstring)."""
 
-    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.IMAGES, Capability.REMOTE_IMAGES})
     network_modes: ClassVar[frozenset[NetworkMode]] = frozenset({"no-network", "public", "allowlist"})
+    service: ClassVar[str] = "Modal"
 
     def __init__(self, spec: SandboxSpec) -> None:
         super().__init__(spec)
         self._box: Any = None
-
-    @classmethod
-    def unsupported(cls, spec: SandboxSpec) -> str | None:
-        """Besides the base checks: an image only Docker on this machine has cannot be pulled by Modal."""
-        problem = super().unsupported(spec)
-        if problem is None and spec.image is not None and spec.image.source and not spec.image.dockerfile:
-            return f"image {spec.image.ref!r} was built locally; push it to a registry Modal can pull from"
-        return problem
 
     @classmethod
     async def unavailable(cls) -> str | None:
@@ -106,28 +94,22 @@ class ModalSandbox(RemoteSandbox):
 
     async def _create(self) -> None:
         modal = sdk()
-        try:
-            app = await modal.App.lookup.aio(os.environ.get(APP_VAR) or DEFAULT_APP, create_if_missing=True)
-            self._box = await modal.Sandbox.create.aio(
-                app=app,
-                image=image(self.spec),
-                cpu=self.spec.cpus,
-                memory=self.spec.memory_mb,
-                timeout=LIFETIME_SEC,
-                idle_timeout=IDLE_SEC,
-                tags={LABEL_SANDBOX: self.spec.name},
-                **network_options(self.spec),
-            )
-        except Exception as exc:
-            raise SandboxError(f"sandbox {self.spec.name}: Modal could not create it: {exc}") from None
+        app = await modal.App.lookup.aio(os.environ.get(APP_VAR) or DEFAULT_APP, create_if_missing=True)
+        self._box = await modal.Sandbox.create.aio(
+            app=app,
+            image=image(self.spec),
+            cpu=self.spec.cpus,
+            memory=self.spec.memory_mb,
+            timeout=LIFETIME_SEC,
+            idle_timeout=IDLE_SEC,
+            tags={LABEL_SANDBOX: self.spec.name},
+            **network_options(self.spec),
+        )
 
     async def _delete(self) -> None:
         box, self._box = self._box, None
-        try:
-            if box is not None:
-                await box.terminate.aio()
-        except Exception as exc:
-            raise SandboxError(f"sandbox {self.spec.name}: Modal could not terminate it: {exc}") from None
+        if box is not None:
+            await box.terminate.aio()
 
     async def _exec(
         self,
@@ -157,18 +139,12 @@ class ModalSandbox(RemoteSandbox):
         return code, (stdout + stderr).decode("utf-8", "replace")
 
     async def _put(self, path: str, data: bytes) -> None:
-        try:
-            code, _, stderr = await self._exec(["/bin/bash", "-c", 'cat > "$1"', "put", path], 3600, data)
-        except Exception as exc:
-            raise SandboxError(f"sandbox {self.spec.name}: writing {path} failed: {exc}") from None
+        code, _, stderr = await self._exec(["/bin/bash", "-c", 'cat > "$1"', "put", path], 3600, data)
         if code != 0:
-            raise SandboxError(f"sandbox {self.spec.name}: writing {path} failed: {stderr.decode()[-500:]}")
+            raise OSError(stderr.decode("utf-8", "replace")[-500:])
 
     async def _get(self, path: str) -> bytes:
-        try:
-            code, stdout, stderr = await self._exec(["cat", "--", path], 3600)
-        except Exception as exc:
-            raise SandboxError(f"sandbox {self.spec.name}: reading {path} failed: {exc}") from None
+        code, stdout, stderr = await self._exec(["cat", "--", path], 3600)
         if code != 0:
-            raise SandboxError(f"sandbox {self.spec.name}: reading {path} failed: {stderr.decode()[-500:]}")
+            raise OSError(stderr.decode("utf-8", "replace")[-500:])
         return bytes(stdout)

@@ -1,26 +1,30 @@
 """`RemoteSandbox`: the `Sandbox` contract for a hosted sandbox service that can run a command line as root
-and move whole files (Daytona, E2B).
+and move whole files (Daytona, E2B, Modal).
 
-A subclass creates and deletes the service's sandbox (`_create`, `_delete`) and provides three calls: `_run`
-(a command line as root, its combined text output and exit code back), `_put` and `_get` (a file's bytes).
-Everything else is built here: commands run through `scripts.run_command` (stdout and stderr apart and
-byte-exact, bounded inside the sandbox, the user dropped with `setpriv`), a timeout kills the command's whole
-process tree with a second call, `kill_processes` spares the service's own processes, and tars and stdin
-travel as files.
+A subclass names its service (`service`), creates and deletes the service's sandbox (`_create`, `_delete`)
+and provides three calls: `_run` (a command line as root, its combined text output and exit code back),
+`_put` and `_get` (a file's bytes). Everything else is built here: an image evsys built locally is refused
+up front (the service pulls and builds images itself and cannot pull this machine's), the service's
+failures become `SandboxError`s naming the sandbox and what failed, commands run through
+`scripts.run_command` (stdout and stderr apart and byte-exact, bounded inside the sandbox, the user dropped
+with `setpriv`), a timeout kills the command's whole process tree with a second call, `kill_processes`
+spares the service's own processes, and tars and stdin travel as files.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import importlib
 import secrets
 import shlex
 import time
 from abc import abstractmethod
 from pathlib import Path, PurePosixPath
+from typing import Any, ClassVar
 
 from evsys.records import ExecResult, SandboxSpec
-from evsys.sandbox.base import Sandbox, SandboxError
+from evsys.sandbox.base import Capability, Sandbox, SandboxError
 from evsys.sandbox.remote import scripts
 from evsys.util.tarsafe import tar_of
 
@@ -29,22 +33,49 @@ SERVICE_GRACE_SEC = 60  # how much longer than the command the service's own tim
 NO_TIMEOUT_SEC = 24 * 3600  # the service's timeout for a command without one
 
 
+def import_sdk(module: str, service: str) -> Any:
+    """The service's SDK `module` (installed by the evsys extra of the same name), or `SandboxError` telling
+    how to install it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise SandboxError(
+            f"the {module} backend needs the {service} SDK: pip install 'evsys[{module}]'"
+        ) from None
+
+
 class RemoteSandbox(Sandbox):
     """A sandbox on a hosted service (see the module docstring)."""
+
+    # The service runs a task's image, pulling or building it itself (never one only this machine has).
+    capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.IMAGES, Capability.REMOTE_IMAGES})
+    service: ClassVar[str]  # the service's name as its users know it ("Modal"), in evsys's messages
 
     def __init__(self, spec: SandboxSpec) -> None:
         super().__init__(spec)
         self._running = False
         self._extra_uid_base: int | None = None
 
+    @classmethod
+    def unsupported(cls, spec: SandboxSpec) -> str | None:
+        """Besides the base checks: an image evsys built locally (one with a `source` in its own storage and
+        no Dockerfile for the service to build) is one the service cannot pull."""
+        problem = super().unsupported(spec)
+        image = spec.image
+        if problem is None and image is not None and image.source is not None and image.dockerfile is None:
+            return f"image {image.ref!r} was built locally; push it to a registry {cls.service} can pull from"
+        return problem
+
     # ---------------------------------------------------------------- what a service provides
     @abstractmethod
     async def _create(self) -> None:
-        """Create and start the service's sandbox; `SandboxError` with the service's reason on failure."""
+        """Create and start the service's sandbox; any exception carries the service's reason (a
+        `SandboxError` is passed on as it is, others are named as the service failing to create it)."""
 
     @abstractmethod
     async def _delete(self) -> None:
-        """Delete the service's sandbox (called once, after a successful `_create`)."""
+        """Delete the service's sandbox (called once, after a successful `_create`); any exception carries the
+        service's reason."""
 
     @abstractmethod
     async def _run(self, command: str, timeout: float) -> tuple[int, str]:  # noqa: ASYNC109
@@ -52,18 +83,25 @@ class RemoteSandbox(Sandbox):
 
     @abstractmethod
     async def _put(self, path: str, data: bytes) -> None:
-        """Write `data` to the absolute `path` in the sandbox (as root)."""
+        """Write `data` to the absolute `path` in the sandbox (as root); any exception carries the reason."""
 
     @abstractmethod
     async def _get(self, path: str) -> bytes:
-        """The bytes of the file at the absolute `path` in the sandbox."""
+        """The bytes of the file at the absolute `path` in the sandbox; any exception carries the reason."""
 
     # ---------------------------------------------------------------- lifecycle
     async def start(self) -> None:
         """Create the sandbox, then the agent user, the trial directories and the spec's files."""
         if self._running:
             raise SandboxError(f"sandbox {self.spec.name} is already started")
-        await self._create()
+        try:
+            await self._create()
+        except SandboxError:
+            raise
+        except Exception as exc:
+            raise SandboxError(
+                f"sandbox {self.spec.name}: {self.service} could not create it: {exc}"
+            ) from None
         self._running = True
         try:
             prepared = await self._root(scripts.prepare(self.spec.workdir), "preparing the sandbox")
@@ -79,7 +117,12 @@ class RemoteSandbox(Sandbox):
         if not self._running:
             return
         self._running = False
-        await asyncio.shield(self._delete())
+        try:
+            await asyncio.shield(self._delete())
+        except Exception as exc:
+            raise SandboxError(
+                f"sandbox {self.spec.name}: {self.service} could not delete it: {exc}"
+            ) from None
 
     def extra_uid(self, index: int) -> int:
         """The uid of the sandbox's `index`-th extra user (a shared slot's): the ones after the agent's when
@@ -103,6 +146,20 @@ class RemoteSandbox(Sandbox):
             raise SandboxError(f"sandbox {self.spec.name}: {what} failed: {output.strip()[-500:]}")
         return output
 
+    async def _write(self, path: str, data: bytes) -> None:
+        """`_put`, its failure a `SandboxError` naming the file."""
+        try:
+            await self._put(path, data)
+        except Exception as exc:
+            raise SandboxError(f"sandbox {self.spec.name}: writing {path} failed: {exc}") from None
+
+    async def _read(self, path: str) -> bytes:
+        """`_get`, its failure a `SandboxError` naming the file."""
+        try:
+            return await self._get(path)
+        except Exception as exc:
+            raise SandboxError(f"sandbox {self.spec.name}: reading {path} failed: {exc}") from None
+
     # ---------------------------------------------------------------- commands
     async def exec(
         self,
@@ -119,10 +176,10 @@ class RemoteSandbox(Sandbox):
         self._require_running()
         token = secrets.token_hex(8)
         if stdin is not None:
-            await self._put(f"{scripts.RUN_DIR}/{token}.in", stdin)
+            await self._write(f"{scripts.RUN_DIR}/{token}.in", stdin)
         inline = command
         if len(command.encode()) > INLINE_COMMAND_MAX:
-            await self._put(f"{scripts.RUN_DIR}/{token}.cmd", command.encode())
+            await self._write(f"{scripts.RUN_DIR}/{token}.cmd", command.encode())
             inline = ""
         line = scripts.run_command(
             token,
@@ -187,7 +244,7 @@ class RemoteSandbox(Sandbox):
         """Copy a host file or directory to `dst` (modes kept, owned by root) as one tar file."""
         target_dir, data = await asyncio.to_thread(_pack, src, dst, exclude)
         archive = f"{scripts.RUN_DIR}/{secrets.token_hex(8)}.tar"
-        await self._put(archive, data)
+        await self._write(archive, data)
         q = shlex.quote(str(target_dir))
         unpack = (
             f"mkdir -p {q} && tar -x --no-same-owner -p -C {q} -f {archive}; s=$?; rm -f {archive}; exit $s"
@@ -207,7 +264,7 @@ class RemoteSandbox(Sandbox):
         pack = shlex.join(["tar", "-c", "-C", str(path.parent), "-f", archive, "--", path.name])
         try:
             await self._root(shlex.join(["/bin/bash", "-c", pack]), f"packing {src}")
-            return await self._get(archive)
+            return await self._read(archive)
         finally:
             with contextlib.suppress(Exception):
                 await self._run(f"rm -f {archive}", NO_TIMEOUT_SEC)
