@@ -41,7 +41,7 @@ from evsys.model.proxy.replies import (
     status_for,
 )
 from evsys.model.proxy.session import Dialect, ProxySession, new_session_key
-from evsys.model.proxy.wire import completion_reply, parse_request
+from evsys.model.proxy.wire import completion_reply, parse_request, request_notes
 from evsys.util.bodylimit import BodyLimit
 from evsys.util.httpserver import ConnectionLimits, GuardedServer
 from evsys.util.net import listening_socket
@@ -336,7 +336,7 @@ class ModelProxy:
             params = parsed.sampling(self.max_tokens_cap)
         except (ValueError, ValidationError) as exc:
             return error_response(dialect, 400, f"invalid request: {exc}")
-        notes = getattr(parsed, "notes", None)
+        notes = request_notes(dialect, parsed)
         call = session.begin_call(
             dialect, parsed.model, messages, tools, params, stream=parsed.stream, notes=notes
         )

@@ -22,11 +22,16 @@ Render = Callable[[Any, Completion, int | None], Any]
 
 @dataclass(frozen=True)
 class DialectWire:
-    """One dialect's request model and its two reply renderers."""
+    """One dialect's request model, its two reply renderers, and what of a request the model never saw."""
 
     request: type[BaseModel]
     body: Render  # the JSON body of a whole reply
     events: Render  # the SSE events of a streamed reply (an iterator of strings)
+    notes: Callable[[Any], list[str]] = lambda request: []  # recorded on the call (dropped tools, ...)
+
+
+def _request_notes(request: Any) -> list[str]:
+    return list(request.notes)
 
 
 def _uncapped(render: Callable[[Any, Completion], Any]) -> Render:
@@ -53,11 +58,14 @@ WIRES: dict[Dialect, DialectWire] = {
         _uncapped(anthropic_dialect.message_response),
         _uncapped(anthropic_dialect.stream_events),
     ),
-    "responses": DialectWire(responses_dialect.ResponsesRequest, _responses_body, _responses_events),
+    "responses": DialectWire(
+        responses_dialect.ResponsesRequest, _responses_body, _responses_events, _request_notes
+    ),
     "google": DialectWire(
         google_dialect.GoogleRequest,
         _uncapped(google_dialect.generate_response),
         _uncapped(google_dialect.stream_events),
+        _request_notes,
     ),
 }
 
@@ -79,6 +87,11 @@ async def parse_request(
     except ValidationError as exc:
         detail = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'body'}: {e['msg']}" for e in exc.errors())
         return None, f"invalid request: {detail}"
+
+
+def request_notes(dialect: Dialect, request: Any) -> list[str]:
+    """What of `request` the model never saw (tools or input items the dialect could not carry over)."""
+    return WIRES[dialect].notes(request)
 
 
 def completion_reply(
