@@ -46,6 +46,7 @@ import time
 from pathlib import Path
 
 import psutil
+from sandbox_capacity import PARALLEL, raw_rates, sandbox_starts
 
 BENCH_DIR = Path(__file__).resolve().parent
 ROOT = BENCH_DIR.parent
@@ -204,62 +205,6 @@ def evsys_run(
     return figures
 
 
-async def sandbox_starts(n: int) -> dict:
-    """`n` local sandboxes started at once: starts per second, and memory per idle sandbox."""
-    from evsys.records import SandboxSpec
-    from evsys.sandbox import LocalSandbox
-
-    boxes = [LocalSandbox(SandboxSpec(name=f"bench-conc-{os.getpid()}-{i}")) for i in range(n)]
-    started = time.perf_counter()
-    try:
-        await asyncio.gather(*(box.start() for box in boxes))
-        elapsed = time.perf_counter() - started
-        await asyncio.sleep(0.5)  # idle
-        cgroup_bytes, unique_bytes = await asyncio.to_thread(_sandbox_memory)
-    finally:
-        await asyncio.gather(*(box.stop() for box in boxes), return_exceptions=True)
-    return {
-        "sandboxes": n,
-        "starts_per_sec": round(n / elapsed, 1),
-        "cgroup_mb_per_idle_sandbox": round(cgroup_bytes / n / 2**20, 3),
-        "unique_mb_per_idle_sandbox": round(unique_bytes / n / 2**20, 3),
-    }
-
-
-def _memory_cgroup(pid: int) -> Path | None:
-    """The usage file of `pid`'s memory cgroup (v2 memory.current, v1 memory.usage_in_bytes)."""
-    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
-        _, controllers, path = line.split(":", 2)
-        if controllers == "":
-            return Path("/sys/fs/cgroup") / path.lstrip("/") / "memory.current"
-        if "memory" in controllers.split(","):
-            return Path("/sys/fs/cgroup/memory") / path.lstrip("/") / "memory.usage_in_bytes"
-    return None
-
-
-def _sandbox_memory() -> tuple[int, int]:
-    """Memory of this process's descendants: the sum of their distinct memory cgroups' usage, and of their
-    unique set sizes."""
-    own = _memory_cgroup(os.getpid())
-    cgroups: set[Path] = set()
-    unique = 0
-    for child in psutil.Process().children(recursive=True):
-        try:
-            unique += child.memory_full_info().uss
-            usage = _memory_cgroup(child.pid)
-        except (psutil.Error, OSError):
-            continue
-        if usage is not None and usage != own:
-            cgroups.add(usage)
-    total = 0
-    for usage in cgroups:
-        try:
-            total += int(usage.read_text())
-        except (OSError, ValueError):
-            continue
-    return total, unique
-
-
 def _report(c: int, executor: str, run: dict, one: dict) -> dict:
     ideal = math.ceil(c / c) * CALLS_PER_TRIAL * LATENCY_S
     marginal = (run["own_cpu"] - one["own_cpu"]) / max(c - 1, 1) * 1000
@@ -377,6 +322,8 @@ async def main() -> dict:
         if START_N <= 0:  # EVSYS_BENCH_START_N=0: the command runs only
             return results
         starts = await sandbox_starts(START_N)
+        floor = await asyncio.to_thread(raw_rates)
+        results["machine_without_evsys"] = floor
         results["sandbox_starts"] = starts
         print(
             f"{START_N} local sandboxes started at once: {starts['starts_per_sec']} starts/s "
@@ -385,6 +332,7 @@ async def main() -> dict:
             "processes (issue, quiet: 0.4-1.2 MB)",
             flush=True,
         )
+        print(f"this machine without evsys ({PARALLEL} at a time, per second): {floor}", flush=True)
     finally:
         server.stop()
         shutil.rmtree(root, ignore_errors=True)

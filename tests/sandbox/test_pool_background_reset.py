@@ -47,6 +47,7 @@ async def test_the_next_acquire_takes_the_sandbox_being_reset_and_gets_it_clean(
     assert pool.started == 1, "a second sandbox was started while the first one was being reset"
     assert (await second.exec("cat /tmp/left", user="root")).exit_code != 0
     assert (await second.exec(SLEEPING, user="root")).exit_code != 0
+    await pool.release(second)
 
 
 async def test_acquires_beyond_the_resets_in_flight_start_their_own(pool):

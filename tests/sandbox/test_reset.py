@@ -180,3 +180,14 @@ async def test_no_sandbox_is_reset_for_trials_that_will_not_come():
     finally:
         await pool.close()
     assert sandbox_processes() == []
+
+
+async def test_a_reset_helper_that_exits_without_reporting_success_fails_the_reset(sandbox, monkeypatch):
+    """The helper is started by the spawner, which reaps it: its exit status never reaches evsys, so only its
+    own SUCCESS report counts. A helper that exits 0 without it (here `true`) is a failed reset."""
+    from evsys.sandbox.local import reset
+
+    await sandbox.reset()  # positive control: the real helper reports success
+    monkeypatch.setattr(reset.ResetTarget, "argv", lambda self, kept_userns=False: ["/bin/true"])
+    with pytest.raises(SandboxError, match="exited without reporting success"):
+        await sandbox.reset()

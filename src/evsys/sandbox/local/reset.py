@@ -16,11 +16,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from evsys.sandbox.base import SandboxError
-from evsys.sandbox.local.spawn import wait_child
+from evsys.sandbox.local.spawn import start_helper, wait_exit
 from evsys.util.procfs import children
 
 REPORT_FD, BWRAP_PIDFD, DAEMON_PIDFD, USERNS_FD = 3, 4, 5, 6
 HELPER_TIMEOUT = 30.0  # seconds; a reset takes milliseconds
+SUCCESS = b"K"  # the helper's last datagram when the reset is done (its exit status is the spawner's)
 # agent uid -> an fd of the user namespace mapping the layers' agent uid to it (native/idmap.c), made by the
 # helper on the first reset of a sandbox with that uid and kept: making one (a clone) was most of the CPU a
 # reset's idmapped root cost. Uids are handed out lowest first, so this holds about as many as sandboxes ran
@@ -97,48 +98,45 @@ def daemon_pid(bwrap_pid: int) -> int:
 
 
 async def run_reset_helper(target: ResetTarget) -> None:
-    """Run `evsysd --reset` (posix_spawn, awaited through a pidfd); SandboxError with its report if it
-    fails. The report comes back over a unix datagram socket, with the mapping namespace the helper made."""
+    """Run `evsysd --reset` (started by the sandbox spawner, awaited through a pidfd); SandboxError with its
+    report unless it reported success. The report comes back over a unix datagram socket: its error text, or
+    the mapping namespace it made and then SUCCESS."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
-    actions = [
-        (os.POSIX_SPAWN_DUP2, theirs.fileno(), REPORT_FD),
-        (os.POSIX_SPAWN_DUP2, target.bwrap_pidfd, BWRAP_PIDFD),
-        (os.POSIX_SPAWN_DUP2, target.daemon_pidfd, DAEMON_PIDFD),
-    ]
+    fds = {REPORT_FD: theirs.fileno(), BWRAP_PIDFD: target.bwrap_pidfd, DAEMON_PIDFD: target.daemon_pidfd}
     kept = _USERNS.get(target.agent_uid)
     if kept is not None:
-        actions.append((os.POSIX_SPAWN_DUP2, kept, USERNS_FD))
-    argv = target.argv(kept_userns=kept is not None)
+        fds[USERNS_FD] = kept
     with ours:
         try:
             with theirs:
-                pid = os.posix_spawn(  # noqa: ASYNC221 - a vfork+exec: returns in microseconds
-                    target.helper, argv, {}, file_actions=actions
-                )
-        except OSError as exc:
-            raise SandboxError(f"cannot start the reset helper {target.helper}: {exc.strerror}") from None
-        code = await wait_child(pid, os.pidfd_open(pid), HELPER_TIMEOUT)
-        if code is None:
+                pidfd = await start_helper(target.argv(kept_userns=kept is not None), fds)
+        except SandboxError as exc:
+            raise SandboxError(f"cannot start the reset helper {target.helper}: {exc}") from None
+        if not await wait_exit(pidfd, HELPER_TIMEOUT):
             raise SandboxError(f"reset helper did not finish within {HELPER_TIMEOUT:g} s")
-        report = _read_report(ours, target.agent_uid)
-    if code != 0:
-        raise SandboxError(f"reset failed: {report or f'the reset helper exited with {code}'}")
+        report, succeeded = _read_report(ours, target.agent_uid)
+    if not succeeded:
+        raise SandboxError(f"reset failed: {report or 'the reset helper exited without reporting success'}")
 
 
-def _read_report(sock: socket.socket, agent_uid: int) -> str:
-    """What the exited helper sent: its error text, and a mapping namespace to keep for `agent_uid`."""
+def _read_report(sock: socket.socket, agent_uid: int) -> tuple[str, bool]:
+    """What the exited helper sent: its error text, a mapping namespace to keep for `agent_uid`, and whether
+    it reported SUCCESS."""
     sock.setblocking(False)
     text: list[str] = []
+    succeeded = False
     while True:
         try:
             data, fds, _flags, _addr = socket.recv_fds(sock, 4096, 1)
         except BlockingIOError:
-            return "".join(text).strip()
+            return "".join(text).strip(), succeeded and not text
         for fd in fds:
             os.set_inheritable(fd, False)
             if data == b"U" and agent_uid not in _USERNS and len(_USERNS) < MAX_KEPT_USERNS:
                 _USERNS[agent_uid] = fd
             else:
                 os.close(fd)
-        if data != b"U":
+        if data == SUCCESS:
+            succeeded = True
+        elif data != b"U":
             text.append(data.decode("utf-8", "replace"))

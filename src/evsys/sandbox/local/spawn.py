@@ -150,8 +150,9 @@ class _Spawner:
         self.proc: subprocess.Popen | None = None
         self.sock: socket.socket | None = None
         self.owner = os.getpid()
-        self.waiting: collections.deque[asyncio.Future] = collections.deque()  # one per request out, in order
-        self.outbox: collections.deque[tuple[bytes, array.array, asyncio.Future]] = collections.deque()
+        # one per request out, in order: its future and how many fds its reply carries
+        self.waiting: collections.deque[tuple[asyncio.Future, int]] = collections.deque()
+        self.outbox: collections.deque[tuple[bytes, array.array, asyncio.Future, int]] = collections.deque()
         self.writing = False  # a writer callback waits for the socket to take the rest of the outbox
         self.loop: asyncio.AbstractEventLoop | None = None  # the loop reading replies while requests are out
 
@@ -193,22 +194,23 @@ class _Spawner:
         self.loop = loop
         return sock
 
-    async def request(self, argv: list[str], setup: dict, pass_fds: tuple[int, ...]) -> _Child:
-        """Ask for one child; return its pid and [pidfd, stdin writer, stdout, stderr, setup-error reader].
+    async def request(self, message: dict, pass_fds: tuple[int, ...], n_fds: int = 5) -> _Child:
+        """Ask for one child (`message`: see spawner.py); return its pid and the `n_fds` fds of the reply: a
+        sandbox's [pidfd, stdin writer, stdout, stderr, setup-error reader], a helper's [pidfd].
 
         A caller cancelled before its request was sent sends nothing; one cancelled later waits for the
         reply, then kills the child it names and waits for its exit (its setup makes the sandbox's cgroups,
         which the caller removes next)."""
         loop = asyncio.get_running_loop()
         await self._own(loop)
-        msg = marshal.dumps({"argv": argv, "setup": setup})
+        msg = marshal.dumps(message)
         future = loop.create_future()
-        self.outbox.append((msg, array.array("i", pass_fds), future))
+        self.outbox.append((msg, array.array("i", pass_fds), future, n_fds))
         self._send()
         try:
             return await asyncio.shield(future)
         except asyncio.CancelledError:
-            if any(queued is future for _, _, queued in self.outbox):
+            if any(queued is future for _, _, queued, _ in self.outbox):
                 future.cancel()  # never sent: there is no child
                 raise
             while not future.done():  # sent: its child is killed, and gone, before the caller cleans up
@@ -227,7 +229,7 @@ class _Spawner:
         sock, loop = self.sock, self.loop
         assert sock is not None and loop is not None
         while self.outbox:
-            msg, fds, future = self.outbox[0]
+            msg, fds, future, n_fds = self.outbox[0]
             if future.done():  # cancelled before it was sent
                 self.outbox.popleft()
                 continue
@@ -243,7 +245,7 @@ class _Spawner:
             except OSError as exc:
                 future.set_exception(SandboxError(f"the sandbox spawner failed: {exc}"))
             else:
-                self.waiting.append(future)
+                self.waiting.append((future, n_fds))
             self.outbox.popleft()
         if self.writing:
             loop.remove_writer(sock.fileno())
@@ -266,12 +268,13 @@ class _Spawner:
             if not data:
                 self._fail_all(SPAWNER_EXITED)
                 return
-            _deliver(self.waiting.popleft(), marshal.loads(data), fds)
+            future, n_fds = self.waiting.popleft()
+            _deliver(future, marshal.loads(data), fds, n_fds)
         if not self.outbox:
             self._stop_reading()
 
     def _fail_all(self, why: str) -> None:
-        for future in (*self.waiting, *(future for _, _, future in self.outbox)):
+        for future in (*(future for future, _ in self.waiting), *(future for _, _, future, _ in self.outbox)):
             if not future.done():
                 future.set_exception(SandboxError(why))
         self.waiting.clear()
@@ -286,9 +289,9 @@ class _Spawner:
         self.loop, self.writing = None, False
 
 
-def _deliver(future: asyncio.Future, reply: dict, fds: list[int]) -> None:
+def _deliver(future: asyncio.Future, reply: dict, fds: list[int], n_fds: int) -> None:
     """Resolve a request's future with its child; kill and forget a child nobody waits for any more."""
-    if "error" in reply or len(fds) != 5:
+    if "error" in reply or len(fds) != n_fds:
         for fd in fds:
             os.close(fd)
         if not future.done():
@@ -317,7 +320,8 @@ async def spawn(argv: list[str], *, setup: dict, pass_fds: tuple[int, ...], limi
     with the child's own message when its setup or exec failed; on any failure or cancellation the child
     is killed and every fd closed.
     """
-    pid, (pidfd, stdin_w, out_r, err_r, report_r) = await _SPAWNER.request(argv, setup, pass_fds)
+    message = {"argv": argv, "setup": setup}
+    pid, (pidfd, stdin_w, out_r, err_r, report_r) = await _SPAWNER.request(message, pass_fds)
     # file objects from here on: closing one twice (here and by a transport) is harmless
     pipes = [os.fdopen(stdin_w, "wb", buffering=0), os.fdopen(out_r, "rb", buffering=0)]
     pipes.append(os.fdopen(err_r, "rb", buffering=0))
@@ -334,6 +338,36 @@ async def spawn(argv: list[str], *, setup: dict, pass_fds: tuple[int, ...], limi
             pipe.close()
         await _kill_and_wait(pidfd)
         raise
+
+
+async def start_helper(argv: list[str], fds: dict[int, int]) -> int:
+    """Start one of evsys's host helpers (`argv`; the reset helper) through the spawner, with each fd of
+    `fds` (its number in the helper -> the fd here) in place and an empty environment; its pidfd (the spawner
+    reaps it: the helper reports its outcome itself). Starting it here, with posix_spawn, blocked the event
+    loop for ~1 ms per helper on a busy machine; the spawner does it on another core."""
+    message = {"helper": argv, "at": list(fds)}
+    _, (pidfd,) = await _SPAWNER.request(message, tuple(fds.values()), n_fds=1)
+    return pidfd
+
+
+async def wait_exit(pidfd: int, kill_after: float) -> bool:
+    """Wait (never blocking the loop) until the process of `pidfd` has exited: True, or False when it ran past
+    `kill_after` s and was SIGKILLed (and has exited). A cancelled caller SIGKILLs it too. Closes `pidfd`."""
+    try:
+        try:
+            await asyncio.wait_for(wait_readable(pidfd), kill_after)
+            return True
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            await wait_readable(pidfd)
+            return False
+        except BaseException:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            raise
+    finally:
+        os.close(pidfd)
 
 
 async def _kill_and_wait(pidfd: int) -> None:

@@ -14,12 +14,17 @@ Protocol on a SOCK_SEQPACKET unix socket (fd number in argv[1]), one message per
            or {"error": text} without fds ({"error": text, "dirs_refused": 1} when a cgroup directory of
            `setup["cgroup_dirs"]`, which this process creates before the child, could not be made: then none
            of them exists).
+  or a helper of the host's own (the reset helper):
+  request: marshal {"helper": [argv...], "at": [n...]}, ancillary fds = the fds the helper gets, the i-th as
+           fd number at[i]; reply {"pid": n} with fds [pidfd] or {"error": text}. The helper reports its
+           outcome itself (its exit status is reaped here and not passed on).
 A setup failure is written to the setup-error pipe, which otherwise just closes at exec. The spawner exits
 when the orchestrator goes away (EOF on the socket); bwrap's --die-with-parent then takes every sandbox down.
 """
 
 from __future__ import annotations
 
+import fcntl
 import marshal
 import os
 import select
@@ -108,6 +113,23 @@ def spawn(req: dict, passed: list[int]) -> tuple[int, list[int]]:
     return pid, [pidfd, stdin_w, out_r, err_r, report_r]
 
 
+def start_helper(req: dict, passed: list[int]) -> tuple[int, list[int]]:
+    """Start a host helper (`req["helper"]`, an argv) with the i-th passed fd as its fd `req["at"][i]` and an
+    empty environment; its pid and [pidfd]. The passed fds are first copied above every target number, so no
+    dup2 of the file actions overwrites one still to be placed."""
+    top = max(req["at"], default=2)
+    high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, top + 1) for fd in passed]
+    try:
+        actions = [(os.POSIX_SPAWN_DUP2, fd, at) for fd, at in zip(high, req["at"], strict=True)]
+        argv = req["helper"]
+        defaults = (signal.SIGCHLD, signal.SIGPIPE)
+        pid = os.posix_spawn(argv[0], argv, {}, file_actions=actions, setsigdef=defaults)
+    finally:
+        for fd in high:
+            os.close(fd)
+    return pid, [os.pidfd_open(pid)]
+
+
 def reap() -> None:
     """Collect every exited child (the host watches them through their pidfds)."""
     while True:
@@ -142,7 +164,8 @@ def serve(sock: socket.socket) -> None:
         if not msg:
             return
         try:
-            pid, fds = spawn(marshal.loads(msg), passed)
+            req = marshal.loads(msg)
+            pid, fds = start_helper(req, passed) if "helper" in req else spawn(req, passed)
             reply: dict[str, int | str] = {"pid": pid}
         except DirsRefused as exc:
             fds, reply = [], {"error": str(exc), "dirs_refused": 1}
