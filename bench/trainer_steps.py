@@ -2,8 +2,9 @@
 
 Run by bench/bench_concurrency.py in its own process (so its CPU is its own): each step is a `Job` of the loop
 agent over `dataset` against the scripted model at `base_url`, `-n` N, with `sandboxes=pool`
-(docs/scale.md, "A trainer's steps on one sandbox pool"); the first step starts its sandboxes, the next ones
-take those the last step released, reset. Prints one JSON line per step: wall seconds, the process's CPU
+(docs/scale.md, "A trainer's steps on one sandbox pool"), and one model client lent to every step, as a
+trainer passes its client to `run_rollouts`; the first step starts its sandboxes, the next ones take those
+the last step released, reset. Prints one JSON line per step: wall seconds, the process's CPU
 seconds (all threads), mean reward, errors, and how many trials ran on a reused sandbox.
 
 Usage: `python bench/trainer_steps.py DATASET JOBS_DIR BASE_URL N K`.
@@ -21,20 +22,25 @@ from pathlib import Path
 async def steps(dataset: Path, jobs: Path, base_url: str, n: int, k: int) -> None:
     """Run the K steps, printing each one's figures."""
     from evsys.engine import AgentSpec, Job, JobConfig
+    from evsys.model.spec import create_model_client
+    from evsys.rollouts import BorrowedModelClient
     from evsys.sandbox.slots import SlotPool
 
     agent = AgentSpec(name="loop", model="vllm:scripted", base_url=base_url)
+    client = create_model_client(agent.model or "", base_url=base_url)
+    lent = BorrowedModelClient(client)
     async with SlotPool.for_backend("local", max_idle=n) as pool:
         for step in range(k):
             config = JobConfig(
                 datasets=[dataset], agents=[agent], n_concurrent=n, jobs_dir=jobs, job_name=f"step-{n}-{step}"
             )
             cpu, wall = time.process_time(), time.perf_counter()
-            result = await Job(config, sandboxes=pool).run()
+            result = await Job(config, model_client_factory=lambda _: lent, sandboxes=pool).run()
             cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
             reused = sum(1 for trial in result.trials if trial.sandbox_reused)
             line = {"step": step, "wall": wall, "cpu": cpu, "reward": result.mean_reward}
             print(json.dumps({**line, "errors": result.n_errors, "reused": reused}), flush=True)
+    await client.aclose()
 
 
 if __name__ == "__main__":

@@ -118,3 +118,40 @@ async def test_a_cgroup_name_left_by_an_earlier_run_fails_the_start_and_is_not_t
     await ok.start()
     assert (await ok.exec("echo fine")).stdout == "fine\n"
     await _nothing_left([ok])
+
+
+async def test_starts_cancelled_while_their_pipes_are_attached_leave_the_next_starts_working(monkeypatch):
+    """A start cancelled while its pipes were being given transports used to close them under a live
+    transport: the event loop kept watching those fd numbers, and the next sandbox whose stdout got one of
+    them was never read (its start timed out). Cancelled as the attach begins, the next starts work."""
+    from evsys.sandbox.local import sandbox as local_sandbox
+
+    monkeypatch.setattr(local_sandbox, "START_TIMEOUT", 10.0)
+    attaching = 0
+    real_connect = spawn._connect
+
+    async def connect(pipes, limit):
+        nonlocal attaching
+        attaching += 1
+        return await real_connect(pipes, limit)
+
+    monkeypatch.setattr(spawn, "_connect", connect)
+    await _next_start_works()
+    cancelled_attaching = 0
+    for _ in range(12):
+        box = LocalSandbox(spec())
+        seen = attaching
+        start = asyncio.create_task(box.start())
+        while attaching == seen and not start.done():  # noqa: ASYNC110 - cancel as it attaches its pipes
+            await asyncio.sleep(0)
+        cancelled_attaching += not start.done()
+        start.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await start
+        await _nothing_left([box])
+        pair = [LocalSandbox(spec()) for _ in range(2)]  # the next ones get the numbers those pipes had
+        await asyncio.gather(*(sb.start() for sb in pair))
+        outputs = await asyncio.gather(*(sb.exec("echo ok") for sb in pair))
+        assert [out.stdout for out in outputs] == ["ok\n", "ok\n"]
+        await _nothing_left(pair)
+    assert cancelled_attaching >= 6  # positive control: the cancellations did land in the attach

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from evsys.sandbox.base import SandboxError
-from evsys.sandbox.local.spawn import start_helper, wait_exit
+from evsys.sandbox.local.spawn import start_helper
+from evsys.sandbox.local.waits import wait_exit
 from evsys.util.procfs import children
 
 REPORT_FD, BWRAP_PIDFD, DAEMON_PIDFD, USERNS_FD = 3, 4, 5, 6

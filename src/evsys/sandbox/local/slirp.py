@@ -14,7 +14,7 @@ import os
 import shutil
 
 from evsys.sandbox.base import SandboxError
-from evsys.sandbox.local.spawn import wait_child, wait_readable
+from evsys.sandbox.local.waits import wait_child, wait_readable
 
 INSTALL_HINT = "apt-get install slirp4netns"
 READY_FD, EXIT_FD = 3, 4

@@ -22,10 +22,11 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 from pathlib import Path
+from typing import Any
 
 from evsys.sandbox.base import SandboxError
+from evsys.sandbox.local.waits import kill_and_wait, read_to_eof, wait_readable
 
 SPAWNER_SCRIPT = Path(__file__).with_name("spawner.py")
 MAX_REPLY = 1 << 16
@@ -81,59 +82,6 @@ class SpawnedProcess:
             self._pidfd = -1
         self._exited = True
         return -1
-
-
-async def wait_readable(fd: int) -> None:
-    """Wait (on the event loop, never blocking it) until `fd` is readable."""
-    loop = asyncio.get_running_loop()
-    ready = loop.create_future()
-
-    def wake() -> None:
-        if not ready.done():
-            ready.set_result(None)
-
-    loop.add_reader(fd, wake)
-    try:
-        await ready
-    finally:
-        loop.remove_reader(fd)
-
-
-async def wait_child(pid: int, pidfd: int, kill_after: float) -> int | None:
-    """Wait for a child this process started (posix_spawn) to exit, through its pidfd, never blocking the
-    loop; reap it and return its exit code, or None when it ran past `kill_after` s and was SIGKILLed. A
-    cancelled caller SIGKILLs it too (reaped by a thread): no helper is left behind. Closes `pidfd`."""
-    try:
-        try:
-            await asyncio.wait_for(wait_readable(pidfd), kill_after)
-            timed_out = False
-        except TimeoutError:
-            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-            await wait_readable(pidfd)
-            timed_out = True
-        except BaseException:
-            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-            threading.Thread(target=os.waitpid, args=(pid, 0), daemon=True).start()
-            raise
-    finally:
-        os.close(pidfd)
-    _, status = os.waitpid(pid, 0)  # noqa: ASYNC222 - the pidfd said it has exited
-    return None if timed_out else os.waitstatus_to_exitcode(status)
-
-
-async def _read_to_eof(fd: int) -> bytes:
-    """Everything written to a pipe until its last writer closes it (here: the child's exec or exit)."""
-    os.set_blocking(fd, False)
-    data = bytearray()
-    while True:
-        try:
-            chunk = os.read(fd, 4096)
-        except BlockingIOError:
-            await wait_readable(fd)
-            continue
-        if not chunk:
-            return bytes(data)
-        data += chunk
 
 
 class _Spawner:
@@ -220,7 +168,7 @@ class _Spawner:
                 _, fds = future.result()
                 for fd in fds[1:]:
                     os.close(fd)
-                await _kill_and_wait(fds[0])
+                await kill_and_wait(fds[0])
             raise
 
     def _send(self) -> None:
@@ -327,7 +275,7 @@ async def spawn(argv: list[str], *, setup: dict, pass_fds: tuple[int, ...], limi
     pipes.append(os.fdopen(err_r, "rb", buffering=0))
     try:
         try:
-            detail = (await _read_to_eof(report_r)).decode("utf-8", "replace").strip()
+            detail = (await read_to_eof(report_r)).decode("utf-8", "replace").strip()
         finally:
             os.close(report_r)
         if detail:
@@ -336,7 +284,7 @@ async def spawn(argv: list[str], *, setup: dict, pass_fds: tuple[int, ...], limi
     except BaseException:
         for pipe in pipes:
             pipe.close()
-        await _kill_and_wait(pidfd)
+        await kill_and_wait(pidfd)
         raise
 
 
@@ -350,50 +298,48 @@ async def start_helper(argv: list[str], fds: dict[int, int]) -> int:
     return pidfd
 
 
-async def wait_exit(pidfd: int, kill_after: float) -> bool:
-    """Wait (never blocking the loop) until the process of `pidfd` has exited: True, or False when it ran past
-    `kill_after` s and was SIGKILLed (and has exited). A cancelled caller SIGKILLs it too. Closes `pidfd`."""
-    try:
-        try:
-            await asyncio.wait_for(wait_readable(pidfd), kill_after)
-            return True
-        except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-            await wait_readable(pidfd)
-            return False
-        except BaseException:
-            with contextlib.suppress(ProcessLookupError):
-                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-            raise
-    finally:
-        os.close(pidfd)
-
-
-async def _kill_and_wait(pidfd: int) -> None:
-    """SIGKILL a child and wait until it has exited (even if cancelled meanwhile: the caller removes its
-    cgroups next, which the child must not create or join after that); close its pidfd."""
-    try:
-        with contextlib.suppress(ProcessLookupError):
-            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-        exited = asyncio.ensure_future(wait_readable(pidfd))
-        while not exited.done():
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.shield(exited)
-    finally:
-        os.close(pidfd)
-
-
 async def _attach(pid: int, pidfd: int, pipes: list, limit: int) -> SpawnedProcess:
+    """The child's pipes as asyncio streams. Never left half-done: a cancellation waits until every pipe has
+    its transport, then closes them through their transports and re-raises. (Closing a pipe under a live
+    transport, or a transport before the loop ran the callbacks its creation queued, leaves the loop watching
+    that fd number: the next pipe to get the number, another sandbox's stdout, is then never read, and that
+    sandbox's start times out.)"""
+    attaching = asyncio.ensure_future(_connect(pipes, limit))
+    try:
+        transports = await asyncio.shield(attaching)
+    except asyncio.CancelledError:
+        while not attaching.done():
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(attaching)
+        if not attaching.cancelled() and attaching.exception() is None:
+            for transport, _ in attaching.result():
+                transport.close()
+            await asyncio.sleep(0)  # their connection_lost (which closes the pipes) runs before the caller's
+        raise
+    (_, out_reader), (_, err_reader), (stdin, protocol) = transports
+    loop = asyncio.get_running_loop()
+    writer = asyncio.StreamWriter(stdin, protocol, None, loop)
+    return SpawnedProcess(pid, pidfd, writer, out_reader, err_reader)
+
+
+async def _connect(pipes: list, limit: int) -> list[tuple[Any, Any]]:
+    """Transports for stdout and stderr (with their StreamReaders) and stdin (with its protocol), in that
+    order; on failure the ones made are closed."""
     loop = asyncio.get_running_loop()
     stdin, stdout, stderr = pipes
-    readers = []
-    for pipe in (stdout, stderr):
-        reader = asyncio.StreamReader(limit=limit, loop=loop)
-        await loop.connect_read_pipe(functools.partial(asyncio.StreamReaderProtocol, reader, loop=loop), pipe)
-        readers.append(reader)
-    transport, protocol = await loop.connect_write_pipe(
-        lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader(loop=loop), loop=loop), stdin
-    )
-    writer = asyncio.StreamWriter(transport, protocol, None, loop)
-    return SpawnedProcess(pid, pidfd, writer, readers[0], readers[1])
+    made: list[tuple[Any, Any]] = []
+    try:
+        for pipe in (stdout, stderr):
+            reader = asyncio.StreamReader(limit=limit, loop=loop)
+            protocol = functools.partial(asyncio.StreamReaderProtocol, reader, loop=loop)
+            reading, _ = await loop.connect_read_pipe(protocol, pipe)
+            made.append((reading, reader))
+        writing, write_protocol = await loop.connect_write_pipe(
+            lambda: asyncio.StreamReaderProtocol(asyncio.StreamReader(loop=loop), loop=loop), stdin
+        )
+        made.append((writing, write_protocol))
+    except BaseException:
+        for transport, _ in made:
+            transport.close()
+        raise
+    return made
