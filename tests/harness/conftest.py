@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
+from tiny_harness_config import tiny_config
 
-from evsys.agent.harness import HarnessConfig, ModelEndpoint, StdioHarnessAdapter
+from evsys.agent.harness import ModelEndpoint, StdioHarnessAdapter
 from evsys.model.local.client import LocalModelClient
 from evsys.model.proxy import ModelProxy, ProxySession
 from evsys.testing.tiny_model import DEMO_RECIPE, LONG_CONTEXT_RECIPE, build_tiny_model
-
-TINY_HARNESS = Path(__file__).with_name("tiny_harness.py")
-SYSTEM_PYTHON = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
 
 
 @pytest.fixture(scope="session")
@@ -41,18 +37,6 @@ async def proxy(tiny_engine_client):
     """A started recording proxy over the tiny model."""
     async with ModelProxy(tiny_engine_client, max_tokens_cap=48) as started:
         yield started
-
-
-def tiny_config(workdir: Path, *args: str, **overrides: object) -> HarnessConfig:
-    """The HarnessConfig that runs the tiny harness with `args` in `workdir`."""
-    fields: dict = {
-        "name": "tiny-harness",
-        "command": [SYSTEM_PYTHON, "-I", str(TINY_HARNESS), *args],
-        "working_directory": str(workdir),
-        "startup_timeout_s": 20,
-        "session_timeout_s": 60,
-    }
-    return HarnessConfig(**(fields | overrides))
 
 
 @pytest.fixture
