@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import pytest
+from stream_agents import tiny_definition
 from tiny_harness_config import tiny_config
 
 from evsys.agent.harness import ModelEndpoint, StdioHarnessAdapter
+from evsys.agent.harness.agent import HarnessAgent
+from evsys.agent.registry import AGENTS, register_agent
 from evsys.model.local.client import LocalModelClient
 from evsys.model.proxy import ModelProxy, ProxySession
 from evsys.testing.tiny_model import DEMO_RECIPE, LONG_CONTEXT_RECIPE, build_tiny_model
@@ -54,3 +57,20 @@ async def make_adapter(proxy, tmp_path) -> Callable[..., tuple[StdioHarnessAdapt
     yield make
     for adapter in built:
         await adapter.stop()
+
+
+@pytest.fixture
+def tiny_agent() -> Iterator[Callable[..., str]]:
+    """`tiny_agent(name, *args, **config)` registers the tiny harness (with those arguments) as agent `name`
+    and returns the name; every agent registered is unregistered after the test."""
+    names: list[str] = []
+
+    def register(name: str, *args: str, **kw: float) -> str:
+        definition = tiny_definition(name, *args, **kw)
+        register_agent(name, lambda **options: HarnessAgent(definition, **options))
+        names.append(name)
+        return name
+
+    yield register
+    for name in names:
+        AGENTS.unregister(name)
