@@ -1,4 +1,15 @@
-"""Shared fixtures for the whole suite."""
+"""Shared fixtures for the whole suite.
+
+The suite passes whichever of its files run, in whatever order:
+- pytest imports test files and helper modules by their file name (each test directory goes on sys.path), so
+  every name under tests/ is unique, and helpers are imported by that name: never `from conftest import`
+  (every conftest.py is the module `conftest`) nor `from tests.<dir> import` (`tests` is importable only when
+  the working directory is on sys.path); ruff enforces both (TID251).
+- What a test changes in the process it undoes: environment variables and registrations through monkeypatch
+  or a fixture's teardown, weights loaded into a private copy of a shared model. Fixtures that start
+  processes (a Ray cluster, servers) stop them when the module or session that needs them ends, and a test
+  that counts sandboxes counts only those it started.
+"""
 
 from __future__ import annotations
 

@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 from evsys.cli.main import app
 from evsys.engine import AgentSpec, ExecutorSpec, Job, JobConfig
 from evsys.engine.executors import LocalExecutor, register_executor
+from evsys.engine.executors.base import EXECUTORS
 from evsys.engine.spec import PlannedTrial
 from evsys.records import TrialResult
 
@@ -52,6 +53,7 @@ def labelling_executor():
     register_executor("labelling", LabellingExecutor)
     LabellingExecutor.ran.clear()
     yield
+    EXECUTORS.unregister("labelling")
 
 
 def _config(tmp_path: Path, **kw) -> JobConfig:

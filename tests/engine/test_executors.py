@@ -3,6 +3,7 @@ packed trial back (what a Ray or process-pool executor does), with the same resu
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ from engine_tasks import make_task
 
 from evsys.engine import AgentSpec, Job, JobConfig, TrialSpec, run_trial_packed
 from evsys.engine.executors import Executor, ExecutorContext, create_executor, register_executor
+from evsys.engine.executors.base import EXECUTORS
 
 
 class ShippingExecutor(Executor):
@@ -41,15 +43,22 @@ def _files(job_dir: Path) -> set[str]:
     }
 
 
+@pytest.fixture
+def shipping_executor() -> Iterator[str]:
+    """ShippingExecutor registered as `shipping` for one test."""
+    register_executor("shipping", ShippingExecutor)
+    yield "shipping"
+    EXECUTORS.unregister("shipping")
+
+
 @pytest.mark.slow
-async def test_a_job_on_a_shipping_executor_matches_the_local_executor(tmp_path: Path):
+async def test_a_job_on_a_shipping_executor_matches_the_local_executor(tmp_path: Path, shipping_executor):
     dataset = tmp_path / "tasks"
     for name in ("a", "b", "c"):
         make_task(dataset, name)
     make_task(dataset, "zero", test="#!/bin/bash\necho 0 > /logs/verifier/reward.txt\n")
-    register_executor("shipping", ShippingExecutor)
     results = {}
-    for executor in ("local", "shipping"):
+    for executor in ("local", shipping_executor):
         config = JobConfig(
             datasets=[dataset],
             agents=[AgentSpec(name="oracle")],

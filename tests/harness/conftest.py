@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable
-from pathlib import Path
+from collections.abc import Callable, Iterator
 
 import pytest
+from stream_agents import tiny_definition
+from tiny_harness_config import tiny_config
 
-from evsys.agent.harness import HarnessConfig, ModelEndpoint, StdioHarnessAdapter
+from evsys.agent.harness import ModelEndpoint, StdioHarnessAdapter
+from evsys.agent.harness.agent import HarnessAgent
+from evsys.agent.registry import AGENTS, register_agent
 from evsys.model.local.client import LocalModelClient
 from evsys.model.proxy import ModelProxy, ProxySession
 from evsys.testing.tiny_model import DEMO_RECIPE, LONG_CONTEXT_RECIPE, build_tiny_model
-
-TINY_HARNESS = Path(__file__).with_name("tiny_harness.py")
-SYSTEM_PYTHON = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
 
 
 @pytest.fixture(scope="session")
@@ -43,18 +42,6 @@ async def proxy(tiny_engine_client):
         yield started
 
 
-def tiny_config(workdir: Path, *args: str, **overrides: object) -> HarnessConfig:
-    """The HarnessConfig that runs the tiny harness with `args` in `workdir`."""
-    fields: dict = {
-        "name": "tiny-harness",
-        "command": [SYSTEM_PYTHON, "-I", str(TINY_HARNESS), *args],
-        "working_directory": str(workdir),
-        "startup_timeout_s": 20,
-        "session_timeout_s": 60,
-    }
-    return HarnessConfig(**(fields | overrides))
-
-
 @pytest.fixture
 async def make_adapter(proxy, tmp_path) -> Callable[..., tuple[StdioHarnessAdapter, ProxySession]]:
     """Build a tiny-harness adapter with its own proxy session; every adapter built is stopped afterwards."""
@@ -70,3 +57,20 @@ async def make_adapter(proxy, tmp_path) -> Callable[..., tuple[StdioHarnessAdapt
     yield make
     for adapter in built:
         await adapter.stop()
+
+
+@pytest.fixture
+def tiny_agent() -> Iterator[Callable[..., str]]:
+    """`tiny_agent(name, *args, **config)` registers the tiny harness (with those arguments) as agent `name`
+    and returns the name; every agent registered is unregistered after the test."""
+    names: list[str] = []
+
+    def register(name: str, *args: str, **kw: float) -> str:
+        definition = tiny_definition(name, *args, **kw)
+        register_agent(name, lambda **options: HarnessAgent(definition, **options))
+        names.append(name)
+        return name
+
+    yield register
+    for name in names:
+        AGENTS.unregister(name)

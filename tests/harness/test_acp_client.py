@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 from acp.schema import PermissionOption
-from tests.harness.harness_sandbox import HarnessSandbox
+from harness_sandbox import HarnessSandbox
 
 from evsys.agent.harness import HarnessEventType, HarnessStartError
 from evsys.agent.harness.acp_client import grant_permission

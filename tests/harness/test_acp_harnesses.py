@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from tests.harness.harness_sandbox import HarnessSandbox
+from harness_sandbox import HarnessSandbox
 
 from evsys.agent.harness import HarnessEventType
 from evsys.agent.harness.catalog import get_definition

@@ -6,19 +6,19 @@ from __future__ import annotations
 
 import json
 
-from test_harness_agent import register, run_job
+from test_harness_agent import run_job
 
 from evsys.records import Trajectory
 from evsys.trajectory.export import export_job
 from evsys.trajectory.graph import capture_graph
 
 
-async def test_a_retried_and_compacted_run_yields_several_sequences(tmp_path, tiny_engine_client):
+async def test_a_retried_and_compacted_run_yields_several_sequences(tmp_path, tiny_engine_client, tiny_agent):
     """Five calls: the first, its retry, a continuation, a compacted restart and its continuation. The graph
     has three sequences (the discarded first reply, the retry's conversation, the compacted one) with the
     retry and the compaction kept as breaks; every sequence's recorded logprobs match teacher forcing within
     1e-3, the non-model tokens are masked out, and both exports carry them."""
-    agent = register("tiny-retry-compact", "--no-tools", "--mode", "retry-compact")
+    agent = tiny_agent("tiny-retry-compact", "--no-tools", "--mode", "retry-compact")
     job, trial = await run_job(tmp_path, agent, tiny_engine_client)
     assert trial.failure is None, trial.failure
     trial_dir = job.store.trial_dir(trial.trial_name)

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from tests.harness.harness_sandbox import HarnessSandbox
+from harness_sandbox import HarnessSandbox
 
 from evsys.agent.harness import EnvTool, HarnessEnvironment, HarnessEventType, HarnessStartError
 from evsys.agent.harness.adapter import McpEndpoint

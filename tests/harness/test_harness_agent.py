@@ -12,22 +12,14 @@ import sys
 from pathlib import Path
 
 import pytest
-from stream_agents import tiny_definition
 
-from evsys.agent.harness.agent import EVENTS_FILE, HarnessAgent
-from evsys.agent.registry import register_agent
+from evsys.agent.harness.agent import EVENTS_FILE
 from evsys.engine import Job
 from evsys.engine.config import AgentSpec, JobConfig
 from evsys.rollouts import BorrowedModelClient
 from evsys.testing.tiny_model import DEMO_RECIPE, build_tiny_model
 
 EXAMPLES = Path(__file__).parents[2] / "examples" / "tasks"
-
-
-def register(name: str, *args: str, **kw: float) -> str:
-    definition = tiny_definition(name, *args, **kw)
-    register_agent(name, lambda **options: HarnessAgent(definition, **options))
-    return name
 
 
 async def run_job(tmp_path: Path, agent: str, client, events: list | None = None):
@@ -49,11 +41,13 @@ async def run_job(tmp_path: Path, agent: str, client, events: list | None = None
     return job, trial
 
 
-async def test_a_harness_runs_as_an_agent_with_its_calls_in_the_trajectory(tmp_path, tiny_engine_client):
+async def test_a_harness_runs_as_an_agent_with_its_calls_in_the_trajectory(
+    tmp_path, tiny_engine_client, tiny_agent
+):
     """One turn in the trial's sandbox: the verifier runs, the trajectory holds the proxy's calls with token
     ids, events are streamed live and saved, and nothing of the harness survives."""
     events: list[dict] = []
-    job, trial = await run_job(tmp_path, register("tiny-ok", "--no-tools"), tiny_engine_client, events)
+    job, trial = await run_job(tmp_path, tiny_agent("tiny-ok", "--no-tools"), tiny_engine_client, events)
     assert trial.failure is None, trial.failure
     assert trial.reward is not None  # the verifier ran (the tiny model does not solve the task)
     trial_dir = job.store.trial_dir(trial.trial_name)
@@ -77,20 +71,20 @@ async def test_a_harness_runs_as_an_agent_with_its_calls_in_the_trajectory(tmp_p
     ],
 )
 async def test_a_misbehaving_harness_fails_the_trial_with_a_clear_cause(
-    tmp_path, tiny_engine_client, mode, expected
+    tmp_path, tiny_engine_client, tiny_agent, mode, expected
 ):
     """Crash at start, garbage instead of the protocol, a hang past the session timeout: each is recorded as
     agent_error with the reason, the verifier still runs, and the sandbox is torn down."""
-    name = register(f"tiny-{mode}", "--mode", mode, session_timeout_s=2)
+    name = tiny_agent(f"tiny-{mode}", "--mode", mode, session_timeout_s=2)
     _, trial = await run_job(tmp_path, name, tiny_engine_client)
     assert trial.failure is not None and trial.failure.cause == "agent_error"
     assert expected in trial.failure.message
     assert trial.sandbox_name and trial.timing.sandbox_stop is not None
 
 
-async def test_a_harness_agent_without_a_model_says_so(tmp_path):
+async def test_a_harness_agent_without_a_model_says_so(tmp_path, tiny_agent):
     """-a <harness> without -m fails the trial with a message naming the fix."""
-    name = register("tiny-nomodel")
+    name = tiny_agent("tiny-nomodel")
     config = JobConfig(
         datasets=[EXAMPLES],
         agents=[AgentSpec(name=name)],
@@ -117,11 +111,13 @@ def test_evsys_run_stream_prints_harness_events_live(tmp_path):
     assert "turn_complete ok" in " ".join(lines[-1].split())
 
 
-async def test_the_tools_a_harness_offered_are_the_trajectorys_tool_definitions(tmp_path, tiny_engine_client):
+async def test_the_tools_a_harness_offered_are_the_trajectorys_tool_definitions(
+    tmp_path, tiny_engine_client, tiny_agent
+):
     """The proxy saw the harness offer its bash tool: trajectory.json lists it (SFT/ATIF exports read it)."""
     from tiny_harness import BASH_TOOL
 
-    job, trial = await run_job(tmp_path, register("tiny-tools"), tiny_engine_client)
+    job, trial = await run_job(tmp_path, tiny_agent("tiny-tools"), tiny_engine_client)
     assert trial.failure is None, trial.failure
     trajectory = json.loads((job.store.trial_dir(trial.trial_name) / "trajectory.json").read_text())
     assert trajectory["agent"]["tool_definitions"] == [BASH_TOOL]

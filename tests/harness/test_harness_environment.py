@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from tests.harness.conftest import tiny_config
+from tiny_harness_config import tiny_config
 
 from evsys.agent.harness import (
     EnvTool,

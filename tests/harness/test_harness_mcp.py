@@ -14,10 +14,10 @@ from pathlib import Path
 
 import httpx2
 import pytest
+from harness_sandbox import HarnessSandbox
 from mcp.client import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
-from tests.harness.harness_sandbox import HarnessSandbox
 
 from evsys.agent.harness import EnvTool, InjectedTool, ModelEndpoint, plan_injection
 from evsys.agent.harness.adapter import mcp_servers_json

@@ -11,7 +11,7 @@ import shlex
 from pathlib import Path
 
 import pytest
-from tests.harness.harness_sandbox import HarnessSandbox
+from harness_sandbox import HarnessSandbox
 
 from evsys.agent.harness import HarnessConfig, StdioHarnessAdapter
 from evsys.records import Bind, SandboxSpec

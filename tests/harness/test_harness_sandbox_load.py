@@ -11,7 +11,7 @@ import os
 import httpx
 import psutil
 import pytest
-from tests.harness.harness_sandbox import HarnessSandbox
+from harness_sandbox import HarnessSandbox
 
 from evsys.engine import JobStore
 from evsys.model.proxy.server import SESSION_LIMITS

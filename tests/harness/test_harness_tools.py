@@ -6,7 +6,7 @@ import json
 
 import pydantic
 import pytest
-from tests.harness.conftest import tiny_config
+from tiny_harness_config import tiny_config
 
 from evsys.agent.harness import (
     EnvTool,

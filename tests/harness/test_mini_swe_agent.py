@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from tests.harness.harness_sandbox import HarnessSandbox
+from harness_sandbox import HarnessSandbox
 
 from evsys.agent.harness import HarnessEventType, HarnessStartError, HarnessStateError
 from evsys.agent.harness.config import EnvTool, HarnessConfig, ModelEndpoint

@@ -6,10 +6,11 @@ tool."""
 from __future__ import annotations
 
 import json
+import sys
 import tomllib
+from pathlib import Path
 
 import pytest
-from tests.agent.mcp_facts import ANSWER, CLAUDE_ARGS, TASK_DIR, TOOL_NAME, mcp_recipe
 
 from evsys.agent.harness.agent import EVENTS_FILE
 from evsys.agent.harness.catalog import HarnessSetup
@@ -27,6 +28,9 @@ from evsys.rollouts import BorrowedModelClient
 from evsys.sandbox.registry import create_sandbox
 from evsys.task.models import McpServerConfig
 from evsys.testing.tiny_model import build_tiny_model
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "agent"))  # mcp_facts: the MCP facts task
+from mcp_facts import ANSWER, CLAUDE_ARGS, TASK_DIR, TOOL_NAME, mcp_recipe
 
 pytestmark = pytest.mark.timeout(1200)  # the scripted model trains once (cached) on 2 busy cores
 

@@ -259,7 +259,7 @@ def test_the_same_file_imported_under_two_names_registers_once(tmp_path: Path, n
 
 
 def test_two_different_callable_objects_under_one_name_conflict(names):
-    from tests.rl.test_rubrics import Const
+    from test_rubrics import Const
 
     from evsys.verify.rubric import RubricVerifier, WeightedSum
 

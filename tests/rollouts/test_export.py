@@ -5,12 +5,14 @@ through the CLI with the tiny local model."""
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
 from evsys.cli.main import app
+from evsys.model.spec import create_model_client
 from evsys.rollouts import run_rollouts
 from evsys.task.python import VerifiedTask
 from evsys.trajectory.export import ExportError, export_job, load_job_groups, to_hf_dataset
@@ -128,15 +130,18 @@ def test_export_to_an_existing_file_is_one_clear_error(tmp_path: Path, where: st
 
 
 async def test_every_token_export_row_names_the_weights_version_that_sampled_it(
-    tmp_path: Path, math_client, questions
+    tmp_path: Path, math_model_dir: Path, questions
 ):
     """After a weights load (the same weights, a new version) every `rl`, `sequences` and `openenv` row of the
-    next job carries the version the local engine sampled it with."""
-    engine = await math_client.engine()
-    version = await math_client.load_weights(engine.model.state_dict())
-    assert version >= 1
+    next job carries the version the local engine sampled it with. The load goes to a private copy of the
+    model: engines are shared per model path, and the session's `math_client` stays at version 0."""
+    shutil.copytree(math_model_dir, tmp_path / "model")
+    client = create_model_client(f"local:{tmp_path / 'model'}")
+    engine = await client.engine()
+    version = await client.load_weights(engine.model.state_dict())
+    assert version == 1
     await run_rollouts(
-        questions[:2], outcome_reward=False, model=math_client, num_samples=2, jobs_dir=tmp_path, job_name="v"
+        questions[:2], outcome_reward=False, model=client, num_samples=2, jobs_dir=tmp_path, job_name="v"
     )
     exported = {
         fmt: [json.loads(line) for line in path.read_text().splitlines()]

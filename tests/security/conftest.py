@@ -17,52 +17,22 @@ positive control that the switch can break (e.g. a marker file written by the at
 
 from __future__ import annotations
 
-import itertools
-import os
-
 import pytest
+from redteam import noop_exec_request, noop_mode, noop_spawn, redteam_spec
 
-from evsys.records import ExecResult, SandboxSpec
 from evsys.sandbox import LocalSandbox
 from slot_backends import daytona_standin, e2b_standin, modal_standin, slot_backend
 
 # the slot tests' backends and their stand-ins (tests/slot_backends.py)
 __all__ = ["daytona_standin", "e2b_standin", "modal_standin", "slot_backend"]
 
-NOOP_ENV = "EVSYS_SECURITY_NOOP"
-_names = itertools.count()
-
-
-def noop_mode() -> bool:
-    """True when the suite runs against the no-op sandbox (EVSYS_SECURITY_NOOP=1)."""
-    return os.environ.get(NOOP_ENV) == "1"
-
-
-async def _noop_exec_request(self, *args, **kwargs) -> ExecResult:
-    self._running_client()  # still refuses a stopped sandbox, like the real one
-    return ExecResult(exit_code=0)
-
-
-_real_spawn = LocalSandbox.spawn
-
-
-async def _noop_spawn(self, argv, **kwargs):
-    """A spawned process that runs nothing: `true`, whatever was asked (stdin dropped)."""
-    return await _real_spawn(self, ["true"], **{**kwargs, "stdin": b""})
-
 
 @pytest.fixture(autouse=True)
 def _noop_sandbox(monkeypatch):
     """With EVSYS_SECURITY_NOOP=1, every LocalSandbox command does nothing (see the module docstring)."""
     if noop_mode():
-        monkeypatch.setattr(LocalSandbox, "_exec_request", _noop_exec_request)
-        monkeypatch.setattr(LocalSandbox, "spawn", _noop_spawn)
-
-
-def redteam_spec(**kw) -> SandboxSpec:
-    """A spec with a unique name (the red team's sandboxes)."""
-    kw.setdefault("name", f"redteam-{os.getpid()}-{next(_names)}")
-    return SandboxSpec(**kw)
+        monkeypatch.setattr(LocalSandbox, "_exec_request", noop_exec_request)
+        monkeypatch.setattr(LocalSandbox, "spawn", noop_spawn)
 
 
 @pytest.fixture
@@ -87,21 +57,3 @@ async def make_sandbox():
     yield make
     for sb in made:
         await sb.stop()
-
-
-def host_pids_with(marker: str) -> list[int]:
-    """Host pids whose command line contains `marker` (not zombies)."""
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                argv = f.read()
-            with open(f"/proc/{entry}/status") as f:
-                zombie = "\nState:\tZ" in f.read()
-        except OSError:
-            continue
-        if marker.encode() in argv and not zombie:
-            found.append(int(entry))
-    return found

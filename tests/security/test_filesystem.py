@@ -10,8 +10,8 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from redteam import redteam_spec
 
-from conftest import redteam_spec
 from evsys.records import FileCopy
 from evsys.sandbox import LocalSandbox
 

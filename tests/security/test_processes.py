@@ -9,8 +9,7 @@ import re
 import subprocess
 
 import pytest
-
-from conftest import host_pids_with
+from redteam import host_pids_with
 
 pytestmark = pytest.mark.security
 

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 import repo_attacks
+from redteam import noop_exec_request, noop_mode
 from repo_legacy import legacy_copy, without_marker
 
-from conftest import _noop_exec_request, noop_mode
 from evsys.engine.config import AgentSpec, JobConfig
 from evsys.engine.job import Job
 from evsys.repo.materialise import write_task_dir
@@ -42,7 +42,7 @@ def noop_switch():
     """The suite's no-op switch (conftest.py) for this module's jobs, which run before the per-test one."""
     with pytest.MonkeyPatch.context() as patch:
         if noop_mode():
-            patch.setattr(LocalSandbox, "_exec_request", _noop_exec_request)
+            patch.setattr(LocalSandbox, "_exec_request", noop_exec_request)
         yield
 
 

@@ -10,8 +10,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-
-from conftest import NOOP_ENV, noop_mode
+from redteam import NOOP_ENV, noop_mode
 
 pytestmark = [pytest.mark.security, pytest.mark.slow]
 HERE = Path(__file__).resolve().parent
