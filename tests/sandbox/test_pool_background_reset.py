@@ -69,3 +69,22 @@ async def test_closing_waits_for_the_resets_in_flight_and_leaves_nothing_running
         await pool.release(box, wait=False)
     await pool.close()
     assert sandbox_cgroups() - before == set()
+
+
+async def test_whether_a_sandbox_is_kept_is_decided_when_it_is_released():
+    """A job's pool keeps a released sandbox only while a trial not started yet can take it (`demand`). The
+    next trial starts (demand falls to 0) before the background reset runs: the sandbox must still be kept
+    for it, not stopped and replaced by a new start."""
+    waiting = {"trials": 1}
+    before = sandbox_cgroups()
+    pool = SandboxPool.for_backend("local", max_idle=4, demand=lambda: waiting["trials"])
+    try:
+        first = await pool.acquire(SandboxSpec(name="d1"))
+        await pool.release(first, wait=False)  # one trial still to come: kept
+        waiting["trials"] = 0  # that trial starts now, before the reset has run
+        second = await pool.acquire(SandboxSpec(name="d2"))
+        assert second is first and pool.started == 1
+        await pool.release(second, wait=False)  # nobody left: stopped before the release returns
+        assert pool.idle_count == 0 and sandbox_cgroups() - before == set()
+    finally:
+        await pool.close()

@@ -184,13 +184,14 @@ class SandboxPool:
     async def release(self, sandbox: Sandbox, *, reusable: bool = True, wait: bool = True) -> None:
         """Reset `sandbox` and keep it for the next trial of its spec, or stop it (see the module doc).
 
-        `wait=False`: a sandbox that may be kept is handed back at once and reset in the background (the
-        next acquire of its spec waits for it rather than starting another, `close` waits for it); one that
-        cannot be kept is stopped before this returns."""
-        key = self._keys.get(id(sandbox))
-        if not wait and key is not None and self._may_keep(sandbox, reusable):
+        Whether it is kept is decided now, while the caller still counts among the pool's users (`demand`).
+        `wait=False`: a sandbox that is kept is handed back at once and reset in the background (the next
+        acquire of its spec waits for it rather than starting another, `close` waits for it); one that is
+        not kept is stopped before this returns."""
+        key = self._place_for(sandbox, reusable)
+        if key is not None and not wait:
             self._inflight[key] = self._inflight.get(key, 0) + 1  # counted now: the next acquire waits for it
-            later = asyncio.ensure_future(self._release_in_flight(sandbox, key))
+            later = asyncio.ensure_future(self._reset_in_flight(sandbox, key))
             self._releasing.add(later)
             later.add_done_callback(self._released_later)
             return
@@ -198,37 +199,30 @@ class SandboxPool:
         if task is not None:
             self._releasing.add(task)
         try:
-            if not await self._keep(sandbox, reusable):
+            if key is None or not await self._reset_into_idle(sandbox, key):
                 await sandbox.stop()
         finally:
             self._releasing.discard(task)
 
-    def _may_keep(self, sandbox: Sandbox, reusable: bool) -> bool:
-        return reusable and sandbox.supports(Capability.RESET) and not self._closed
-
-    async def _release_in_flight(self, sandbox: Sandbox, key: str) -> None:
-        try:
-            await self.release(sandbox)
-        finally:  # kept (idle) or stopped by now; acquires waiting for it look again
-            self._inflight[key] -= 1
-            landed, self._landed = self._landed, asyncio.Event()
-            landed.set()
-
-    def _released_later(self, task: asyncio.Future) -> None:
-        self._releasing.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.warning("releasing a sandbox failed: %s", task.exception())
-
-    async def _keep(self, sandbox: Sandbox, reusable: bool) -> bool:
+    def _place_for(self, sandbox: Sandbox, reusable: bool) -> str | None:
+        """The reuse key of the idle place `sandbox` is given (counted among the resets under way from now),
+        or None when it is to be stopped: not reusable, no reset, the pool closed, or no room."""
         key = self._keys.pop(id(sandbox), None)
         self._reused.discard(id(sandbox))
         if not reusable or key is None or not sandbox.supports(Capability.RESET) or self._closed:
-            return False
+            return None
         idle = sum(len(group) for group in self._idle.values())  # warm ones not counted
         room = self.max_idle if self.demand is None else min(self.max_idle, self.demand())
-        if idle + self._resetting >= room:  # resets in flight count: a burst keeps `room`, not all of itself
-            return False
+        # resets in flight count (a burst keeps `room`, not all of itself), except those acquires already
+        # wait for: those go to trials that have started, which `demand` no longer counts
+        if idle + self._resetting - sum(self._awaiting.values()) >= room:
+            return None
         self._resetting += 1
+        return key
+
+    async def _reset_into_idle(self, sandbox: Sandbox, key: str) -> bool:
+        """Reset a sandbox `_place_for` gave a place and keep it idle; False when the reset failed or the pool
+        closed meanwhile."""
         try:
             await sandbox.reset()
         except SandboxError as exc:
@@ -240,6 +234,20 @@ class SandboxPool:
             return False
         self._idle.setdefault(key, []).append(sandbox)
         return True
+
+    async def _reset_in_flight(self, sandbox: Sandbox, key: str) -> None:
+        try:
+            if not await self._reset_into_idle(sandbox, key):
+                await sandbox.stop()
+        finally:  # kept (idle) or stopped by now; acquires waiting for it look again
+            self._inflight[key] -= 1
+            landed, self._landed = self._landed, asyncio.Event()
+            landed.set()
+
+    def _released_later(self, task: asyncio.Future) -> None:
+        self._releasing.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("releasing a sandbox failed: %s", task.exception())
 
     async def close(self) -> None:
         """Wait for releases in flight, then stop every idle sandbox; later releases stop theirs."""
