@@ -87,21 +87,29 @@ async def test_a_worker_stops_its_idle_sandboxes_once_no_trial_ran_for_a_while(t
     monkeypatch.setattr(ray_worker, "IDLE_RELEASE_SEC", 0.5)
     task = make_task(tmp_path / "ds", "t")
     runtime = ray_worker.WorkerRuntime()
-    result, _files, _node = await runtime.run(
-        _spec(TaskRef.directory(task), tmp_path).model_dump_json(), None, None
-    )
-    assert '"reward":1.0' in result.replace(" ", "")
-    [pool] = runtime.pools.values()
-    [sandbox] = [sb for group in pool._pool._idle.values() for sb in group]  # kept warm for the next trial
-    assert await sandbox.exec("true")
-    for _ in range(50):
-        if not runtime.pools and not runtime._releasing:
-            break
-        await asyncio.sleep(0.1)
-    assert not runtime.pools and pool.idle_count == 0
-    with pytest.raises(SandboxError):  # stopped, not left running until Ray recycles the worker process
-        await sandbox.exec("true")
-    await runtime.close()
+    try:
+        result, _files, _node = await runtime.run(
+            _spec(TaskRef.directory(task), tmp_path).model_dump_json(), None, None
+        )
+        assert '"reward":1.0' in result.replace(" ", "")
+        [pool] = runtime.pools.values()
+        idle: list = []
+        for _ in range(250):  # the trial's sandbox is reset in the background, then kept for the next trial
+            idle = [sb for group in pool._pool._idle.values() for sb in group]
+            if idle or not runtime.pools:
+                break
+            await asyncio.sleep(0.002)
+        [sandbox] = idle
+        assert await sandbox.exec("true")
+        for _ in range(50):
+            if not runtime.pools and not runtime._releasing:
+                break
+            await asyncio.sleep(0.1)
+        assert not runtime.pools and pool.idle_count == 0
+        with pytest.raises(SandboxError):  # stopped, not left running until Ray recycles the worker process
+            await sandbox.exec("true")
+    finally:
+        await runtime.close()
 
 
 def test_rays_notice_about_init_from_a_thread_is_dropped_and_other_warnings_kept(caplog):
