@@ -50,14 +50,17 @@ def test_loop_job_whose_trials_time_out_mid_generation_exits_zero(tiny_model_dir
 
     dataset = tmp_path / "dataset"
     for i in range(3):
-        make_task(dataset, f"slow-{i}", agent_timeout=1.0)
+        make_task(dataset, f"slow-{i}", agent_timeout=0.5)
     env = {**os.environ, "EVSYS_SANDBOX_DIR": str(tmp_path / "scratch")}
     budget = json.loads((tiny_model_dir / "config.json").read_text())["max_position_embeddings"]
+    # the loop agent's opening prompt (system, task, five tools) is ~800 of the tiny model's 1,024 tokens: a
+    # fifth of the window fits beside it (half did not: the first call overflowed, and a trial could end
+    # with `context_window` before its timeout), and generating it takes longer than the 0.5 s timeout
     proc = subprocess.run(
         [
             *(sys.executable, "-m", "evsys.cli.main", "run", str(dataset)),
             *("-a", "loop", "-m", f"local:{tiny_model_dir}", "-n", "3"),
-            *("--agent-kwarg", "max_turns=1000", "--agent-kwarg", f"max_tokens={budget // 2}"),
+            *("--agent-kwarg", "max_turns=1000", "--agent-kwarg", f"max_tokens={budget // 5}"),
             *("--jobs-dir", str(tmp_path / "jobs"), "--job-name", "timeouts"),
         ],
         capture_output=True,
