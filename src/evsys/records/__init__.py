@@ -2,6 +2,7 @@
 
 - `trajectory`: the ATIF trajectory every trial writes (`Trajectory`, `Step`, `ToolCall`, `Usage`...) and the
   `TrajectoryRecorder` agents append to;
+- `integrity`: what a trial tried against its grader (`IntegrityFinding`, `IntegrityPolicy`);
 - `failure`: why a trial failed (`FailureCause`, `TrialFailure`) and `CausedError`, the base of errors that
   name their cause;
 - `results`: what a job produces (`TrialResult`, `JobResult`, metrics);
@@ -13,6 +14,7 @@ This package imports nothing from evsys but `evsys.util`.
 
 from evsys.records.failure import RETRYABLE_CAUSES, CausedError, FailureCause, TrialFailure
 from evsys.records.image import ImageConfig, ImageSpec
+from evsys.records.integrity import IntegrityFinding, IntegrityKind, IntegrityPolicy
 from evsys.records.results import (
     PHASES,
     GroupMetrics,
@@ -70,6 +72,9 @@ __all__ = [
     "GroupMetrics",
     "ImageConfig",
     "ImageSpec",
+    "IntegrityFinding",
+    "IntegrityKind",
+    "IntegrityPolicy",
     "JobResult",
     "NetworkMode",
     "Observation",

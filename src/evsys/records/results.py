@@ -10,6 +10,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field, field_serializer
 
 from evsys.records.failure import FailureCause, TrialFailure
+from evsys.records.integrity import IntegrityFinding
 from evsys.records.trajectory import Usage, utc_now
 from evsys.util.text import safe_value
 
@@ -105,6 +106,10 @@ class TrialResult(BaseModel):
     )
     steps: list[StepResult] | None = Field(
         None, description="A multi-step task's steps in the order they ran (its files: steps/<name>/)."
+    )
+    integrity: list[IntegrityFinding] = Field(
+        default_factory=list,
+        description="What the trial tried against its grader (records/integrity.py); empty for an honest one.",
     )
     exception_file: str | None = Field(
         None,
