@@ -24,7 +24,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, Field
 
-from evsys.records import CausedError, FailureCause
+from evsys.records import CausedError, FailureCause, IntegrityFinding
 
 REWARD_JSON = "reward.json"
 REWARD_TXT = "reward.txt"
@@ -66,6 +66,9 @@ class VerifierResult(BaseModel):
     traceback: str | None = Field(None, description="The formatted traceback when the verifier raised.")
     warnings: list[str] = Field(default_factory=list, description="E.g. an LLM judge reply without a score.")
     source: str | None = Field(None, description="Where the rewards came from (a reward file, a function).")
+    integrity: list[IntegrityFinding] = Field(
+        default_factory=list, description="What the verifier saw the run try against its grader."
+    )
 
     @property
     def ok(self) -> bool:

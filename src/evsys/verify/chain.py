@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from evsys.records import IntegrityFinding
 from evsys.sandbox.base import Sandbox
 from evsys.task.models import Task
 from evsys.task.python import VerifiedTask
@@ -41,6 +42,8 @@ class VerifyContext:
     timeout_sec: float | None = None
     rewards: dict[str, float] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    # what the links saw the run try against its grader; the engine puts them on TrialResult.integrity
+    integrity: list[IntegrityFinding] = field(default_factory=list)
 
 
 @dataclass
@@ -124,6 +127,7 @@ class VerifierChain:
                 chain.error = exc
                 return chain
             ctx.warnings.extend(result.warnings)
+            ctx.integrity.extend(result.integrity)
             reward_file = None
             if isinstance(link, FunctionVerifier):
                 reward_file = "reward.json" if index == 0 else "function-reward.json"

@@ -85,6 +85,7 @@ async def score(state: TrialState, chain: VerifierChain, vctx: VerifyContext) ->
     else:
         outcome = await state.timed("verifier", chain.verify(vctx))
     state.result.warnings.extend(vctx.warnings)
+    state.result.integrity.extend(vctx.integrity)
     if state.is_repository_task:  # its grader wrote a per-test report
         state.result.tests_summary = await asyncio.to_thread(read_tests_summary, vctx.verifier_dir)
     for link in outcome.outcomes:
