@@ -22,7 +22,7 @@ class FailureCause(StrEnum):
     SANDBOX_FAILED = "sandbox_failed"
     AGENT_TIMEOUT = "agent_timeout"
     AGENT_ERROR = "agent_error"
-    # the agent's own sandbox hit its limits (memory OOM, pids, a full tmpfs): the agent's result, never retried
+    # the agent's own sandbox hit its limits (memory OOM, pids, full tmpfs): the agent's result, never retried
     AGENT_EXHAUSTED_RESOURCES = "agent_exhausted_resources"
     VERIFIER_TIMEOUT = "verifier_timeout"
     VERIFIER_ERROR = "verifier_error"

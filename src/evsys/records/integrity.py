@@ -1,8 +1,8 @@
-"""What a trial tried against its grader: `IntegrityFinding`s, recorded on every trial (`TrialResult.integrity`).
+"""What a trial tried against its grader: `IntegrityFinding`s on every trial (`TrialResult.integrity`).
 
 A finding is evidence, not a verdict: its `kind` names what was seen (one of `IntegrityKind`), `evidence` says
-what exactly (a path, an audit event, a canary's id, a kernel counter), and `source` says which part of evsys saw
-it. A trial with no findings has an empty list. What a trainer does with findings is its choice
+what exactly (a path, an audit event, a canary's id, a kernel counter), and `source` says which part of evsys
+saw it. A trial with no findings has an empty list. What a trainer does with findings is its choice
 (`IntegrityPolicy`): zero the reward, screen the sample out of its group's advantages, or only record it.
 """
 
@@ -26,7 +26,7 @@ class IntegrityKind(StrEnum):
     VERIFIER_PLACE_WRITTEN = "verifier_place_written"
     # the agent left a preload for the verifier's processes (/etc/ld.so.preload, LD_* variables)
     PRELOAD_PLANTED = "preload_planted"
-    # the grading runner refused something forging needs (an audit event: ctypes, gc walks, /proc/self/mem, ...)
+    # the grading runner refused what forging needs (an audit event: ctypes, gc walks, /proc/self/mem, ...)
     AUDIT_REFUSED = "audit_refused"
     # a canary test came out other than it must: the run's outcomes cannot be trusted
     CANARY_FAILED = "canary_failed"

@@ -109,7 +109,7 @@ class TrialResult(BaseModel):
     )
     integrity: list[IntegrityFinding] = Field(
         default_factory=list,
-        description="What the trial tried against its grader (records/integrity.py); empty for an honest one.",
+        description="What the trial tried against its grader (records/integrity.py); empty if honest.",
     )
     exception_file: str | None = Field(
         None,
