@@ -17,6 +17,7 @@ from pydantic import (
     model_validator,
 )
 
+from evsys.engine.executor_plugins import DEFAULT_EXECUTOR, NoOptions, parse_executor_options
 from evsys.records import DEFAULT_LIMITS, CopyOutLimits, NetworkMode
 from evsys.task.select import TaskFilter, parse_filter
 
@@ -48,14 +49,6 @@ RESUME_SAFE_FIELDS = (
 )
 """JobConfig fields a resume may change: how trials run, never which trials there are or what they do."""
 
-DEFAULT_EXECUTOR = "local"
-
-
-class NoOptions(BaseModel):
-    """The options of an executor that takes none."""
-
-    model_config = ConfigDict(extra="forbid")
-
 
 class ExecutorSpec(BaseModel):
     """Where a job's trials run: an executor's registered name and its options, validated once (when the
@@ -76,11 +69,8 @@ class ExecutorSpec(BaseModel):
         """`options` as the named executor's `options_model`; an unknown name lists the known ones."""
         if not isinstance(data, dict):
             return data
-        # imported here: the executors' base module imports the job store, which imports this module
-        from evsys.engine.executors.base import executor_class
-
-        options_model = executor_class(data.get("name", DEFAULT_EXECUTOR)).parse_options
-        return {**data, "options": options_model(data.get("options"))}
+        options = parse_executor_options(data.get("name", DEFAULT_EXECUTOR), data.get("options"))
+        return {**data, "options": options}
 
 
 class AgentSpec(BaseModel):

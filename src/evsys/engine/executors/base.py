@@ -12,27 +12,38 @@ A remote executor ships `planned.spec` (a `TrialSpec`: JSON/pickle-safe) to a wo
 the driver writes the job directory (the processes executor's workers, on the same machine, write their own
 trials' directories instead). `check_job` refuses what an executor cannot run (a model living in the
 driver's process) before the job starts. Executors register by name with `register_executor`, or from other
-packages in the `evsys.executors` entry-point group.
+packages in the `evsys.executors` entry-point group; the registry and the options models live in the
+behaviour-free `evsys.engine.executor_plugins`, which the job's config validates options with.
 """
 
 from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from pydantic import BaseModel
 
-from evsys.engine.config import JobConfig, NoOptions
+from evsys.engine.config import JobConfig
+from evsys.engine.executor_plugins import EXECUTOR_ENTRY_POINTS, EXECUTORS, ExecutorPlugin, NoOptions
 from evsys.engine.run import TrialResources
 from evsys.engine.spec import PlannedTrial
 from evsys.engine.store import JobStore
 from evsys.records import TrialResult
-from evsys.util.registry import Registry
 
-EXECUTOR_ENTRY_POINTS = "evsys.executors"
+__all__ = [
+    "EXECUTORS",
+    "EXECUTOR_ENTRY_POINTS",
+    "Executor",
+    "ExecutorContext",
+    "ExecutorUnavailableError",
+    "create_executor",
+    "executor_class",
+    "executor_names",
+    "register_executor",
+]
 
 
 @dataclass
@@ -52,11 +63,10 @@ class ExecutorUnavailableError(ValueError):
     """The executor cannot run here (an optional extra is not installed); the message says what to install."""
 
 
-class Executor(ABC):
-    """Runs trials; see the module docstring. Subclasses implement `execute`."""
+class Executor(ExecutorPlugin, ABC):
+    """Runs trials; see the module docstring. Subclasses implement `execute` (and may set `name` and
+    `options_model`, see `ExecutorPlugin`)."""
 
-    name: ClassVar[str] = ""
-    options_model: ClassVar[type[BaseModel]] = NoOptions  # its settings (`JobConfig.executor.options`)
     in_process: ClassVar[bool] = False  # True: trials run in the driver's process, sharing live objects
 
     @classmethod
@@ -69,15 +79,6 @@ class Executor(ABC):
         """ValueError saying why this executor cannot run `config`'s trials (say, a model that lives in the
         driver's process); called before the job starts. Every job is fine by default."""
         return None
-
-    @classmethod
-    def parse_options(cls, options: BaseModel | Mapping[str, Any] | None) -> BaseModel:
-        """`options` as this executor's `options_model`, validated (once: a validated model is kept)."""
-        if isinstance(options, cls.options_model):
-            return options
-        if isinstance(options, BaseModel):
-            options = options.model_dump(exclude_unset=True)
-        return cls.options_model.model_validate(dict(options or {}))
 
     def __init__(self, ctx: ExecutorContext) -> None:
         self.ctx = ctx
@@ -123,16 +124,11 @@ def _executor_class(name: str, cls: object) -> type[Executor]:
     return cls
 
 
-EXECUTORS: Registry[type[Executor]] = Registry("executor", EXECUTOR_ENTRY_POINTS, _executor_class)
-EXECUTORS.register_lazy("local", "evsys.engine.executors.local:LocalExecutor")
-EXECUTORS.register_lazy("ray", "evsys.engine.executors.ray:RayExecutor")  # imports Ray only when one is made
-EXECUTORS.register_lazy("processes", "evsys.engine.executors.processes:ProcessExecutor")
-
-
 def register_executor(name: str, cls: type[Executor]) -> type[Executor]:
     """Make `cls` available as `JobConfig(executor={"name": name})`; returns it (usable in a class
     decorator's body)."""
-    return EXECUTORS.register(name, _executor_class(name, cls), replace=True)
+    EXECUTORS.register(name, _executor_class(name, cls), replace=True)
+    return cls
 
 
 def executor_names() -> list[str]:
@@ -142,7 +138,7 @@ def executor_names() -> list[str]:
 
 def executor_class(name: str) -> type[Executor]:
     """The executor class registered as `name`; `UnknownNameError` (a ValueError) listing the known ones."""
-    return EXECUTORS.get(name)
+    return _executor_class(name, EXECUTORS.get(name))
 
 
 def create_executor(name: str, ctx: ExecutorContext) -> Executor:

@@ -13,7 +13,7 @@ import time
 import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from evsys.engine.spec import TrialSpec
 from evsys.engine.store import JobStore
@@ -28,9 +28,15 @@ from evsys.task.network import DEFAULT_PLAN, PUBLIC, NetworkPlan, NetworkPolicy
 
 if TYPE_CHECKING:
     from evsys.engine.config import TrialConfig
-    from evsys.engine.trial.sidecars import Sidecars
 
 T = TypeVar("T")
+
+
+class RunningSidecars(Protocol):
+    """The task's running sidecars as the trial holds them (evsys.engine.trial.sidecars.Sidecars)."""
+
+    async def stop(self) -> list[str]:
+        """Stop every sidecar; the warnings of those that failed to stop."""
 
 
 def describe_exception(exc: BaseException) -> str:
@@ -77,7 +83,7 @@ class TrialState:
     slot: Slot | None = None
     sandbox: Sandbox | None = None
     sandbox_alive: bool = False
-    sidecars: Sidecars | None = None
+    sidecars: RunningSidecars | None = None
     recorder: TrajectoryRecorder | None = None
     agent_finished: bool = False
     usage_from_agent: bool = False  # the agent reported its usage itself (a harness): keep it
