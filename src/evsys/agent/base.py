@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from evsys.model.base import ModelClient
 from evsys.records import CausedError, FailureCause, SandboxSpec, Step, TrajectoryRecorder, Usage
 from evsys.sandbox.base import Sandbox
 
@@ -85,7 +86,7 @@ class AgentContext:
         logs_dir: Path,
         trajectory: TrajectoryRecorder,
         model_name: str | None = None,
-        model_client: Any = None,
+        model_client: ModelClient | None = None,
         timeout_sec: float | None = None,
         kwargs: dict[str, Any] | None = None,
         on_event: Callable[[dict[str, Any]], None] | None = None,

@@ -35,7 +35,8 @@ def executor_spec(
     when the executor is unknown, cannot run here, or refuses a setting."""
     from pydantic import ValidationError
 
-    from evsys.engine.config import DEFAULT_EXECUTOR, ExecutorSpec
+    from evsys.engine.config import ExecutorSpec
+    from evsys.engine.executor_plugins import DEFAULT_EXECUTOR
     from evsys.engine.executors.base import ExecutorUnavailableError, executor_class
 
     if name is None:
@@ -68,7 +69,7 @@ def _flag_error(name: str, error: Any) -> str:
 
 def resume_hint(job_dir: Any, executor: ExecutorSpec) -> str:
     """The command that resumes `job_dir`; it names the executor when the job does not run locally."""
-    from evsys.engine.config import DEFAULT_EXECUTOR
+    from evsys.engine.executor_plugins import DEFAULT_EXECUTOR
 
     command = f"evsys run --resume {job_dir}"
     return command if executor.name == DEFAULT_EXECUTOR else f"{command} --executor {executor.name}"

@@ -71,7 +71,7 @@ def build_job(
 def check_env_executor(config: JobConfig) -> None:
     """Agent environment stays in this process: refuse it on an executor that ships trials elsewhere; and
     whatever else the executor cannot run (`Executor.check_job`), before anything starts."""
-    from evsys.engine.config import DEFAULT_EXECUTOR
+    from evsys.engine.executor_plugins import DEFAULT_EXECUTOR
     from evsys.engine.executors.base import executor_class
 
     if config.executor.name != DEFAULT_EXECUTOR and any(agent.env for agent in config.agents):

@@ -37,6 +37,7 @@ from evsys.engine.retries import is_retryable, retry_delay
 from evsys.engine.run import TrialResources
 from evsys.engine.spec import PlannedTrial
 from evsys.engine.store import JobStore, JobStoreError
+from evsys.model.base import ModelClient, close_model_client
 from evsys.records import FailureCause, JobResult, TrialFailure, TrialResult, utc_now
 from evsys.sandbox.registry import sandbox_class
 from evsys.sandbox.slots import SlotPool
@@ -51,7 +52,7 @@ JOB_RESULT_LOOP_SHARE = 0.05
 JOB_RESULT_MAX_PAUSE_SEC = 10.0
 
 
-def default_model_client(agent: AgentSpec) -> Any:
+def default_model_client(agent: AgentSpec) -> ModelClient | None:
     """The model client for `agent.model` (a `provider:model` string), via evsys.model."""
     from evsys.model.spec import create_model_client
 
@@ -93,7 +94,7 @@ class Job:
         self.running: set[str] = set()
         self._unstarted = 0  # trials of this run not started yet (set when they are scheduled)
         self.prepared = False  # True once planned and the job directory is ready: trials may start
-        self._clients: dict[int, Any] = {}
+        self._clients: dict[int, ModelClient | None] = {}
         self._workers: list[asyncio.Task] = []
         self._executor: Executor | None = None
         self._cancelled = False
@@ -275,7 +276,7 @@ class Job:
         else:
             await self.store.write_config(self.config)
 
-    async def _model_client(self, agent: AgentSpec) -> Any:
+    async def _model_client(self, agent: AgentSpec) -> ModelClient | None:
         """One client per agent spec that talks to a model (`Agent.model_use`), built off the event loop."""
         if not talks_to_model(agent.name, agent.model):
             return None
@@ -288,10 +289,7 @@ class Job:
     async def _close_clients(self) -> None:
         clients, self._clients = [c for c in self._clients.values() if c is not None], {}
         for client in clients:
-            close = getattr(client, "aclose", None)
-            if close is not None:
-                with contextlib.suppress(Exception):
-                    await close()
+            await close_model_client(client)
 
     async def _run_planned(self, planned: PlannedTrial) -> None:
         """Submit one trial to the executor, again after each retryable failure; record the last result."""

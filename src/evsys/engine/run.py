@@ -11,7 +11,6 @@ driver commits with `JobStore.import_trial`. Only the driver ever writes the job
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import io
 import tarfile
 import tempfile
@@ -26,6 +25,7 @@ from evsys.agent.registry import talks_to_model
 from evsys.engine.spec import TrialSpec
 from evsys.engine.store import JobStore
 from evsys.engine.trial import Trial
+from evsys.model.base import ModelClient, close_model_client
 from evsys.records import TrialResult
 from evsys.sandbox.slots import SlotPool
 from evsys.task.models import Task
@@ -36,7 +36,7 @@ class TrialResources:
     """Live objects a trial in the driver's process may borrow (never serialised, never closed by it)."""
 
     slots: SlotPool | None = None  # the job's: every trial's sandbox is one of its slots
-    model_client: Any = None
+    model_client: ModelClient | None = None
     on_event: Callable[[dict[str, Any]], None] | None = None
     task: Task | None = None  # the task as the planner loaded it
 
@@ -47,7 +47,7 @@ def needs_model(spec: TrialSpec) -> bool:
     return talks_to_model(agent.name, agent.model)
 
 
-def build_model_client(spec: TrialSpec) -> Any:
+def build_model_client(spec: TrialSpec) -> ModelClient | None:
     """The model client for the spec's model string and settings, built where the trial runs."""
     from evsys.model.spec import create_model_client
 
@@ -72,10 +72,7 @@ async def run_trial(spec: TrialSpec, store: JobStore, resources: TrialResources 
     finally:
         if resources.slots is None:
             await asyncio.shield(slots.close())
-        close = getattr(owned, "aclose", None)
-        if close is not None:
-            with contextlib.suppress(Exception):
-                await close()
+        await close_model_client(owned)
 
 
 class PackedTrial(BaseModel):

@@ -7,6 +7,7 @@ that cannot provide them leave them `None` rather than guessing."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Literal, Protocol, get_args, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -102,3 +103,11 @@ class ModelClient(Protocol):
     async def aclose(self) -> None:
         """Release connections, worker threads and model weights."""
         ...
+
+
+async def close_model_client(client: ModelClient | None) -> None:
+    """Close `client` (when there is one), never raising: a client that fails to close is left to the
+    garbage collector, and whoever closes it goes on closing the rest."""
+    if client is not None:
+        with contextlib.suppress(Exception):
+            await client.aclose()

@@ -26,6 +26,7 @@ from evsys.agent.base import Agent, AgentContext, AgentError, AgentResult
 from evsys.agent.tools import SandboxTools, ToolOutcome
 from evsys.engine import JobStore
 from evsys.engine.trial import Trial
+from evsys.model.base import ModelClient
 from evsys.records import Observation, ObservationResult, ToolCall, TrialResult
 from evsys.sandbox.base import Sandbox
 from evsys.sandbox.slots import SlotPool
@@ -202,7 +203,7 @@ class Episode(Generic[AgentT]):
         limits: EpisodeLimits,
         episode_id: str | None = None,
         agent: Any = None,
-        model_client: Any = None,
+        model_client: ModelClient | None = None,
     ) -> Episode[Any]:
         """An episode of `task` (not started yet) recording into `store`; its agent phase is `agent` (default:
         a `ServedAgent` running tool actions)."""

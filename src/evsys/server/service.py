@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from evsys.engine import JobStore, compute_metrics
+from evsys.model.base import ModelClient, close_model_client
 from evsys.records import JobResult, TrialResult, utc_now
 from evsys.sandbox.slots import SlotPool
 from evsys.server.catalog import EPISODE_NUMBER, TaskCatalog
@@ -126,7 +127,7 @@ class ServeService:
         self._t0 = time.perf_counter()
         self._dirty = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
-        self.model_client: Any = None
+        self.model_client: ModelClient | None = None
 
     async def start(self) -> None:
         """Write the job's config, build the harness's model client, start reaper and writer. A job directory
@@ -169,10 +170,7 @@ class ServeService:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         await self._write_job_result(final=True)
         await self.pool.close()
-        close = getattr(self.model_client, "aclose", None)
-        if close is not None:
-            with contextlib.suppress(Exception):
-                await close()
+        await close_model_client(self.model_client)
 
     def open_session(self, kind: str) -> Session:
         """A new session, or `CAPACITY_REACHED` when `max_sessions` are open — counting the episodes of closed

@@ -9,11 +9,11 @@ build on it; the driver's process never uses it (it lends the job's own pool and
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from typing import Any
 
 from evsys.engine.run import TrialResources, build_model_client, needs_model
 from evsys.engine.spec import TrialSpec
+from evsys.model.base import ModelClient, close_model_client
 from evsys.sandbox.slots import SlotPool
 
 MAX_IDLE_SANDBOXES = 4
@@ -28,7 +28,7 @@ class TrialRuntime:
         self.reuse_sandboxes = reuse_sandboxes
         self.max_idle = max_idle if reuse_sandboxes else 0
         self.warm = warm
-        self.clients: dict[tuple[str | None, str | None], Any] = {}
+        self.clients: dict[tuple[str | None, str | None], ModelClient | None] = {}
         self.pools: dict[str, SlotPool] = {}
         self._client_lock: asyncio.Lock | None = None
 
@@ -65,7 +65,4 @@ class TrialRuntime:
             await pool.close()
         clients, self.clients = list(self.clients.values()), {}
         for client in clients:
-            close = getattr(client, "aclose", None)
-            if close is not None:
-                with contextlib.suppress(Exception):
-                    await close()
+            await close_model_client(client)

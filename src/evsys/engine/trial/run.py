@@ -36,6 +36,7 @@ from evsys.engine.trial.multi_step import run_steps
 from evsys.engine.trial.sidecars import stop_sidecars
 from evsys.engine.trial.single_step import run_single_step
 from evsys.engine.trial.state import TrialState, describe_exception
+from evsys.model.base import ModelClient
 from evsys.records import AgentInfo, FailureCause, TrajectoryRecorder, TrialResult, utc_now
 from evsys.sandbox.slots import SlotPool
 from evsys.task.models import Task
@@ -55,7 +56,7 @@ class Trial:
         store: JobStore,
         *,
         task: Task | None = None,
-        model_client: Any = None,
+        model_client: ModelClient | None = None,
         on_event: Callable[[dict[str, Any]], None] | None = None,
         slots: SlotPool | None = None,
         agent: Agent | None = None,

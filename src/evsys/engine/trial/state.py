@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from evsys.engine.spec import TrialSpec
 from evsys.engine.store import JobStore
 from evsys.engine.trial.pause import PausableTimeout
+from evsys.model.base import ModelClient
 from evsys.model.waiting import pausing
 from evsys.records import FailureCause, StepResult, Trajectory, TrajectoryRecorder, TrialFailure, TrialResult
 from evsys.repo.workspace import METADATA_KEY
@@ -77,7 +78,7 @@ class TrialState:
     slots: SlotPool
     task: Task | None = None
     uses_sandbox: bool = True  # False: a Python task without a sandbox, answered by one model call
-    model_client: Any = None
+    model_client: ModelClient | None = None
     on_event: Callable[[dict[str, Any]], None] | None = None
     result: TrialResult = field(init=False)
     slot: Slot | None = None

@@ -210,7 +210,7 @@ class ModelProxy:
         session = self._sessions.pop(key, None)
         if session is not None:
             session.closed = True
-            self._close_later(getattr(session.mcp_app, "aclose", None))
+            self._close_later(session.mcp_app.aclose if session.mcp_app is not None else None)
         made = self._made_clients.pop(key, None)
         if made is not None:
             self._close_later(made.aclose)

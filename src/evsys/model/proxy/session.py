@@ -12,7 +12,7 @@ import json
 import logging
 import secrets
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -67,6 +67,16 @@ class ProxyToolCall(BaseModel):
     duration_s: float = 0.0
 
 
+class McpApp(Protocol):
+    """The ASGI app answering a session's `/mcp` requests (evsys.agent.harness.mcp_server.ToolServer)."""
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        """Answer one HTTP request."""
+
+    async def aclose(self) -> None:
+        """Close the app's tool sessions."""
+
+
 class ProxySession:
     """One trial's access to the proxy: its key, its model client, and the calls recorded so far.
 
@@ -78,7 +88,7 @@ class ProxySession:
         self.model_client = model_client
         self.calls: list[ProxyCall] = []
         self.tool_calls: list[ProxyToolCall] = []
-        self.mcp_app: Any = None
+        self.mcp_app: McpApp | None = None
         self.closed = False
         self._listeners: list[CallListener] = []
 
