@@ -66,10 +66,10 @@ def serve(
     base_url: Annotated[str | None, typer.Option("--base-url", help="The model server's URL.")] = None,
 ) -> None:
     """Serve tasks to OpenEnv clients: WebSocket /ws, HTTP /reset /step, /mcp, /health, /metadata, /schema."""
-    from evsys.server.episode import EpisodeLimits
-    from evsys.server.run import bind, build_service
+    from evsys.engine.episodes.episode import EpisodeLimits
+    from evsys.engine.episodes.service import ServeSettings, build_service
+    from evsys.server.run import bind
     from evsys.server.run import serve as run_server
-    from evsys.server.service import ServeSettings
 
     err = Console(stderr=True, highlight=False, soft_wrap=True)
     if harness is not None and model is None:
@@ -88,7 +88,7 @@ def serve(
         from evsys.server.app import create_app
 
         if harness is not None:
-            from evsys.server.harness import resolve_harness
+            from evsys.engine.episodes.harness import resolve_harness
 
             resolve_harness(harness)  # an unknown name fails here, not at the first reset
         service = build_service(

@@ -2,8 +2,8 @@
 
 Trainers call environments from plain threads (TRL's tool loop, OpenEnv's session pool); evsys runs trials
 on an event loop. An `EpisodeRunner` owns one event loop in a daemon thread and, on it, the same serving
-state `evsys serve` uses (evsys.server.service.ServeService over a task catalog): every episode is a trial
-of one job — the task's sandbox from a shared pool, the loop agent's tools, the task's verifier chain,
+state `evsys serve` uses (evsys.engine.episodes' ServeService over a task catalog): every episode is a
+trial of one job — the task's sandbox from a shared pool, the loop agent's tools, the task's verifier chain,
 result.json and trajectory.json under `<jobs_dir>/<job_name>/`. An `EpisodeClient` is one caller's session:
 `start` an episode of a task, call `tool`s (or send harness `message`s), `finish` it (the verifier runs, the
 sandbox is released) and read its `TrialResult`.
@@ -29,11 +29,16 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
+from evsys.engine.episodes.episode import EpisodeLimits
+from evsys.engine.episodes.protocol import (
+    CallToolAction,
+    MessageAction,
+    ResetParams,
+    ServedObservation,
+    ServeError,
+)
+from evsys.engine.episodes.service import ServeService, ServeSettings, Session, build_service
 from evsys.records import Trajectory, TrialResult
-from evsys.server.episode import EpisodeLimits
-from evsys.server.protocol import CallToolAction, MessageAction, ResetParams, ServedObservation, ServeError
-from evsys.server.run import build_service
-from evsys.server.service import ServeService, ServeSettings, Session
 
 T = TypeVar("T")
 SUBMIT = "submit"

@@ -1,5 +1,5 @@
 """The Starlette application of `evsys serve`: `/ws`, the stateless HTTP endpoints, `/mcp`, `/health`,
-`/metadata`, `/schema` (see evsys.server.protocol for the messages).
+`/metadata`, `/schema` (see evsys.engine.episodes.protocol for the messages).
 
 Hostile input never takes the server down: a message over `max_message_bytes`, malformed JSON, an unknown
 message type, an invalid action or an unknown tool each get an error answer naming the problem, and the
@@ -23,8 +23,7 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from evsys import __version__
-from evsys.server.mcp import McpDispatcher, mcp_tools, no_session_error, rpc_error
-from evsys.server.protocol import (
+from evsys.engine.episodes.protocol import (
     Action,
     ErrorCode,
     ListToolsAction,
@@ -34,7 +33,8 @@ from evsys.server.protocol import (
     observation_payload,
     schemas,
 )
-from evsys.server.service import ServeService, Session
+from evsys.engine.episodes.service import ServeService, Session
+from evsys.server.mcp import McpDispatcher, mcp_tools, no_session_error, rpc_error
 from evsys.util.bodylimit import BodyLimit, Scope
 from evsys.util.jsonparse import loads_bounded
 

@@ -15,13 +15,13 @@ from typing import Any
 from evsys import __version__
 from evsys.agent.harness.adapter import RESERVED_TOOL_NAMES
 from evsys.agent.tools import SandboxTools
-from evsys.server.protocol import (
+from evsys.engine.episodes.protocol import (
     CallToolAction,
     ErrorCode,
     ResetParams,
     ServeError,
 )
-from evsys.server.service import ServeService, Session
+from evsys.engine.episodes.service import ServeService, Session
 
 DEFAULT_PROTOCOL_VERSION = "2025-06-18"
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR = (

@@ -1,13 +1,12 @@
-"""Running `evsys serve`: bind 127.0.0.1 (or a given host), build the service, serve with uvicorn."""
+"""Running `evsys serve`: bind 127.0.0.1 (or a given host) and serve the app with uvicorn (the service itself:
+`evsys.engine.episodes.build_service`)."""
 
 from __future__ import annotations
 
 import socket
-from pathlib import Path
 from typing import Any
 
-from evsys.server.catalog import TaskCatalog
-from evsys.server.service import ServeService, ServeSettings
+from evsys.engine.episodes.service import ServeSettings
 from evsys.util.net import listening_socket
 
 WS_FRAME_SLACK = (
@@ -23,29 +22,6 @@ def missing_extra() -> RuntimeError:
 def bind(host: str, port: int) -> socket.socket:
     """A listening TCP socket (TCP_NODELAY on accepted connections; port 0 picks a free one)."""
     return listening_socket(host, port)
-
-
-def build_service(
-    dataset: Path,
-    settings: ServeSettings,
-    *,
-    job_name: str,
-    jobs_dir: Path,
-    sandbox: str = "local",
-    model: str | None = None,
-    base_url: str | None = None,
-) -> ServeService:
-    """The service over `dataset`'s tasks, recording into `jobs_dir/job_name`."""
-    job = TaskCatalog.job_config(
-        dataset,
-        job_name=job_name,
-        jobs_dir=jobs_dir,
-        sandbox=sandbox,
-        harness=settings.harness,
-        model=model,
-        base_url=base_url,
-    )
-    return ServeService(TaskCatalog.load(dataset, job), settings)
 
 
 def serve(app: Any, sock: socket.socket, settings: ServeSettings, *, ping_interval: float) -> None:

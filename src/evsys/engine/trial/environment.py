@@ -2,8 +2,8 @@
 has them), the sandbox from the pool, the repository tree, the healthcheck, the network each phase runs with,
 and the sandbox's release at the end.
 
-Functions over a `TrialState` (evsys.engine.trial.state); an episode served step by step (evsys.server)
-runs through the same `Trial`, so through these.
+Functions over a `TrialState` (evsys.engine.trial.state); an episode driven step by step
+(evsys.engine.episodes) runs through the same `Trial`, so through these.
 """
 
 from __future__ import annotations

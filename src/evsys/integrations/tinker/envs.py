@@ -3,12 +3,12 @@
 `EvsysRLDataset` plans any evsys tasks — a task directory or a directory of them, a Python-task dataset, a
 file of repository rows, or Python tasks / repository rows in memory — once, like the trials of a job, and
 hands out one `EvsysEnvGroupBuilder` per task. `make_envs()` starts `group_size` episodes of the task: each is
-a trial of the dataset's job (evsys.server's `Episode`: the task's sandbox and environment, the loop agent's
-tools, the verifier chain, result.json and trajectory.json under `<jobs_dir>/<job_name>/`). Each env is the
-cookbook's own tool-use env (`build_agent_tool_env`): `initial_observation()` renders the system prompt, the
-tools and the task's instruction with the cookbook renderer; `step(action tokens)` parses the tool calls,
-runs them in the episode's sandbox and renders the next observation. The episode ends on a final answer (a
-turn without tool calls: it is submitted as the answer), on `submit`, or at `max_turns`; its reward, at the
+a trial of the dataset's job (an `Episode` of evsys.engine.episodes: the task's sandbox and environment, the
+loop agent's tools, the verifier chain, result.json and trajectory.json under `<jobs_dir>/<job_name>/`). Each
+env is the cookbook's own tool-use env (`build_agent_tool_env`): `initial_observation()` renders the system
+prompt, the tools and the task's instruction with the cookbook renderer; `step(action tokens)` parses the tool
+calls, runs them in the episode's sandbox and renders the next observation. The episode ends on a final answer
+(a turn without tool calls: it is submitted as the answer), on `submit`, or at `max_turns`; its reward, at the
 end, is the trial's reward from the task's verifiers (each named reward also in the step's metrics).
 
 `cleanup()` (which the cookbook's `do_group_rollout` always calls, also on error or cancel) ends any episode
@@ -49,10 +49,7 @@ from tinker_cookbook.tool_use.types import Tool, ToolInput, ToolResult
 from evsys.agent.loop import DEFAULT_SYSTEM_PROMPT
 from evsys.agent.tools import SandboxTools
 from evsys.engine import AgentSpec, JobConfig, plan_trials
-from evsys.records import TrialResult
-from evsys.repo.rows import RepoTask
-from evsys.rollouts import prepare_tasks, save_tasks
-from evsys.server import (
+from evsys.engine.episodes import (
     Episode,
     EpisodeLimits,
     ServedTask,
@@ -61,8 +58,11 @@ from evsys.server import (
     ServeSettings,
     TaskCatalog,
 )
-from evsys.server.catalog import SERVED_AGENT
-from evsys.server.protocol import CallToolAction
+from evsys.engine.episodes.catalog import SERVED_AGENT
+from evsys.engine.episodes.protocol import CallToolAction
+from evsys.records import TrialResult
+from evsys.repo.rows import RepoTask
+from evsys.rollouts import prepare_tasks, save_tasks
 from evsys.task.python import PromptTask, VerifiedTask
 from evsys.util.atomic import write_text_atomic
 

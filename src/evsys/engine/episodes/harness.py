@@ -19,10 +19,8 @@ from evsys.agent.base import AgentContext, AgentError, AgentResult
 from evsys.agent.harness.agent import EVENTS_FILE, HarnessAgent, offered_tools
 from evsys.agent.harness.events import EventLog, HarnessEvent, HarnessEventType
 from evsys.agent.registry import resolve_agent
-from evsys.records import SandboxSpec
-from evsys.sandbox.base import Sandbox
-from evsys.server.episode import Episode, EpisodeAgent, EpisodeLeft, EpisodeLimits
-from evsys.server.protocol import (
+from evsys.engine.episodes.episode import Episode, EpisodeAgent, EpisodeLeft, EpisodeLimits
+from evsys.engine.episodes.protocol import (
     CallToolAction,
     ErrorCode,
     MessageAction,
@@ -30,6 +28,8 @@ from evsys.server.protocol import (
     ServeError,
     ToolError,
 )
+from evsys.records import SandboxSpec
+from evsys.sandbox.base import Sandbox
 from evsys.util.atomic import write_text_atomic
 
 EventSink = Callable[[HarnessEvent], Awaitable[None]]

@@ -17,15 +17,12 @@ import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
-from evsys.engine import JobStore, compute_metrics
-from evsys.model.base import ModelClient, close_model_client
-from evsys.records import JobResult, TrialResult, utc_now
-from evsys.sandbox.slots import SlotPool
-from evsys.server.catalog import EPISODE_NUMBER, TaskCatalog
-from evsys.server.episode import Episode, EpisodeAgent, EpisodeLimits
-from evsys.server.protocol import (
+from evsys.engine.episodes.catalog import EPISODE_NUMBER, TaskCatalog
+from evsys.engine.episodes.episode import Episode, EpisodeAgent, EpisodeLimits
+from evsys.engine.episodes.protocol import (
     CallToolAction,
     ErrorCode,
     MessageAction,
@@ -34,6 +31,11 @@ from evsys.server.protocol import (
     ServedState,
     ServeError,
 )
+from evsys.engine.metrics import compute_metrics
+from evsys.engine.store import JobStore
+from evsys.model.base import ModelClient, close_model_client
+from evsys.records import JobResult, TrialResult, utc_now
+from evsys.sandbox.slots import SlotPool
 
 log = logging.getLogger(__name__)
 JOB_RESULT_INTERVAL_SEC = 2.0
@@ -202,7 +204,7 @@ class ServeService:
         kind: type[Episode[Any]] = Episode
         agent: EpisodeAgent | None = None
         if self.settings.harness is not None:
-            from evsys.server.harness import HarnessEpisode, ServedHarnessAgent, resolve_harness
+            from evsys.engine.episodes.harness import HarnessEpisode, ServedHarnessAgent, resolve_harness
 
             harness = resolve_harness(self.settings.harness, self.settings.harness_options)
             kind, agent = HarnessEpisode, ServedHarnessAgent(harness, limits)
@@ -283,3 +285,26 @@ class ServeService:
             await asyncio.shield(self.store.write_job_result(result))
         except OSError as exc:
             log.warning("writing the job's result.json failed: %s", exc)
+
+
+def build_service(
+    dataset: Path,
+    settings: ServeSettings,
+    *,
+    job_name: str,
+    jobs_dir: Path,
+    sandbox: str = "local",
+    model: str | None = None,
+    base_url: str | None = None,
+) -> ServeService:
+    """The service over `dataset`'s tasks, recording into `jobs_dir/job_name`."""
+    job = TaskCatalog.job_config(
+        dataset,
+        job_name=job_name,
+        jobs_dir=jobs_dir,
+        sandbox=sandbox,
+        harness=settings.harness,
+        model=model,
+        base_url=base_url,
+    )
+    return ServeService(TaskCatalog.load(dataset, job), settings)

@@ -21,17 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from evsys import __version__
 from evsys.agent.base import Agent, AgentContext, AgentError, AgentResult
 from evsys.agent.tools import SandboxTools, ToolOutcome
-from evsys.engine import JobStore
-from evsys.engine.trial import Trial
-from evsys.model.base import ModelClient
-from evsys.records import Observation, ObservationResult, ToolCall, TrialResult
-from evsys.sandbox.base import Sandbox
-from evsys.sandbox.slots import SlotPool
-from evsys.server.catalog import SERVED_AGENT, ServedTask
-from evsys.server.protocol import (
+from evsys.engine.episodes.catalog import SERVED_AGENT, ServedTask
+from evsys.engine.episodes.protocol import (
     CallToolAction,
     ErrorCode,
     MessageAction,
@@ -40,6 +33,13 @@ from evsys.server.protocol import (
     ServeError,
     ToolError,
 )
+from evsys.engine.store import JobStore
+from evsys.engine.trial import Trial
+from evsys.model.base import ModelClient
+from evsys.records import Observation, ObservationResult, ToolCall, TrialResult
+from evsys.sandbox.base import Sandbox
+from evsys.sandbox.slots import SlotPool
+from evsys.util.version import __version__
 
 T = TypeVar("T")
 TOOL_NAMES = [s["function"]["name"] for s in SandboxTools.schemas()]

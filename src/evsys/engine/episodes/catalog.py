@@ -7,9 +7,10 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from evsys.engine import AgentSpec, JobConfig, PlannedTrial, TrialSpec, plan_trials
-from evsys.engine.config import slugify
-from evsys.server.protocol import ErrorCode, ServeError
+from evsys.engine.config import AgentSpec, JobConfig, slugify
+from evsys.engine.episodes.protocol import ErrorCode, ServeError
+from evsys.engine.plan import plan_trials
+from evsys.engine.spec import PlannedTrial, TrialSpec
 from evsys.task.models import Task
 
 SERVED_AGENT = "openenv-client"
