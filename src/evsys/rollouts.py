@@ -2,15 +2,19 @@
 
 ```python
 groups = await run_rollouts(items, num_samples=8, model="local", n_concurrent=16)
+groups = await run_rollouts("examples/tasks", num_samples=4, model="local")  # task directories
 gen = await run_rollouts(["Write a haiku"], outcome_reward=False, num_samples=4, model="local")
 ```
 
-It builds a `Job` over the items held in memory (`num_samples` attempts each, the `loop` agent unless `agent`
-names another), runs it, and puts every trial into a group — its trajectory as the job kept it in memory, not
-read back from disk: token ids, loss mask, logprobs, reward(s), group-relative advantage, and the error of any
-trial that failed (the group keeps it and counts it). Every
-trial is also on disk under `<jobs_dir>/<job_name>/`, ready for `evsys export`; the items are saved there
-as a Python-task dataset (`tasks/dataset.toml` + `tasks.jsonl`), so `Job.resume(job_dir)` (or
+Items are what `evsys run` takes (evsys.engine.sources): a task directory or a directory of them, a Harbor
+`dataset.toml` directory, `NAME@VERSION`, a rows file, loaded `Task`s, repository rows, or Python tasks in
+memory. For tasks on disk the groups follow the job's plan (one per task, in the order `evsys run` runs them,
+`task_id` the task's name). It builds a `Job` over the items (`num_samples` attempts each, the `loop` agent
+unless `agent` names another), runs it, and puts every trial into a group — its trajectory as the job kept it
+in memory, not read back from disk: token ids, loss mask, logprobs, reward(s), group-relative advantage, and
+the error of any trial that failed (the group keeps it and counts it). Every trial is also on disk under
+`<jobs_dir>/<job_name>/`, ready for `evsys export`; the items are saved there as a Python-task dataset
+(`tasks/dataset.toml` + `tasks.jsonl`), so `Job.resume(job_dir)` (or
 `evsys run --resume`) can finish an interrupted run as long as the same verifiers are registered.
 """
 
@@ -26,9 +30,11 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from evsys.agent.registry import agent_plugin
 from evsys.engine.config import AgentSpec, ExecutorSpec, JobConfig
 from evsys.engine.executors.base import executor_class
 from evsys.engine.job import Job
+from evsys.engine.sources import resolve_tasks
 from evsys.engine.spec import PlannedTrial
 from evsys.records import FailureCause, JobResult
 from evsys.repo.rows import RepoTask
@@ -118,8 +124,15 @@ def save_tasks(tasks: Sequence[VerifiedTask | PromptTask], root: Path) -> Path:
 
 
 def _agent_spec(agent: str | None, model: Any, kwargs: dict[str, Any]) -> tuple[AgentSpec, Any]:
-    """The agent spec and, for a client object passed as `model`, the factory that lends it to the job."""
+    """The agent spec and, for a client object passed as `model`, the factory that lends it to the job. A
+    model-free agent (`oracle`, `nop`) needs no model; every other agent does."""
     name = agent or DEFAULT_AGENT
+    if model is None:
+        if agent_plugin(name).model_use != "none":
+            raise ValueError(
+                f"agent {name!r} talks to a model: pass model= (a model string such as 'local', or a client)"
+            )
+        return AgentSpec(name=name, kwargs={}), None
     if isinstance(model, str):
         return AgentSpec(name=name, model=model, kwargs=kwargs), None
     if not callable(getattr(model, "complete", None)):
@@ -142,10 +155,10 @@ def _loop_kwargs(
 
 
 async def run_rollouts(
-    items: Sequence[Item],
+    items: Sequence[Item] | Path | str,
     *,
     outcome_reward: bool = True,
-    model: Any,
+    model: Any = None,
     num_samples: int = 1,
     max_turns: int = 1,
     max_tokens: int = 512,
@@ -165,11 +178,12 @@ async def run_rollouts(
 ) -> list[TrajectoryGroup]:
     """Roll out every item `num_samples` times; one `TrajectoryGroup` per item, in input order.
 
-    `model` is a model string (`local`, `openai:gpt-4.1`, ...) or a model client object (lent, never
-    closed). `outcome_reward=False` turns every item into a generation-only `PromptTask` (reward 0, no
-    verifier call). `sandbox` overrides the tasks' own choice (True = agentic, in a local sandbox).
-    Retryable failures (model/sandbox/agent errors) are retried `max_retries` times; a trial that still
-    fails stays in its group with its error. The job directory is `<jobs_dir>/<job_name>` (default `jobs/`).
+    `items`: see the module docstring. `model` is a model string (`local`, `openai:gpt-4.1`, ...) or a model
+    client object (lent, never closed); an agent that uses no model (`agent="oracle"`, `"nop"`) needs none.
+    `outcome_reward=False` turns every item into a generation-only `PromptTask` (reward 0, no verifier call).
+    `sandbox` overrides the tasks' own choice (True = agentic, in a local sandbox). Retryable failures
+    (model/sandbox/agent errors) are retried `max_retries` times; a trial that still fails stays in its group
+    with its error. The job directory is `<jobs_dir>/<job_name>` (default `jobs/`).
     `executor` names where the trials run (evsys.engine.executors: `local`, `processes`, `ray`),
     `executor_options` its settings (for `ray`: `{"address": "auto"}`, see RayOptions; for `processes`:
     `{"workers": 8}`, see ProcessOptions); a lent client works in-process only, so
@@ -194,12 +208,12 @@ async def run_rollouts(
         )
     name = job_name or _job_name()
     root = Path(jobs_dir) if jobs_dir is not None else Path("jobs")
-    repo_tasks = [item for item in items if isinstance(item, RepoTask)]
-    if items and len(repo_tasks) == len(items):
-        settings = {"n_attempts": num_samples, "n_concurrent": n_concurrent, "max_retries": max_retries}
-        settings["warm_sandboxes"] = warm_sandboxes
-        return await run_repo_rollouts(
-            repo_tasks,
+    source = await resolve_tasks(items)
+    settings = {"n_attempts": num_samples, "n_concurrent": n_concurrent, "max_retries": max_retries}
+    settings["warm_sandboxes"] = warm_sandboxes
+    if source.paths:
+        return await run_dataset_rollouts(
+            source.paths,
             spec,
             factory,
             root / name,
@@ -208,7 +222,20 @@ async def run_rollouts(
             executor=where,
             sandboxes=sandboxes,
         )
-    tasks = prepare_tasks(items, outcome_reward=outcome_reward, sandbox=sandbox)
+    if source.rows and source.memory:
+        raise ValueError("items: give repository rows or Python tasks, not a mix (one job runs one kind)")
+    if source.rows:
+        return await run_repo_rollouts(
+            source.rows,
+            spec,
+            factory,
+            root / name,
+            settings,
+            advantage=advantage,
+            executor=where,
+            sandboxes=sandboxes,
+        )
+    tasks = prepare_tasks(source.memory, outcome_reward=outcome_reward, sandbox=sandbox)
     dataset = await asyncio.to_thread(save_tasks, tasks, root / name / TASKS_DIR)
     config = JobConfig(
         datasets=[dataset],
@@ -278,6 +305,47 @@ async def run_repo_rollouts(
     job = Job(config, model_client_factory=factory, keep_trajectories=True, sandboxes=sandboxes)
     result = await job.run()
     return await asyncio.to_thread(_repo_groups, job, result, rows, advantage)
+
+
+async def run_dataset_rollouts(
+    paths: list[Path],
+    spec: AgentSpec,
+    factory: Any,
+    job_dir: Path,
+    settings: dict[str, Any],
+    *,
+    advantage: AdvantageMethod,
+    executor: ExecutorSpec | None = None,
+    sandboxes: SlotPool | None = None,
+) -> list[TrajectoryGroup]:
+    """`run_rollouts` over tasks on disk (task directories, datasets, rows files): the job lists the paths
+    as `evsys run` would (so `Job.resume` finishes it), one group per planned task, in the plan's order."""
+    if (job_dir / "config.json").exists():
+        raise ValueError(f"{job_dir} already exists: choose another job_name")
+    config = JobConfig(
+        datasets=[path.resolve() for path in paths],
+        agents=[spec],
+        job_name=job_dir.name,
+        jobs_dir=job_dir.parent,
+        executor=executor or ExecutorSpec(),
+        **settings,
+    )
+    job = Job(config, model_client_factory=factory, keep_trajectories=True, sandboxes=sandboxes)
+    result = await job.run()
+    return await asyncio.to_thread(_planned_groups, job, result, advantage)
+
+
+def _planned_groups(job: Job, result: JobResult, method: AdvantageMethod) -> list[TrajectoryGroup]:
+    groups: dict[str, TrajectoryGroup] = {}
+    for planned in job.planned:
+        name = planned.config.task_name
+        if name not in groups:
+            prompt = planned.task.instruction if planned.task is not None else ""
+            groups[name] = TrajectoryGroup(
+                group_id=f"{job.config.job_name}/{name}", task_id=name, prompt=prompt
+            )
+    _fill_groups(job, result, groups, lambda p: p.config.task_name, method)
+    return list(groups.values())
 
 
 def _repo_groups(

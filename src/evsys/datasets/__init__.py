@@ -10,6 +10,7 @@ from evsys.datasets.registry import (
     RegistryTask,
     load_registry,
 )
+from evsys.datasets.resolve import dataset_dir, looks_like_dataset_reference
 
 __all__ = [
     "DEFAULT_REGISTRY_URL",
@@ -20,5 +21,7 @@ __all__ = [
     "RegistryDataset",
     "RegistryError",
     "RegistryTask",
+    "dataset_dir",
     "load_registry",
+    "looks_like_dataset_reference",
 ]

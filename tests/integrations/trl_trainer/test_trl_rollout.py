@@ -162,3 +162,11 @@ def recompute(model_dir: Path, prompts: list[list[int]], completions: list[list[
 
     engine = LocalEngine.load(model_dir)
     return [x for p, c in zip(prompts, completions, strict=True) for x in engine.score(p, c)]
+
+
+def test_a_directory_of_task_directories_is_its_tasks(examples_dir: Path) -> None:
+    """The path string is loaded as `evsys run` loads it, not iterated character by character."""
+    rollout = EvsysRolloutFunc(str(examples_dir / "tasks"), model="local")
+    instructions = [row["prompt"] for row in rollout.dataset().to_list()]
+    assert len(instructions) == 8
+    assert any("statistics" in text.lower() or "bug" in text.lower() for text in instructions)

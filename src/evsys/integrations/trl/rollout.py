@@ -24,14 +24,18 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
+from evsys.engine.sources import resolve_tasks, tasks_on_disk
 from evsys.repo.rows import RepoTask
 from evsys.rollouts import prepare_tasks, run_rollouts
+from evsys.task.models import Task
 from evsys.task.python import VerifiedTask
 from evsys.trajectory.groups import RolloutTrajectory, TrajectoryGroup
 
 TaskItem = VerifiedTask | RepoTask | Mapping[str, Any]
+RolloutItem = VerifiedTask | RepoTask | Task
 
 
 def evsys_reward(
@@ -55,15 +59,17 @@ def _prompt_text(prompt: Any) -> str:
 class EvsysRolloutFunc:
     """TRL's `rollout_func` over `run_rollouts`; `dataset()` gives the matching training dataset.
 
-    `tasks` are Python tasks (`VerifiedTask`s or rows) or repository rows; `options` go to `run_rollouts`
-    (`model` is required; `max_turns`, `max_tokens`, `temperature`, `sandbox`, `agent`, `n_concurrent`,
-    `jobs_dir`, ...). `sync_weights(trainer)` runs before each batch sampled after an optimiser step; what it
-    returns, unless None, is the model sampled from then on.
+    `tasks` are what `evsys run` takes (evsys.engine.sources): a task directory or a directory of them, a
+    dataset directory or rows file, `NAME@VERSION`, or Python tasks (`VerifiedTask`s or rows) or repository
+    rows in memory; `options` go to `run_rollouts` (`model` is required; `max_turns`, `max_tokens`,
+    `temperature`, `sandbox`, `agent`, `n_concurrent`, `jobs_dir`, ...). `sync_weights(trainer)` runs before
+    each batch sampled after an optimiser step; what it returns, unless None, is the model sampled from then
+    on.
     """
 
     def __init__(
         self,
-        tasks: Sequence[TaskItem],
+        tasks: Sequence[TaskItem] | str | Path,
         *,
         sync_weights: Callable[[Any], Any] | None = None,
         **options: Any,
@@ -72,9 +78,9 @@ class EvsysRolloutFunc:
             raise ValueError("pass model=...: a model evsys can reach (e.g. 'local:/path/to/hf-dir')")
         self.options = options
         self.sync_weights = sync_weights
-        self.items: dict[str, VerifiedTask | RepoTask] = {}
+        self.items: dict[str, RolloutItem] = {}
         for item in _tasks(tasks):
-            text = item.problem_statement if isinstance(item, RepoTask) else item.prompt
+            text = _prompt_of(item)
             if text in self.items:
                 raise ValueError(
                     f"two tasks share the prompt {text[:60]!r}: the trainer cannot tell them apart"
@@ -119,8 +125,11 @@ class EvsysRolloutFunc:
             for index in pending:
                 (later if any(keys[i] == keys[index] for i in batch) else batch).append(index)
             items = [self.items[keys[i]] for i in batch]
-            groups = asyncio.run(run_rollouts(items, num_samples=samples, **self.options))
-            done.update(zip(batch, groups, strict=True))
+            on_disk = [item.path for item in items if isinstance(item, Task)]
+            given: Any = on_disk if on_disk else items
+            groups = asyncio.run(run_rollouts(given, num_samples=samples, **self.options))
+            by_id = {group.task_id: group for group in groups}
+            done.update((i, by_id[_id_of(self.items[keys[i]])]) for i in batch)
             pending = later
         return [done[i] for i in range(len(keys))]
 
@@ -136,11 +145,28 @@ class EvsysRolloutFunc:
         return out
 
 
-def _tasks(tasks: Sequence[TaskItem]) -> list[VerifiedTask | RepoTask]:
-    """The Python tasks, validated as `run_rollouts` does (each with a verifier), then the repository rows."""
-    rows = [t for t in tasks if isinstance(t, RepoTask)]
-    python = [t for t in tasks if not isinstance(t, RepoTask)]
-    verified: list[VerifiedTask | RepoTask] = []
+def _prompt_of(item: RolloutItem) -> str:
+    if isinstance(item, RepoTask):
+        return item.problem_statement
+    return item.instruction if isinstance(item, Task) else item.prompt
+
+
+def _id_of(item: RolloutItem) -> str:
+    """The `task_id` of the item's group in `run_rollouts`' output."""
+    if isinstance(item, RepoTask):
+        return item.instance_id
+    return item.name if isinstance(item, Task) else item.id
+
+
+def _tasks(tasks: Sequence[TaskItem] | str | Path) -> list[RolloutItem]:
+    """Tasks on disk as loaded for a job; else the Python tasks, validated as `run_rollouts` does (each with a
+    verifier), then the repository rows."""
+    source = asyncio.run(resolve_tasks(tasks))
+    if source.paths:
+        return list(tasks_on_disk(source.paths))
+    rows = list(source.rows)
+    python = source.memory
+    verified: list[RolloutItem] = []
     for task in prepare_tasks(python, outcome_reward=True, sandbox=None) if python else []:
         if not isinstance(task, VerifiedTask):
             raise ValueError(f"task {task.id!r} has no verifier: nothing to train on")
