@@ -24,6 +24,7 @@ import asyncio
 import json
 import secrets
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -211,30 +212,13 @@ async def run_rollouts(
     source = await resolve_tasks(items)
     settings = {"n_attempts": num_samples, "n_concurrent": n_concurrent, "max_retries": max_retries}
     settings["warm_sandboxes"] = warm_sandboxes
+    disk = DiskJob(spec, factory, root / name, settings, where, sandboxes)
     if source.paths:
-        return await run_dataset_rollouts(
-            source.paths,
-            spec,
-            factory,
-            root / name,
-            settings,
-            advantage=advantage,
-            executor=where,
-            sandboxes=sandboxes,
-        )
+        return await run_dataset_rollouts(source.paths, disk, advantage)
     if source.rows and source.memory:
         raise ValueError("items: give repository rows or Python tasks, not a mix (one job runs one kind)")
     if source.rows:
-        return await run_repo_rollouts(
-            source.rows,
-            spec,
-            factory,
-            root / name,
-            settings,
-            advantage=advantage,
-            executor=where,
-            sandboxes=sandboxes,
-        )
+        return await run_repo_rollouts(source.rows, disk, advantage)
     tasks = prepare_tasks(source.memory, outcome_reward=outcome_reward, sandbox=sandbox)
     dataset = await asyncio.to_thread(save_tasks, tasks, root / name / TASKS_DIR)
     config = JobConfig(
@@ -271,16 +255,36 @@ def collect_groups(
     return [groups[task.id] for task in tasks]
 
 
+@dataclass
+class DiskJob:
+    """A `run_rollouts` job over tasks on disk: its agent, the lent client's factory, its directory and
+    settings, where it runs and the caller's sandbox pool."""
+
+    spec: AgentSpec
+    factory: Any
+    job_dir: Path
+    settings: dict[str, Any]
+    executor: ExecutorSpec
+    sandboxes: SlotPool | None = None
+
+    async def run(self, datasets: list[Path]) -> tuple[Job, JobResult]:
+        """Run the job over `datasets` (refused when the job directory holds a job already)."""
+        if (self.job_dir / "config.json").exists():
+            raise ValueError(f"{self.job_dir} already exists: choose another job_name")
+        config = JobConfig(
+            datasets=datasets,
+            agents=[self.spec],
+            job_name=self.job_dir.name,
+            jobs_dir=self.job_dir.parent,
+            executor=self.executor,
+            **self.settings,
+        )
+        job = Job(config, model_client_factory=self.factory, keep_trajectories=True, sandboxes=self.sandboxes)
+        return job, await job.run()
+
+
 async def run_repo_rollouts(
-    rows: list[RepoTask],
-    spec: AgentSpec,
-    factory: Any,
-    job_dir: Path,
-    settings: dict[str, Any],
-    *,
-    advantage: AdvantageMethod,
-    executor: ExecutorSpec | None = None,
-    sandboxes: SlotPool | None = None,
+    rows: list[RepoTask], disk: DiskJob, advantage: AdvantageMethod
 ) -> list[TrajectoryGroup]:
     """`run_rollouts` over repository tasks: the rows are saved as `tasks/rows.jsonl` in the job (so it can be
     resumed), run as repository task directories, and grouped per instance in the rows' order."""
@@ -289,49 +293,21 @@ async def run_repo_rollouts(
         if row.instance_id in seen:
             raise ValueError(f"items[{index}]: duplicate instance_id {row.instance_id!r}")
         seen.add(row.instance_id)
-    if (job_dir / "config.json").exists():
-        raise ValueError(f"{job_dir} already exists: choose another job_name")
+    if (disk.job_dir / "config.json").exists():
+        raise ValueError(f"{disk.job_dir} already exists: choose another job_name")
     data = "".join(row.model_dump_json(exclude_none=True) + "\n" for row in rows)
-    dataset = job_dir / TASKS_DIR / "rows.jsonl"
+    dataset = disk.job_dir / TASKS_DIR / "rows.jsonl"
     await asyncio.to_thread(write_text_atomic, dataset, data)
-    config = JobConfig(
-        datasets=[dataset],
-        agents=[spec],
-        job_name=job_dir.name,
-        jobs_dir=job_dir.parent,
-        executor=executor or ExecutorSpec(),
-        **settings,
-    )
-    job = Job(config, model_client_factory=factory, keep_trajectories=True, sandboxes=sandboxes)
-    result = await job.run()
+    job, result = await disk.run([dataset])
     return await asyncio.to_thread(_repo_groups, job, result, rows, advantage)
 
 
 async def run_dataset_rollouts(
-    paths: list[Path],
-    spec: AgentSpec,
-    factory: Any,
-    job_dir: Path,
-    settings: dict[str, Any],
-    *,
-    advantage: AdvantageMethod,
-    executor: ExecutorSpec | None = None,
-    sandboxes: SlotPool | None = None,
+    paths: list[Path], disk: DiskJob, advantage: AdvantageMethod
 ) -> list[TrajectoryGroup]:
     """`run_rollouts` over tasks on disk (task directories, datasets, rows files): the job lists the paths
     as `evsys run` would (so `Job.resume` finishes it), one group per planned task, in the plan's order."""
-    if (job_dir / "config.json").exists():
-        raise ValueError(f"{job_dir} already exists: choose another job_name")
-    config = JobConfig(
-        datasets=[path.resolve() for path in paths],
-        agents=[spec],
-        job_name=job_dir.name,
-        jobs_dir=job_dir.parent,
-        executor=executor or ExecutorSpec(),
-        **settings,
-    )
-    job = Job(config, model_client_factory=factory, keep_trajectories=True, sandboxes=sandboxes)
-    result = await job.run()
+    job, result = await disk.run([path.resolve() for path in paths])
     return await asyncio.to_thread(_planned_groups, job, result, advantage)
 
 
