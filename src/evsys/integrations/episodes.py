@@ -21,7 +21,6 @@ runner.close()
 from __future__ import annotations
 
 import asyncio
-import atexit
 import secrets
 import threading
 from collections.abc import Coroutine
@@ -39,6 +38,8 @@ from evsys.engine.episodes.protocol import (
 )
 from evsys.engine.episodes.service import ServeService, ServeSettings, Session, build_service
 from evsys.records import Trajectory, TrialResult
+from evsys.util.atexit_close import close_at_exit
+from evsys.util.registry import did_you_mean
 
 T = TypeVar("T")
 SUBMIT = "submit"
@@ -93,7 +94,7 @@ class EpisodeRunner:
         except BaseException:
             self._stop_loop()
             raise
-        atexit.register(self.close)
+        close_at_exit(self.close)  # a runner left open still finishes its job (result.json complete)
 
     async def _start(
         self, dataset: Path, name: str, jobs_dir: Path, sandbox: str, model: str | None, base_url: str | None
@@ -127,6 +128,17 @@ class EpisodeRunner:
     def task_names(self) -> list[str]:
         """The dataset's tasks, in catalog order (`start(name)` picks one)."""
         return self.service.catalog.names
+
+    def require_tasks(self, names: list[str]) -> list[str]:
+        """`names`, each a task of the dataset; ValueError naming the unknown ones, the closest known name
+        and the known ones."""
+        known = self.task_names
+        unknown = [name for name in names if name not in known]
+        if unknown:
+            shown = ", ".join(known[:20]) + (" ..." if len(known) > 20 else "")
+            hint = did_you_mean(unknown[0], known)
+            raise ValueError(f"no task named {unknown[0]!r}{hint}; tasks: {shown}")
+        return names
 
     def instruction(self, task: str) -> str:
         """What `task` asks the agent to do."""

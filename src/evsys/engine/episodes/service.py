@@ -127,6 +127,10 @@ class ServeService:
         self.results: list[TrialResult] = []
         self._started_at = utc_now()
         self._t0 = time.perf_counter()
+        # result.json writes in order, none after the final one: a periodic write cancelled mid-way goes on
+        # (shielded) and must not land over the final result
+        self._result_lock = asyncio.Lock()
+        self._final_written = False
         self._dirty = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
         self.model_client: ModelClient | None = None
@@ -282,9 +286,15 @@ class ServeService:
         if final:
             result.finished_at = utc_now()
         try:
-            await asyncio.shield(self.store.write_job_result(result))
+            await asyncio.shield(self._write_result(result))
         except OSError as exc:
             log.warning("writing the job's result.json failed: %s", exc)
+
+    async def _write_result(self, result: JobResult) -> None:
+        async with self._result_lock:
+            if not self._final_written:
+                await self.store.write_job_result(result)
+                self._final_written = result.complete
 
 
 def build_service(

@@ -136,8 +136,8 @@ class EvsysSessionFactory(ResourceSessionFactory[EvsysSession]):
         self.runner = runner
 
     def create(self, task: Any, seed: int | None = None, episode_id: str | None = None) -> EvsysSession:
-        """Start an episode of `task` (a task name, or a mapping with a `task` field), else of the task at
-        `seed`; the sandbox is up when this returns."""
+        """Start an episode of `task` (a task name, or a mapping with a `task` field; an unknown name is a
+        ValueError naming the known ones), else of the task at `seed`; the sandbox is up when this returns."""
         name = self._task_name(task)
         client = self.runner.open("openenv")
         try:
@@ -149,10 +149,11 @@ class EvsysSessionFactory(ResourceSessionFactory[EvsysSession]):
         return kind(client, observation.instruction or "", observation.task)
 
     def _task_name(self, task: Any) -> str | None:
+        """The task's name (an unknown one is refused, naming the known ones); None: pick by `seed`."""
         if isinstance(task, Mapping):
             task = task.get("task")
-        if isinstance(task, str) and task in self.runner.task_names:
-            return task
+        if isinstance(task, str):
+            return self.runner.require_tasks([task])[0]
         return None
 
     def close(self) -> None:

@@ -95,7 +95,8 @@ class EnvironmentFactory:
 
     `EnvironmentFactory("examples/tasks", jobs_dir="jobs")` serves the dataset's tasks; keyword arguments
     are the runner's (sandbox backend, step limit, job name, ...). `dataset()` gives a training dataset of
-    its tasks; `close()` (also run at exit) releases every sandbox and writes the job's result.json.
+    its tasks (an unknown task name is refused, naming the known ones); `close()` (also run at exit, before
+    the interpreter's thread pools stop) releases every sandbox and writes the job's result.json.
     """
 
     def __init__(self, dataset: Any = None, *, runner: EpisodeRunner | None = None, **options: Any) -> None:
@@ -114,7 +115,7 @@ class EnvironmentFactory:
         `prompt` (the instruction is appended by `reset`) and the task's name as `task`."""
         from datasets import Dataset
 
-        names = list(tasks) if tasks is not None else self.runner.task_names
+        names = self.runner.require_tasks(list(tasks)) if tasks is not None else self.runner.task_names
         rows = [{"prompt": [{"role": "user", "content": ""}], "task": name} for name in names] * repeats
         return Dataset.from_list(rows)
 
