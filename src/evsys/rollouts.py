@@ -21,13 +21,14 @@ the error of any trial that failed (the group keeps it and counts it). Every tri
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import secrets
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec
 
 from pydantic import BaseModel
 
@@ -53,6 +54,7 @@ from evsys.util.atomic import write_text_atomic
 Item = VerifiedTask | PromptTask | RepoTask | str | Mapping[str, Any]
 DEFAULT_AGENT = "loop"
 TASKS_DIR = "tasks"
+P = ParamSpec("P")
 
 
 class BorrowedModelClient:
@@ -155,7 +157,16 @@ def _loop_kwargs(
     return kwargs
 
 
-async def run_rollouts(
+@dataclass
+class RolloutPlan:
+    """A `run_rollouts` job ready to run, and how its result becomes the groups (`collect`, in the items'
+    order for tasks in memory, the plan's for tasks on disk)."""
+
+    job: Job
+    collect: Callable[[JobResult], list[TrajectoryGroup]]
+
+
+async def plan_rollouts(
     items: Sequence[Item] | Path | str,
     *,
     outcome_reward: bool = True,
@@ -176,8 +187,9 @@ async def run_rollouts(
     executor_options: BaseModel | Mapping[str, Any] | None = None,
     warm_sandboxes: int = 0,
     sandboxes: SlotPool | None = None,
-) -> list[TrajectoryGroup]:
-    """Roll out every item `num_samples` times; one `TrajectoryGroup` per item, in input order.
+    by_task: bool = False,
+) -> RolloutPlan:
+    """The job that rolls out every item `num_samples` times, not started yet (`run_rollouts` runs it).
 
     `items`: see the module docstring. `model` is a model string (`local`, `openai:gpt-4.1`, ...) or a model
     client object (lent, never closed); an agent that uses no model (`agent="oracle"`, `"nop"`) needs none.
@@ -192,7 +204,8 @@ async def run_rollouts(
     keeps N started sandboxes per environment ready while the job runs (evsys.sandbox.warm). `sandboxes`: a
     pool the caller owns (`SlotPool.for_backend("local", max_idle=N)`), passed to every step of a training
     run so each batch starts on the sandboxes the last one released, reset; never closed here (local
-    executor only; docs/scale.md).
+    executor only; docs/scale.md). `by_task` starts the trials task by task, so each task's group finishes
+    early (`stream_rollouts`).
     """
     if num_samples < 1:
         raise ValueError(f"num_samples must be >= 1, got {num_samples}")
@@ -212,13 +225,13 @@ async def run_rollouts(
     source = await resolve_tasks(items)
     settings = {"n_attempts": num_samples, "n_concurrent": n_concurrent, "max_retries": max_retries}
     settings["warm_sandboxes"] = warm_sandboxes
-    disk = DiskJob(spec, factory, root / name, settings, where, sandboxes)
+    disk = DiskJob(spec, factory, root / name, settings, where, sandboxes, by_task)
     if source.paths:
-        return await run_dataset_rollouts(source.paths, disk, advantage)
+        return await plan_dataset_rollouts(source.paths, disk, advantage)
     if source.rows and source.memory:
         raise ValueError("items: give repository rows or Python tasks, not a mix (one job runs one kind)")
     if source.rows:
-        return await run_repo_rollouts(source.rows, disk, advantage)
+        return await plan_repo_rollouts(source.rows, disk, advantage)
     tasks = prepare_tasks(source.memory, outcome_reward=outcome_reward, sandbox=sandbox)
     dataset = await asyncio.to_thread(save_tasks, tasks, root / name / TASKS_DIR)
     config = JobConfig(
@@ -233,10 +246,14 @@ async def run_rollouts(
         warm_sandboxes=warm_sandboxes,
     )
     job = Job(
-        config, model_client_factory=factory, python_tasks=tasks, keep_trajectories=True, sandboxes=sandboxes
+        config,
+        model_client_factory=factory,
+        python_tasks=tasks,
+        keep_trajectories=True,
+        sandboxes=sandboxes,
+        by_task=by_task,
     )
-    result = await job.run()
-    return await asyncio.to_thread(collect_groups, job, result, tasks, advantage)
+    return RolloutPlan(job, lambda result: collect_groups(job, result, tasks, advantage))
 
 
 def collect_groups(
@@ -255,6 +272,24 @@ def collect_groups(
     return [groups[task.id] for task in tasks]
 
 
+def _running(plan: Callable[P, Awaitable[RolloutPlan]]) -> Callable[P, Awaitable[list[TrajectoryGroup]]]:
+    """`plan`, then the job run and its groups collected: `run_rollouts` takes `plan_rollouts`' arguments."""
+
+    @functools.wraps(plan)
+    async def run(*args: P.args, **kwargs: P.kwargs) -> list[TrajectoryGroup]:
+        rollout = await plan(*args, **kwargs)
+        result = await rollout.job.run()
+        return await asyncio.to_thread(rollout.collect, result)
+
+    return run
+
+
+run_rollouts = _running(plan_rollouts)
+run_rollouts.__name__ = run_rollouts.__qualname__ = "run_rollouts"
+run_rollouts.__doc__ = """Roll out every item `num_samples` times; one `TrajectoryGroup` per item, in input
+order (tasks in memory), or per planned task (tasks on disk). Arguments: `plan_rollouts`."""
+
+
 @dataclass
 class DiskJob:
     """A `run_rollouts` job over tasks on disk: its agent, the lent client's factory, its directory and
@@ -266,9 +301,10 @@ class DiskJob:
     settings: dict[str, Any]
     executor: ExecutorSpec
     sandboxes: SlotPool | None = None
+    by_task: bool = False
 
-    async def run(self, datasets: list[Path]) -> tuple[Job, JobResult]:
-        """Run the job over `datasets` (refused when the job directory holds a job already)."""
+    def job(self, datasets: list[Path]) -> Job:
+        """The job over `datasets` (refused when the job directory holds a job already)."""
         if (self.job_dir / "config.json").exists():
             raise ValueError(f"{self.job_dir} already exists: choose another job_name")
         config = JobConfig(
@@ -279,13 +315,16 @@ class DiskJob:
             executor=self.executor,
             **self.settings,
         )
-        job = Job(config, model_client_factory=self.factory, keep_trajectories=True, sandboxes=self.sandboxes)
-        return job, await job.run()
+        return Job(
+            config,
+            model_client_factory=self.factory,
+            keep_trajectories=True,
+            sandboxes=self.sandboxes,
+            by_task=self.by_task,
+        )
 
 
-async def run_repo_rollouts(
-    rows: list[RepoTask], disk: DiskJob, advantage: AdvantageMethod
-) -> list[TrajectoryGroup]:
+async def plan_repo_rollouts(rows: list[RepoTask], disk: DiskJob, advantage: AdvantageMethod) -> RolloutPlan:
     """`run_rollouts` over repository tasks: the rows are saved as `tasks/rows.jsonl` in the job (so it can be
     resumed), run as repository task directories, and grouped per instance in the rows' order."""
     seen: set[str] = set()
@@ -298,17 +337,15 @@ async def run_repo_rollouts(
     data = "".join(row.model_dump_json(exclude_none=True) + "\n" for row in rows)
     dataset = disk.job_dir / TASKS_DIR / "rows.jsonl"
     await asyncio.to_thread(write_text_atomic, dataset, data)
-    job, result = await disk.run([dataset])
-    return await asyncio.to_thread(_repo_groups, job, result, rows, advantage)
+    job = disk.job([dataset])
+    return RolloutPlan(job, lambda result: _repo_groups(job, result, rows, advantage))
 
 
-async def run_dataset_rollouts(
-    paths: list[Path], disk: DiskJob, advantage: AdvantageMethod
-) -> list[TrajectoryGroup]:
+async def plan_dataset_rollouts(paths: list[Path], disk: DiskJob, advantage: AdvantageMethod) -> RolloutPlan:
     """`run_rollouts` over tasks on disk (task directories, datasets, rows files): the job lists the paths
     as `evsys run` would (so `Job.resume` finishes it), one group per planned task, in the plan's order."""
-    job, result = await disk.run([path.resolve() for path in paths])
-    return await asyncio.to_thread(_planned_groups, job, result, advantage)
+    job = disk.job([path.resolve() for path in paths])
+    return RolloutPlan(job, lambda result: _planned_groups(job, result, advantage))
 
 
 def _planned_groups(job: Job, result: JobResult, method: AdvantageMethod) -> list[TrajectoryGroup]:

@@ -135,3 +135,15 @@ def test_step_metrics_keep_a_known_version_and_leave_out_an_unknown_one():
     assert "weights_version" not in remote.model_dump() and remote.weights_version is None
     assert local.model_dump()["weights_version"] == 3
     assert StepMetrics.model_validate_json(local.model_dump_json()).weights_version == 3
+
+
+async def test_the_trainer_sets_the_version_each_completion_records(own_client):
+    """`load_weights(..., version=step)`: later completions record the step; going back is refused."""
+    policy = await own_client.policy()
+    state = {k: v.clone() for k, v in policy.model.state_dict().items()}
+    assert await own_client.load_weights(state, version=7) == 7 == await own_client.weights_version()
+    done = await own_client.complete(DEMO_GREETING, params=LONG)
+    assert done.weights_version == 7
+    with pytest.raises(ValueError, match="older than the loaded 7"):
+        await policy.load_weights(state, version=3)
+    assert await own_client.load_weights(state) == 8  # no version given: one more

@@ -77,6 +77,7 @@ class Job:
         tasksets: Mapping[Path, TaskSet] | None = None,
         keep_trajectories: bool = False,
         sandboxes: SlotPool | None = None,
+        by_task: bool = False,
     ) -> None:
         datasets = [Path(p).absolute() for p in config.datasets]  # a resume may start from another directory
         self.config = config.model_copy(update={"datasets": datasets})
@@ -106,6 +107,9 @@ class Job:
         self._slots: SlotPool | None = None
         # a pool the caller owns and keeps across jobs (a trainer's steps): used, never closed here
         self._lent_slots = sandboxes
+        # by_task: trials start task by task (every attempt of a task, then the next task) instead of attempt
+        # by attempt, so a task's group of samples finishes early (streaming rollouts)
+        self.by_task = by_task
 
     @classmethod
     def resume(
@@ -236,6 +240,9 @@ class Job:
     async def _run_planned_trials(self) -> JobResult:
         self._schedule_job_result()
         pending = [p for p in self.planned if p.config.trial_name not in self.results]
+        if self.by_task:  # stable: attempts stay in order within a task
+            first = {name: i for i, name in reversed(list(enumerate(p.config.task_name for p in pending)))}
+            pending.sort(key=lambda p: first[p.config.task_name])
         self._unstarted = len(pending)  # trials that may still take a sandbox another trial released
         self._workers = [asyncio.create_task(self._run_planned(p)) for p in pending]
         try:

@@ -157,6 +157,13 @@ def sampling_version(trajectory: Trajectory | None) -> int | None:
     return versions.pop() if len(versions) == 1 else None
 
 
+def oldest_version(trajectory: Trajectory | None) -> int | None:
+    """The oldest weights version any model turn of `trajectory` was sampled with (None when unknown)."""
+    versions = [m.weights_version for m in _agent_turns(trajectory)] if trajectory else []
+    known = [v for v in versions if v is not None]
+    return min(known) if known else None
+
+
 def last_agent_message(trajectory: Trajectory | None) -> str:
     """The final agent message (what a verifier scores), or "" when there is none."""
     for step in reversed(trajectory.steps if trajectory else []):

@@ -84,15 +84,17 @@ class SharedEngine:
         if self.scheduler is not None:
             self.scheduler.close()
 
-    async def load_weights(self, state_dict: Mapping[str, Any]) -> int:
-        """Copy `state_dict` into the running model between generations; returns the new weights version.
+    async def load_weights(self, state_dict: Mapping[str, Any], version: int | None = None) -> int:
+        """Copy `state_dict` into the running model between generations; returns the new weights version
+        (`version` when given, e.g. the trainer's step, else the old one + 1).
 
         The batching scheduler drains its running batch, applies the weights in its own thread and only then
         admits new requests; the worker thread waits meanwhile, so no rendering or scoring overlaps either."""
 
         def swap(engine: LocalEngine) -> int:
             assert self.scheduler is not None, "the engine is loaded before its weights are replaced"
-            return int(self.scheduler.between_generations(lambda e: e.replace_weights(state_dict)).result())
+            update = self.scheduler.between_generations(lambda e: e.replace_weights(state_dict, version))
+            return int(update.result())
 
         return int(await self.run(swap))
 
@@ -144,10 +146,15 @@ class LocalModelClient:
         to load new weights between rollout batches (loads the model on first use)."""
         return LocalPolicy(self.shared, await self.engine())
 
-    async def load_weights(self, state_dict: Mapping[str, Any]) -> int:
-        """Load new weights into the running engine between generations; returns the new weights version."""
+    async def load_weights(self, state_dict: Mapping[str, Any], version: int | None = None) -> int:
+        """Load new weights into the running engine between generations; returns the new weights version
+        (`version` when given, e.g. the trainer's step: every sample records it; else the old one + 1)."""
         await self.engine()
-        return await self.shared.load_weights(state_dict)
+        return await self.shared.load_weights(state_dict, version)
+
+    async def weights_version(self) -> int:
+        """The version of the weights new generations are sampled with (loads the model on first use)."""
+        return (await self.engine()).weights_version
 
     async def complete(
         self,

@@ -91,16 +91,19 @@ class LocalEngine:
             )
         return wanted
 
-    def replace_weights(self, state_dict: Mapping[str, Any]) -> int:
-        """Copy `state_dict` into the model in place (every key must match) and bump `weights_version`.
+    def replace_weights(self, state_dict: Mapping[str, Any], version: int | None = None) -> int:
+        """Copy `state_dict` into the model in place (every key must match); `weights_version` becomes
+        `version` (the trainer's step, say; never lower than the current one) or goes up by one.
 
         Not synchronised with generation: a running engine's weights are replaced through
         `LocalModelClient.load_weights`, which waits until no generation is in flight."""
         import torch
 
+        if version is not None and version < self.weights_version:
+            raise ValueError(f"weights version {version} is older than the loaded {self.weights_version}")
         with torch.no_grad():
             self.model.load_state_dict(state_dict, strict=True)
-        self.weights_version += 1
+        self.weights_version = self.weights_version + 1 if version is None else version
         return self.weights_version
 
     def generate(

@@ -13,7 +13,7 @@ Weights are loaded between generations: the engine's batching scheduler lets the
 the new weights in, and only then starts the requests that arrived meanwhile, so no generation ever sees
 half-updated weights. Every generation records the `weights_version` that sampled it (in `Completion`, each
 trajectory step's metrics and `RolloutTrajectory.weights_version`); the version starts at 0 and each load
-adds 1.
+sets the version the trainer gives (`load_weights(state, version=step)`) or adds 1.
 """
 
 from __future__ import annotations
@@ -63,7 +63,8 @@ class LocalPolicy:
         model.requires_grad_(True)
         return model
 
-    async def load_weights(self, state_dict: Mapping[str, Any]) -> int:
+    async def load_weights(self, state_dict: Mapping[str, Any], version: int | None = None) -> int:
         """Copy `state_dict` (e.g. `trainer_model.state_dict()`; every key must match) into the running engine
-        between generations; returns the new weights version."""
-        return await self._shared.load_weights(state_dict)
+        between generations; returns the new weights version: `version` when given (the trainer's step, which
+        every sample then records), else the old one + 1."""
+        return await self._shared.load_weights(state_dict, version)
