@@ -50,7 +50,7 @@ async def test_an_agent_that_talks_to_a_model_still_needs_one(two_tasks, tmp_pat
 
 
 def test_a_missing_path_is_refused_naming_what_was_looked_for(tmp_path):
-    with pytest.raises(TaskSourceError, match="neither a task directory.*pass a list"):
+    with pytest.raises(TaskSourceError, match=r"neither a task directory.*pass a list"):
         task_source(str(tmp_path / "no-such-tasks"))
     with pytest.raises(TaskSourceError, match="not a mix"):
         task_source([tmp_path, "a prompt"])
