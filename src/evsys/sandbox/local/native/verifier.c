@@ -2,7 +2,8 @@
  *
  * A verification run is an exec request with "verifier": <bytes> and the tests as a tar for payload. Its child
  * makes a mount namespace of its own and attaches fresh tmpfs (of that many bytes) at /tests (the tests,
- * extracted by the child itself), /logs/verifier (writable by the command's user) and /tmp, before it drops
+ * extracted by the child itself), /logs/verifier (writable by the command's user) and /tmp (holding a copy of
+ * the agent's, without links), and a read-only /etc/ld.so.preload of its own (places.c), before it drops
  * privileges and runs anything. The agent's surviving processes stay in the sandbox's namespace: they never see
  * these mounts, so they can neither write the verifier's reward, nor swap its tests, nor plant links in its
  * /tmp. The child sends the root of its /logs/verifier back over a socketpair; the daemon keeps that fd, and
@@ -101,10 +102,13 @@ int verifier_enter(const req_t *r)
         return say("unshare");
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
         return say("mount propagation");
+    places_report(r->since);
     int tests = fresh(r->verifier, "755", 0), tmp = fresh(r->verifier, "1777", 0);
     int logs = fresh(r->verifier, "755", r->root ? 0 : AGENT_UID);
     if (tests < 0 || logs < 0 || tmp < 0)
         return say("tmpfs");
+    if (places_copy_tmp(tmp) != 0)
+        return say("copying /tmp");
     if (extract_tar_at(tests, pending_tar, pending_len) != 0)
         return say("placing the tests");
     int root = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
@@ -114,6 +118,8 @@ int verifier_enter(const req_t *r)
     if (attach_at(tests, root, "tests") != 0 || attach_at(logs, parent, "verifier") != 0 ||
         attach_at(tmp, root, "tmp") != 0)
         return say("attaching them");
+    if (places_cover_preload(r->since, tmp) != 0)
+        return say("/etc/ld.so.preload");
     if (send_fd(chan[1], logs) != 0)
         return say("handing /logs/verifier to the daemon");
     close(tests), close(tmp), close(logs), close(root), close(parent);
