@@ -29,6 +29,7 @@ PARITY_REWARDS = {
     "network-phase-override": 1.0,
     "separate-verifier": 1.0,
     "service-survives": 1.0,
+    "tmp-visible": 1.0,
 }
 
 
