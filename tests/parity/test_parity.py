@@ -77,6 +77,13 @@ async def test_a_cheating_trial_scores_0_with_findings_and_an_honest_one_1_witho
     assert cheat.model_dump(mode="json")["integrity"]
 
 
+@pytest.mark.parametrize("backend", ["local"], indirect=True)
+async def test_a_multi_step_trial_records_each_write_to_the_verifiers_places_once(tmp_path, backend):
+    trials = await run_parity_job(tmp_path, backend, ["multi-step"], agent="parity_agents:CheaterAgent")
+    evidence = [f.evidence for f in trials["multi-step"].integrity]
+    assert "/tests/test.sh" in evidence and len(evidence) == len(set(evidence)), evidence
+
+
 @pytest.mark.parametrize("backend", BACKENDS, indirect=True)
 async def test_a_timed_out_agents_processes_are_killed_before_verification(tmp_path, backend):
     trials = await run_parity_job(
