@@ -184,8 +184,8 @@ static size_t preload_content(double since, char *buf)
     struct stat st;
     if (lstat("/etc/ld.so.preload", &st) != 0)
         return 0;
-    if (!S_ISREG(st.st_mode) || written_since(&st, since)) {
-        if (!S_ISREG(st.st_mode) || st.st_size > 0)
+    if (!S_ISREG(st.st_mode) || since <= 0 || written_since(&st, since)) { /* no start time: none kept */
+        if (since > 0 && (!S_ISREG(st.st_mode) || st.st_size > 0))
             report("preload_planted", "/etc/ld.so.preload", NULL);
         return 0;
     }
