@@ -16,7 +16,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from test_private_verifier import FORGED, reward_the_engine_reads, write_tests
+from test_private_verifier import FORGED, START_SURVIVOR, reward_the_engine_reads, write_tests
 
 from evsys.records.integrity import IntegrityKind
 from evsys.verify import ScriptVerifier
@@ -138,20 +138,50 @@ async def test_the_verifier_sees_the_agents_tmp_but_never_its_links(sandbox, tmp
     assert still.stdout.split() == ["link", "42"]
 
 
-async def test_writes_to_the_verifiers_places_become_findings_and_an_honest_run_has_none(sandbox, tmp_path):
-    verifier = ScriptVerifier(
-        write_tests(tmp_path, "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n"), timeout_sec=60
-    )
-    honest = await verifier.run_tests(sandbox)
+async def test_writes_to_the_verifiers_places_become_findings_and_an_honest_run_has_none(
+    sandbox, make_sandbox, tmp_path
+):
+    tests = write_tests(tmp_path, "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n")
+    honest = await ScriptVerifier(tests, timeout_sec=60).run_tests(sandbox)
     assert places_written(honest.stderr) == []
+    cheater = await make_sandbox()
     cheat = (
         "mkdir -p /tests /logs/verifier && echo 'echo 1 > /logs/verifier/reward.txt' > /tests/test.sh"
         " && echo 1 > /logs/verifier/reward.txt && echo done"
     )
-    assert (await sandbox.exec(cheat, user="root")).stdout.strip() == "done"
-    result = await verifier.run_tests(sandbox)
-    assert sorted(f.evidence for f in places_written(result.stderr)) == [
-        "/logs/verifier/reward.txt",
-        "/tests/test.sh",
-    ]
-    assert {f.source for f in places_written(result.stderr)} == {"verifier"}
+    assert (await cheater.exec(cheat, user="root")).stdout.strip() == "done"
+    result = await ScriptVerifier(tests, timeout_sec=60).run_tests(cheater)
+    findings = places_written(result.stderr)
+    assert sorted(f.evidence for f in findings) == ["/logs/verifier/reward.txt", "/tests/test.sh"]
+    assert {f.source for f in findings} == {"verifier"}
+
+
+# A root survivor swapping the directory the verifier's /tests is attached onto: each round moves /tests
+# away (the run's mount goes with it) and moves a forged one with a check.sh that scores 1 into its place.
+SWAPPER = """
+i=0
+while :; do
+  i=$((i+1)); mkdir -p /f.$i
+  echo 'echo 1 > /logs/verifier/reward.txt; echo forged-check' > /f.$i/check.sh
+  if mv -T /tests /old.$i 2>>/var/tmp/swap-errors; then mv -T /f.$i /tests && echo $i >> /var/tmp/swapped; fi
+  sleep 0.02
+done
+"""
+SWAP_TEST_SH = "#!/bin/bash\nsleep 0.5\nbash /tests/check.sh\n"  # reads its tests after the swapper had time
+
+
+async def test_a_root_survivor_cannot_swap_the_directory_under_the_verifiers_tests(sandbox, tmp_path):
+    assert (await sandbox.exec("mkdir -p /tests && echo made", user="root")).stdout.strip() == "made"
+    started = await sandbox.exec(START_SURVIVOR, user="root", stdin=SWAPPER.encode())
+    assert started.stdout.strip() == "started", started.stderr
+    # positive control: the swap works on the sandbox's /tests while no verification has sealed it
+    swapped = await sandbox.exec("sleep 0.3; wc -l < /var/tmp/swapped", user="root")
+    assert int(swapped.stdout.split()[0]) > 1, (swapped.stdout, swapped.stderr)
+    tests = write_tests(tmp_path, SWAP_TEST_SH)
+    (tests / "check.sh").write_text("echo 0 > /logs/verifier/reward.txt; echo honest-check\n")
+    await ScriptVerifier(tests, timeout_sec=60).run_tests(sandbox)
+    assert await reward_the_engine_reads(sandbox, tmp_path / "trial") == {"reward": 0.0}
+    assert "honest-check" in (tmp_path / "trial" / "verifier" / "test-stdout.txt").read_text()
+    # from the first verification on, /tests is a mountpoint the sandbox's own processes cannot move
+    errors = await sandbox.exec("cat /var/tmp/swap-errors; touch /tests/x", user="root")
+    assert "Device or resource busy" in errors.stdout and "Read-only file system" in errors.stderr

@@ -222,7 +222,7 @@ int verifier_open(const char *path, int flags);      /* open a path under /logs/
 void mark_caps(int verifier, int root);              /* in a child: the verification mark, or none */
 int extract_tar_at(int root, const char *tar, size_t len); /* files.c */
 /* in its child, before covering them: the sandbox's own verifier places (places.c) */
-void places_report(double since);        /* what the agent wrote there, on stderr */
+void places_report(double since, int tests); /* what the agent wrote there (tests: its /tests), on stderr */
 int places_copy_tmp(int fresh_tmp);      /* the agent's /tmp, without links, into the verifier's */
 int places_cover_preload(double since, int tmp); /* an /etc/ld.so.preload of its own (tmp: the
                                                 * verifier's attached /tmp, where the file is made) */

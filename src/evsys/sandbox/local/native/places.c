@@ -46,10 +46,10 @@ static int written_since(const struct stat *st, double since)
     return since > 0 && (double)st->st_ctim.tv_sec + st->st_ctim.tv_nsec / 1e9 >= since;
 }
 
-/* every entry of `path` (never through a link) written since `since`, as verifier_place_written */
-static void scan_written(const char *path, double since, int depth)
+/* every entry of the directory `fd` (consumed; shown as `path`) written since `since`, as
+ * verifier_place_written; never through a link */
+static void scan_written(int fd, const char *path, double since, int depth)
 {
-    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     DIR *d = fd < 0 ? NULL : fdopendir(fd);
     if (!d) {
         if (fd >= 0)
@@ -66,7 +66,8 @@ static void scan_written(const char *path, double since, int depth)
         if (written_since(&st, since))
             report("verifier_place_written", sub, NULL);
         else if (S_ISDIR(st.st_mode) && depth < MAX_DEPTH)
-            scan_written(sub, since, depth + 1);
+            scan_written(openat(fd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC), sub, since,
+                         depth + 1);
     }
     closedir(d);
 }
@@ -149,16 +150,15 @@ static void copy_tree(int from, int to, const char *shown, int depth)
     closedir(d);
 }
 
-void places_report(double since)
+void places_report(double since, int tests)
 {
-    const char *places[] = {"/tests", VERIFIER_LOGS};
+    struct stat st;
     reported = 0;
-    for (size_t i = 0; i < sizeof places / sizeof *places; i++) {
-        struct stat st;
-        if (lstat(places[i], &st) == 0 && !S_ISDIR(st.st_mode)) /* a link or file in its place */
-            report("verifier_place_written", places[i], NULL);
-        scan_written(places[i], since, 0);
-    }
+    if (lstat(VERIFIER_LOGS, &st) == 0 && !S_ISDIR(st.st_mode)) /* a link or file in its place */
+        report("verifier_place_written", VERIFIER_LOGS, NULL);
+    if (tests >= 0)
+        scan_written(dup(tests), "/tests", since, 0);
+    scan_written(open(VERIFIER_LOGS, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC), VERIFIER_LOGS, since, 0);
 }
 
 int places_copy_tmp(int fresh_tmp)
