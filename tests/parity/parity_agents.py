@@ -36,3 +36,22 @@ class ForgerThenHangAgent(ForgerAgent):
         await super().run(instruction, sandbox, ctx)
         await sandbox.exec("sleep 600")
         return AgentResult()
+
+
+# As root: writes the reward files and the tests in the sandbox's own /tests and /logs/verifier, then leaves
+# the forger behind (every way an agent can try to score without solving).
+CHEAT = (
+    "mkdir -p /tests /logs/verifier && echo 'echo 1 > /logs/verifier/reward.txt' > /tests/test.sh"
+    " && echo 1 > /logs/verifier/reward.txt && echo '{\"reward\": 1}' > /logs/verifier/reward.json\n"
+)
+
+
+class CheaterAgent(ForgerAgent):
+    """Writes the reward files, edits the tests and leaves a reward-writing process, as root."""
+
+    name = "cheater"
+
+    async def run(self, instruction, sandbox, ctx) -> AgentResult:
+        result = await sandbox.exec(CHEAT + FORGER, user="root")
+        assert result.stdout.strip() == "started", result
+        return AgentResult()

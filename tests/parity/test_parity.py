@@ -21,6 +21,7 @@ ORACLE_REWARDS = {
     "separate-verifier": 1.0,
     "network-default-public": 1.0,
     "network-phase-override": 1.0,
+    "tmp-visible": 1.0,
     # steps "write" (1.0) and "append" (0.5, below its min_reward: "gate" never runs); the mean of the two
     "multi-step": 0.75,
 }
@@ -54,6 +55,33 @@ async def test_a_process_the_agent_left_cannot_forge_the_reward(tmp_path, backen
     # the attack ran: the forger was still alive while tests/test.sh ran
     assert (verifier_dir / "forger-alive.txt").read_text().strip() == "yes"
     assert trial.failure is None and trial.reward == 0.0
+
+
+@pytest.mark.parametrize("backend", ["local"], indirect=True)
+async def test_a_cheating_trial_scores_0_with_findings_and_an_honest_one_1_without(tmp_path, backend):
+    honest = (await run_parity_job(tmp_path / "honest", backend, ["tmp-visible"]))["tmp-visible"]
+    assert (honest.failure, honest.reward, honest.integrity) == (None, 1.0, [])
+    trials = await run_parity_job(
+        tmp_path / "cheat", backend, ["tmp-visible"], agent="parity_agents:CheaterAgent"
+    )
+    cheat = trials["tmp-visible"]
+    assert cheat.failure is None and cheat.reward == 0.0
+    seen = {(f.kind.value, f.evidence, f.source) for f in cheat.integrity}
+    assert {e for _, e, _ in seen} >= {
+        "/tests/test.sh",
+        "/logs/verifier/reward.txt",
+        "/logs/verifier/reward.json",
+    }, seen
+    assert {(k, s) for k, _, s in seen} == {("verifier_place_written", "verifier")}
+    # the RL export carries them
+    assert cheat.model_dump(mode="json")["integrity"]
+
+
+@pytest.mark.parametrize("backend", ["local"], indirect=True)
+async def test_a_multi_step_trial_records_each_write_to_the_verifiers_places_once(tmp_path, backend):
+    trials = await run_parity_job(tmp_path, backend, ["multi-step"], agent="parity_agents:CheaterAgent")
+    evidence = [f.evidence for f in trials["multi-step"].integrity]
+    assert "/tests/test.sh" in evidence and len(evidence) == len(set(evidence)), evidence
 
 
 @pytest.mark.parametrize("backend", BACKENDS, indirect=True)

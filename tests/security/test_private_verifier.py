@@ -120,12 +120,12 @@ async def test_the_verifiers_tests_cannot_be_swapped_by_a_surviving_root_process
         f"setsid nohup bash -c {swapper!r} > /dev/null 2>&1 & echo started", user="root"
     )
     assert started.stdout.strip() == "started"
+    # positive control: the swapper writes its test.sh into the sandbox's /tests (until a verification run
+    # seals that directory: see test_verifier_places.py)
+    written = await sandbox.exec("sleep 0.2; test -f /tmp/attack/swapped && cat /tests/test.sh")
+    assert written.stdout.count("echo 1") == 1
     verifier = ScriptVerifier(write_tests(tmp_path, TEST_SH), timeout_sec=60)
     await verifier.run_tests(sandbox)
-    # positive control: the swapper wrote its test.sh into the sandbox's /tests throughout
-    assert (await sandbox.exec("test -f /tmp/attack/swapped && cat /tests/test.sh")).stdout.count(
-        "echo 1"
-    ) == 1
     assert await reward_the_engine_reads(sandbox, tmp_path / "trial") == {"reward": 0.0}
 
 

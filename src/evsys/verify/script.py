@@ -24,14 +24,16 @@ from pathlib import Path
 from typing import Any
 
 from evsys.records import ExecResult
+from evsys.records.integrity import IntegrityFinding, IntegrityKind
 from evsys.sandbox.base import SHELL, TESTS_DIR, VERIFIER_LOGS_DIR, Capability, Sandbox, SandboxError
 from evsys.util.packing import pack_directory
 from evsys.verify.base import VerifierError, VerifierResult, VerifierTimeoutError, read_reward_files
 
-__all__ = ["ScriptVerifier", "pack_directory"]
+__all__ = ["ScriptVerifier", "pack_directory", "places_written"]
 
 _OUTPUT = f"{VERIFIER_LOGS_DIR}/test-stdout.txt"  # test.sh's exit code is ignored: the reward file decides
 _PRIVATE_SETUP = "evsys: cannot set up the verifier's private mounts"  # native/verifier.c
+_FINDING = "evsys-integrity: "  # native/places.c: `<kind> <path>`, one a line, before the tests' output
 
 
 class ScriptVerifier:
@@ -98,10 +100,12 @@ class ScriptVerifier:
         return await asyncio.to_thread(read_reward_files, verifier_dir)
 
     async def run_in_sandbox(self, ctx: Any) -> None:
-        """The chain's in-sandbox half: place and run the tests (`VerifierError` when there is no reward)."""
+        """The chain's in-sandbox half: place and run the tests (`VerifierError` when there is no
+        reward); what the agent wrote to the verifier's places goes onto `ctx.integrity`."""
         if ctx.sandbox is None:
             raise VerifierError("the sandbox is gone: the tests cannot run")
-        await self.run_tests(ctx.sandbox)
+        result = await self.run_tests(ctx.sandbox)
+        ctx.integrity.extend(places_written(result.stderr))
 
     async def verify(self, ctx: Any) -> VerifierResult:
         """The chain's host-side half: the rewards in the host copy of /logs/verifier."""
@@ -119,6 +123,18 @@ class ScriptVerifier:
         if timeout is not None:
             raise timeout
         return await self.read_rewards(logs_dir)
+
+
+def places_written(stderr: str) -> list[IntegrityFinding]:
+    """The findings a private verification run reported before its tests ran (native/places.c): each verifier
+    place the agent wrote (/tests, /logs/verifier, a link in /tmp naming one, /etc/ld.so.preload)."""
+    findings = []
+    for line in stderr.splitlines():
+        kind, _, path = line.removeprefix(_FINDING).partition(" ")
+        if line.startswith(_FINDING) and path:
+            known = IntegrityKind(kind) if kind in IntegrityKind._value2member_map_ else IntegrityKind.OTHER
+            findings.append(IntegrityFinding(kind=known, evidence=path, source="verifier"))
+    return findings
 
 
 async def _hand_over_logs(sandbox: Sandbox, user: str) -> None:

@@ -29,6 +29,7 @@ PARITY_REWARDS = {
     "network-phase-override": 1.0,
     "separate-verifier": 1.0,
     "service-survives": 1.0,
+    "tmp-visible": 1.0,
 }
 
 
@@ -90,3 +91,13 @@ def test_a_bad_environment_option_is_refused_before_any_trial_runs(tmp_path, har
     output = " ".join((done.stdout + done.stderr).split())
     assert done.returncode != 0 and trials == {}
     assert "pull" in output and "'missing', 'always' or 'never'" in output
+
+
+def test_a_root_survivor_cannot_forge_the_reward_under_harbor(tmp_path, harbor):
+    dataset = copy_tasks([TASKS / "survivor-forger"], tmp_path / "tasks")
+    trials, done = run_harbor(harbor, dataset, tmp_path / "jobs", "survivor")
+    trial = trials["survivor-forger"]
+    output = (trial.trial_dir / "verifier" / "test-stdout.txt").read_text()
+    # the attack ran: the oracle's root process was alive and writing /logs/verifier/reward.json throughout
+    assert "forger alive: yes, wrote: wrote" in output, (trial.exception, output, done.stdout[-2000:])
+    assert trial.exception is None and trial.reward == 0.0

@@ -213,6 +213,8 @@ async def verify_step(state: TrialState, task: Task, step: TaskStep, step_dir: P
         vctx = VerifyContext(verifier_dir=Path(), sandbox=state.sandbox, timeout_sec=timeout)
         tests_ran = switched and await run_in_sandbox(state, VerifierChain([verifier]), vctx)
         outcome.verifier = (state.result.timing.verifier or 0.0) - started
+    seen = state.result.integrity  # a later step's run sees the same writes again
+    seen.extend(finding for finding in vctx.integrity if finding not in seen)
     collected = await collect_logs(state, step_dir)
     if not tests_ran:
         return

@@ -17,6 +17,7 @@ from harbor.environments.capabilities import EnvironmentCapabilities, Environmen
 from harbor.models.task.config import NetworkMode, NetworkPolicy
 from pydantic import ValidationError
 
+from evsys.integrations.harbor.private_tests import StagedTests, private_tests_possible
 from evsys.integrations.harbor.runtime import (
     EnvironmentBuildFailed,
     EnvironmentRequest,
@@ -54,6 +55,7 @@ class EvsysEnvironment(BaseEnvironment):
         self._options = HarborOptions.model_validate({"backend": backend, "pull": pull})
         super().__init__(*args, **kwargs)
         self._runtime: EnvironmentRuntime | None = None
+        self._tests = StagedTests()  # Harbor's tests, kept until its tests command (private_tests.py)
         if self._host_mounts:
             raise ValueError(f"the {ENVIRONMENT_TYPE} environment does not mount host paths (--mount)")
         if self.extra_docker_compose_paths:
@@ -139,6 +141,7 @@ class EvsysEnvironment(BaseEnvironment):
     async def stop(self, delete: bool) -> None:
         """Stop the sandbox and the sidecars; images stay in evsys's cache (`evsys image prune`)."""
         runtime, self._runtime = self._runtime, None
+        await self._tests.discard()
         if runtime is not None:
             for warning in await runtime.stop():
                 self.logger.warning(warning)
@@ -160,15 +163,26 @@ class EvsysEnvironment(BaseEnvironment):
         timeout_sec: int | None = None,
         user: str | int | None = None,
     ) -> ExecResult:
-        """Run `command` with bash as `user` (root, or the unprivileged agent user for any other name)."""
+        """Run `command` with bash as `user` (root, or the unprivileged agent user for any other name);
+        Harbor's tests command runs its staged tests in the verifier's private places (private_tests.py)."""
         runtime = self._running()
-        result = await runtime.running().exec(
-            command,
-            cwd=cwd or self.task_env_config.workdir,
-            env=self._merge_env(env),
-            timeout=timeout_sec,
-            user=sandbox_user(self._resolve_user(user), runtime.default_user),
-        )
+        sandbox = runtime.running()
+        options = {
+            "cwd": cwd or self.task_env_config.workdir,
+            "env": self._merge_env(env),
+            "user": sandbox_user(self._resolve_user(user), runtime.default_user),
+        }
+        if self._tests.pending:
+            if self._tests.chmod(command):
+                return ExecResult(return_code=0)
+            if call := self._tests.tests_call(command):
+                result, findings = await self._tests.run(sandbox, call, timeout=timeout_sec, **options)
+                for finding in findings:
+                    self.logger.warning(f"the agent wrote to a verifier place: {finding}")
+                return harbor_result(result, timeout_sec)
+            self.logger.warning("running the tests unprotected: Harbor did not run them as expected")
+            await self._tests.flush(sandbox)
+        result = await sandbox.exec(command, timeout=timeout_sec, **options)
         return harbor_result(result, timeout_sec)
 
     async def upload_file(self, source_path: Path | str, target_path: str) -> None:
@@ -176,8 +190,13 @@ class EvsysEnvironment(BaseEnvironment):
         await self._running().running().upload(Path(source_path), target_path)
 
     async def upload_dir(self, source_dir: Path | str, target_dir: str) -> None:
-        """Copy a host directory's contents into `target_dir` (merged; root-owned, modes kept)."""
-        await self._running().running().upload(Path(source_dir), target_dir)
+        """Copy a host directory's contents into `target_dir` (merged; root-owned, modes kept); Harbor's
+        tests (`/tests`) are kept on the host for a private verification run where the sandbox has one."""
+        sandbox = self._running().running()
+        if private_tests_possible(sandbox, target_dir):
+            await self._tests.stage(Path(source_dir))
+        else:
+            await sandbox.upload(Path(source_dir), target_dir)
 
     async def download_file(self, source_path: str, target_path: Path | str) -> None:
         """Copy a sandbox file to the host path `target_path`."""

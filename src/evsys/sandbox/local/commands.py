@@ -133,12 +133,15 @@ class LocalCommandsMixin(LocalSandboxCore):
         timeout: float | None = None,  # noqa: ASYNC109 - the Sandbox protocol's per-command limit
     ) -> ExecResult:
         """Run `argv` as a verification run: in a mount namespace of its own with fresh tmpfs (each the size
-        of the sandbox's /tmp) at /tests (holding `tests`), /logs/verifier (`user`'s) and /tmp, marked so that
-        no other process in the sandbox can reach into it (docs/sandbox.md, native/verifier.c)."""
+        of the sandbox's /tmp) at /tests (holding `tests`), /logs/verifier (`user`'s) and /tmp (a copy of the
+        agent's, without links), a read-only /etc/ld.so.preload of its own, marked so that no other process in
+        the sandbox can reach into it (docs/sandbox.md, native/verifier.c). Its stderr starts with a line
+        `evsys-integrity: <kind> <path>` for each verifier place the agent wrote (native/places.c)."""
         extra = {
             "argv": list(argv),
             "output": str(rootfs.sandbox_path(output_file)),
             "verifier": tmp_size_mb(self.spec) * 1024 * 1024,
+            "since": self._fresh_since,
         }
         return await self._exec_request("", cwd, env, timeout, user, tests, extra)
 

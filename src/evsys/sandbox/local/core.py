@@ -21,6 +21,7 @@ class LocalSandboxCore(Sandbox):
 
     _cgroup: SandboxCgroup | None  # the sandbox's cgroup (its memory/pids counters), None before start
     _shells: int  # shell sessions opened so far (each one's id)
+    _fresh_since: float = 0.0  # when its root was last fresh (start, reset): newer files are the trial's
 
     @abstractmethod
     def _running_client(self) -> DaemonClient:

@@ -217,6 +217,7 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
             raise SandboxError(
                 f"sandbox {spec.name} failed to start: {detail or type(exc).__name__}"
             ) from None
+        self._fresh_since = time.time()  # what is newer in its root, a process in it wrote
         if joined is not None:  # the pod's namespace: its owner set it up
             return
         if spec.network != "no-network":
@@ -268,6 +269,7 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
                 raise SandboxError(f"{killed.header['left']} processes survived SIGKILL")
             target = self._target()
             await run_reset_helper(target)
+            self._fresh_since = time.time()
         except SandboxError as exc:
             self._state = "broken"
             raise SandboxError(f"sandbox {self.spec.name}: {exc}") from None

@@ -6,8 +6,9 @@ modules, kexec, keyrings, eBPF, perf, userfaultfd, cross-process memory access, 
 swap/reboot.
 
 Mounts: only the steps of a verification run's private mounts pass the filter (native/verifier.c):
-`unshare(CLONE_NEWNS)`, `mount` making propagation private, `fsopen`/`fsconfig`/`fsmount` and `move_mount`
-of a detached mount onto an fd. Each also needs CAP_SYS_ADMIN, which only the daemon holds (it is in no
+`unshare(CLONE_NEWNS)`, `mount` making propagation private, `fsopen`/`fsconfig`/`fsmount`, `open_tree`
+cloning one mount (not recursively: the verifier's /etc/ld.so.preload) and `move_mount` of a detached mount
+onto an fd. Each also needs CAP_SYS_ADMIN, which only the daemon holds (it is in no
 process's bounding set), so for every other process they fail with EPERM as before.
 
 Ahead of this program, `uidfilter.py` puts the per-sandbox filter on the set*id calls.
@@ -32,7 +33,6 @@ from evsys.sandbox.local.uidfilter import uid_filter
 DENIED_SYSCALLS = (
     "ptrace",
     "umount2",
-    "open_tree",
     "fspick",
     "mount_setattr",
     "pivot_root",
@@ -89,6 +89,7 @@ TIOCLINUX = 0x541C
 CLONE_NEWNS = 0x00020000
 MS_PRIVATE_REC = 0x40000 | 0x4000  # MS_PRIVATE | MS_REC
 MOVE_MOUNT_EMPTY_PATHS = 0x04 | 0x40  # MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH
+OPEN_TREE_CLONE_CLOEXEC = 0x1 | os.O_CLOEXEC  # a one-file bind: the verifier's /etc/ld.so.preload
 
 
 @functools.cache
@@ -109,6 +110,7 @@ def seccomp_bpf() -> bytes:
     filt.add_rule(deny, "unshare", sc.Arg(0, sc.NE, CLONE_NEWNS))
     filt.add_rule(deny, "mount", sc.Arg(3, sc.NE, MS_PRIVATE_REC))
     filt.add_rule(deny, "move_mount", sc.Arg(4, sc.NE, MOVE_MOUNT_EMPTY_PATHS))
+    filt.add_rule(deny, "open_tree", sc.Arg(2, sc.NE, OPEN_TREE_CLONE_CLOEXEC))  # never recursive
     for request in (TIOCSTI, TIOCLINUX):
         filt.add_rule(deny, "ioctl", sc.Arg(1, sc.MASKED_EQ, 0xFFFFFFFF, request))
     _socket_rules(filt, sc)

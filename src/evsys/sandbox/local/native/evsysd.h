@@ -81,6 +81,7 @@ typedef struct {
     char *output; /* stdout and stderr go to this file (created or truncated as the command's user) */
     size_t max_output; /* bytes of each stream kept: the first half and the last half (the middle is dropped) */
     long long verifier; /* > 0: a verification run in a mount namespace of its own, tmpfs of this many bytes */
+    double since;       /* a verification run: when the sandbox's root was fresh (what the agent wrote is newer) */
 } req_t;
 
 /* one output stream of a command, bounded while it streams: the head goes to the host as it comes, the bytes
@@ -220,6 +221,11 @@ void verifier_drop(void);                            /* forget the private logs 
 int verifier_open(const char *path, int flags);      /* open a path under /logs/verifier in the private logs */
 void mark_caps(int verifier, int root);              /* in a child: the verification mark, or none */
 int extract_tar_at(int root, const char *tar, size_t len); /* files.c */
+/* in its child, before covering them: the sandbox's own verifier places (places.c) */
+void places_report(double since, int tests); /* what the agent wrote there (tests: its /tests), on stderr */
+int places_copy_tmp(int fresh_tmp);      /* the agent's /tmp, without links, into the verifier's */
+int places_cover_preload(double since, int tmp); /* an /etc/ld.so.preload of its own (tmp: the
+                                                * verifier's attached /tmp, where the file is made) */
 
 /* ---- `evsysd --reset`: a fresh root for a running sandbox, between two trials (reset.c) */
 int reset_main(int argc, char **argv);

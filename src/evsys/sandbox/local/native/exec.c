@@ -31,6 +31,7 @@ void req_from(req_t *r, const value_t *v)
     long long cap = d_int(v, "max_output", 0);
     r->max_output = cap >= 2 ? (size_t)cap : DEFAULT_MAX_OUTPUT;
     r->verifier = d_int(v, "verifier", 0);
+    r->since = d_num(v, "since", 0);
     const char *output = d_str(v, "output");
     r->output = output ? xstrdup(output) : NULL;
     value_t *env = d_get(v, "env");

@@ -2,10 +2,12 @@
  *
  * A verification run is an exec request with "verifier": <bytes> and the tests as a tar for payload. Its child
  * makes a mount namespace of its own and attaches fresh tmpfs (of that many bytes) at /tests (the tests,
- * extracted by the child itself), /logs/verifier (writable by the command's user) and /tmp, before it drops
+ * extracted by the child itself), /logs/verifier (writable by the command's user) and /tmp (holding a copy of
+ * the agent's, without links), and a read-only /etc/ld.so.preload of its own (places.c), before it drops
  * privileges and runs anything. The agent's surviving processes stay in the sandbox's namespace: they never see
  * these mounts, so they can neither write the verifier's reward, nor swap its tests, nor plant links in its
- * /tmp. The child sends the root of its /logs/verifier back over a socketpair; the daemon keeps that fd, and
+ * /tmp. Nor can they move the directory the private /tests sits on: before forking, the daemon makes the
+ * sandbox's own /tests a read-only mountpoint of the sandbox's namespace (seal_tests). The child sends the root of its /logs/verifier back over a socketpair; the daemon keeps that fd, and
  * every later read of /logs/verifier (pack, read) is served from it, never from the sandbox's own directory.
  *
  * Every process of the run carries one capability no other process in the sandbox has (MARK_CAP: it grants
@@ -32,11 +34,44 @@
 
 int verifier_logs_fd = -1;
 static int chan[2] = {-1, -1}; /* the child sends its /logs/verifier back over chan[1] */
+static int tests_before = -1;  /* the sandbox's /tests as the agent left it, before its first seal */
 static const char *pending_tar;
 static size_t pending_len;
 
+static int place(int at, const char *leaf);
+
+/* in the daemon, in the sandbox's own namespace: an empty read-only tmpfs at /tests (once), so that no process
+ * of the sandbox can rename, remove or replace the directory the run's private /tests is attached onto (a
+ * mountpoint of the caller's own namespace cannot be renamed or removed, and they lack CAP_SYS_ADMIN to
+ * unmount it); what was there before stays readable to the run's report through `tests_before` */
+static int seal_tests(void)
+{
+    int root = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
+    int at = root < 0 ? -1 : place(root, "tests");
+    struct statx sx;
+    int rc = at < 0 ? -1 : 0;
+    if (at >= 0 && statx(at, "", AT_EMPTY_PATH, STATX_BASIC_STATS, &sx) == 0 &&
+        !(sx.stx_attributes & STATX_ATTR_MOUNT_ROOT)) {
+        tests_before = openat(root, "tests", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        int m = detached("tmpfs", "size=4096,mode=755",
+                         MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC);
+        rc = m < 0 ? -1 : sys_move_mount(m, "", at, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH);
+        if (m >= 0)
+            close(m);
+    }
+    if (at >= 0)
+        close(at);
+    if (root >= 0)
+        close(root);
+    return rc;
+}
+
 int verifier_prepare(const char *tar, size_t len)
 {
+    if (seal_tests() != 0) {
+        dprintf(2, "evsys: cannot seal /tests before a verification run: %s\n", strerror(errno));
+        return -1;
+    }
     if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, chan) != 0)
         return -1;
     pending_tar = tar, pending_len = len;
@@ -101,10 +136,13 @@ int verifier_enter(const req_t *r)
         return say("unshare");
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
         return say("mount propagation");
+    places_report(r->since, tests_before);
     int tests = fresh(r->verifier, "755", 0), tmp = fresh(r->verifier, "1777", 0);
     int logs = fresh(r->verifier, "755", r->root ? 0 : AGENT_UID);
     if (tests < 0 || logs < 0 || tmp < 0)
         return say("tmpfs");
+    if (places_copy_tmp(tmp) != 0)
+        return say("copying /tmp");
     if (extract_tar_at(tests, pending_tar, pending_len) != 0)
         return say("placing the tests");
     int root = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
@@ -114,6 +152,8 @@ int verifier_enter(const req_t *r)
     if (attach_at(tests, root, "tests") != 0 || attach_at(logs, parent, "verifier") != 0 ||
         attach_at(tmp, root, "tmp") != 0)
         return say("attaching them");
+    if (places_cover_preload(r->since, tmp) != 0)
+        return say("/etc/ld.so.preload");
     if (send_fd(chan[1], logs) != 0)
         return say("handing /logs/verifier to the daemon");
     close(tests), close(tmp), close(logs), close(root), close(parent);
@@ -131,6 +171,9 @@ void verifier_drop(void)
  * its setup failed: the command then exits 126 with the reason) */
 void verifier_started(void)
 {
+    if (tests_before >= 0)
+        close(tests_before);
+    tests_before = -1;
     close(chan[1]);
     char byte;
     struct iovec iov = {&byte, 1};
