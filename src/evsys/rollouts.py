@@ -24,7 +24,7 @@ import asyncio
 import functools
 import json
 import secrets
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -272,7 +272,9 @@ def collect_groups(
     return [groups[task.id] for task in tasks]
 
 
-def _running(plan: Callable[P, Awaitable[RolloutPlan]]) -> Callable[P, Awaitable[list[TrajectoryGroup]]]:
+def _running(
+    plan: Callable[P, Awaitable[RolloutPlan]],
+) -> Callable[P, Coroutine[Any, Any, list[TrajectoryGroup]]]:
     """`plan`, then the job run and its groups collected: `run_rollouts` takes `plan_rollouts`' arguments."""
 
     @functools.wraps(plan)
