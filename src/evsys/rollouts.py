@@ -30,7 +30,7 @@ from evsys.engine.config import AgentSpec, ExecutorSpec, JobConfig
 from evsys.engine.executors.base import executor_class
 from evsys.engine.job import Job
 from evsys.engine.spec import PlannedTrial
-from evsys.records import FailureCause, JobResult
+from evsys.records import FailureCause, IntegrityPolicy, JobResult
 from evsys.repo.rows import RepoTask
 from evsys.sandbox.slots import SlotPool
 from evsys.task.python import PromptTask, VerifiedTask, load_python_tasks
@@ -41,6 +41,7 @@ from evsys.trajectory.groups import (
     TrajectoryGroup,
     rollout_from_trial,
 )
+from evsys.trajectory.integrity import integrity_policy
 from evsys.util.atomic import write_text_atomic
 
 Item = VerifiedTask | PromptTask | RepoTask | str | Mapping[str, Any]
@@ -162,6 +163,7 @@ async def run_rollouts(
     executor_options: BaseModel | Mapping[str, Any] | None = None,
     warm_sandboxes: int = 0,
     sandboxes: SlotPool | None = None,
+    integrity: IntegrityPolicy | str = IntegrityPolicy.ZERO,
 ) -> list[TrajectoryGroup]:
     """Roll out every item `num_samples` times; one `TrajectoryGroup` per item, in input order.
 
@@ -177,12 +179,15 @@ async def run_rollouts(
     keeps N started sandboxes per environment ready while the job runs (evsys.sandbox.warm). `sandboxes`: a
     pool the caller owns (`SlotPool.for_backend("local", max_idle=N)`), passed to every step of a training
     run so each batch starts on the sandboxes the last one released, reset; never closed here (local
-    executor only; docs/scale.md).
+    executor only; docs/scale.md). `integrity` says what a trial with integrity findings gets
+    (evsys.trajectory.integrity): "zero" (reward 0, the default), "screen" (marked `screened`, left out of
+    its group's baseline, advantage 0) or "flag" (recorded only).
     """
     if num_samples < 1:
         raise ValueError(f"num_samples must be >= 1, got {num_samples}")
     if advantage not in ADVANTAGE_METHODS:
         raise ValueError(f"advantage must be one of {', '.join(ADVANTAGE_METHODS)}, got {advantage!r}")
+    policy = integrity_policy(integrity)
     kwargs = _loop_kwargs(max_turns, max_tokens, temperature, system_prompt)
     spec, factory = _agent_spec(agent, model, kwargs)
     # validated once, as the executor's options_model; an unknown name is refused
@@ -207,6 +212,7 @@ async def run_rollouts(
             advantage=advantage,
             executor=where,
             sandboxes=sandboxes,
+            integrity=policy,
         )
     tasks = prepare_tasks(items, outcome_reward=outcome_reward, sandbox=sandbox)
     dataset = await asyncio.to_thread(save_tasks, tasks, root / name / TASKS_DIR)
@@ -225,13 +231,18 @@ async def run_rollouts(
         config, model_client_factory=factory, python_tasks=tasks, keep_trajectories=True, sandboxes=sandboxes
     )
     result = await job.run()
-    return await asyncio.to_thread(collect_groups, job, result, tasks, advantage)
+    return await asyncio.to_thread(collect_groups, job, result, tasks, advantage, policy)
 
 
 def collect_groups(
-    job: Job, result: JobResult, tasks: Sequence[VerifiedTask | PromptTask], method: AdvantageMethod
+    job: Job,
+    result: JobResult,
+    tasks: Sequence[VerifiedTask | PromptTask],
+    method: AdvantageMethod,
+    integrity: IntegrityPolicy = IntegrityPolicy.ZERO,
 ) -> list[TrajectoryGroup]:
-    """Group the job's trials per task, in the tasks' order, with advantages computed per group."""
+    """Group the job's trials per task, in the tasks' order, with advantages computed per group (rewards
+    under the `integrity` policy)."""
     groups = {
         task.id: TrajectoryGroup(
             group_id=f"{job.config.job_name}/{task.id}", task_id=task.id, prompt=task.prompt
@@ -239,7 +250,11 @@ def collect_groups(
         for task in tasks
     }
     _fill_groups(
-        job, result, groups, lambda p: p.python_task.id if p.python_task is not None else None, method
+        job,
+        result,
+        groups,
+        lambda p: p.python_task.id if p.python_task is not None else None,
+        (method, integrity),
     )
     return [groups[task.id] for task in tasks]
 
@@ -254,6 +269,7 @@ async def run_repo_rollouts(
     advantage: AdvantageMethod,
     executor: ExecutorSpec | None = None,
     sandboxes: SlotPool | None = None,
+    integrity: IntegrityPolicy = IntegrityPolicy.ZERO,
 ) -> list[TrajectoryGroup]:
     """`run_rollouts` over repository tasks: the rows are saved as `tasks/rows.jsonl` in the job (so it can be
     resumed), run as repository task directories, and grouped per instance in the rows' order."""
@@ -277,11 +293,11 @@ async def run_repo_rollouts(
     )
     job = Job(config, model_client_factory=factory, keep_trajectories=True, sandboxes=sandboxes)
     result = await job.run()
-    return await asyncio.to_thread(_repo_groups, job, result, rows, advantage)
+    return await asyncio.to_thread(_repo_groups, job, result, rows, (advantage, integrity))
 
 
 def _repo_groups(
-    job: Job, result: JobResult, rows: list[RepoTask], method: AdvantageMethod
+    job: Job, result: JobResult, rows: list[RepoTask], scoring: tuple[AdvantageMethod, IntegrityPolicy]
 ) -> list[TrajectoryGroup]:
     groups = {
         row.instance_id: TrajectoryGroup(
@@ -291,7 +307,7 @@ def _repo_groups(
         )
         for row in rows
     }
-    _fill_groups(job, result, groups, lambda p: p.config.task_name, method)
+    _fill_groups(job, result, groups, lambda p: p.config.task_name, scoring)
     return [groups[row.instance_id] for row in rows]
 
 
@@ -300,11 +316,12 @@ def _fill_groups(
     result: JobResult,
     groups: dict[str, TrajectoryGroup],
     task_id_of: Callable[[PlannedTrial], str | None],
-    method: AdvantageMethod,
+    scoring: tuple[AdvantageMethod, IntegrityPolicy],
 ) -> None:
     """Put each planned trial's rollout in its task's group (`task_id_of`; trials of no group are skipped; a
     trial the job never ran, e.g. after a cancel, stays as an error rollout), then sort each group by attempt
-    and compute its advantages."""
+    and compute its advantages (`scoring`: the advantage method and the integrity policy)."""
+    method, integrity = scoring
     by_name = {r.trial_name: r for r in result.trials}
     for planned in job.planned:
         task_id = task_id_of(planned)
@@ -315,7 +332,7 @@ def _fill_groups(
             groups[task_id].trajectories.append(_not_run(planned, task_id))
             continue
         trajectory = job.store.trajectory(trial.trial_name)  # in memory; read only after a resume
-        groups[task_id].trajectories.append(rollout_from_trial(trial, trajectory, task_id))
+        groups[task_id].trajectories.append(rollout_from_trial(trial, trajectory, task_id, integrity))
     for group in groups.values():
         group.trajectories.sort(key=lambda t: t.attempt)
         group.finalize(method)

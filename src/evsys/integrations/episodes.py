@@ -6,7 +6,9 @@ state `evsys serve` uses (evsys.server.service.ServeService over a task catalog)
 of one job — the task's sandbox from a shared pool, the loop agent's tools, the task's verifier chain,
 result.json and trajectory.json under `<jobs_dir>/<job_name>/`. An `EpisodeClient` is one caller's session:
 `start` an episode of a task, call `tool`s (or send harness `message`s), `finish` it (the verifier runs, the
-sandbox is released) and read its `TrialResult`.
+sandbox is released) and read its `TrialResult`; `judged()` gives its reward under the runner's integrity
+policy (`integrity="zero" | "screen" | "flag"`, evsys.trajectory.integrity), which the TRL and OpenEnv
+integrations hand to the trainer.
 
 ```python
 runner = EpisodeRunner("examples/tasks", jobs_dir="jobs")
@@ -29,11 +31,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from evsys.records import Trajectory, TrialResult
+from evsys.records import IntegrityPolicy, Trajectory, TrialResult
 from evsys.server.episode import EpisodeLimits
 from evsys.server.protocol import CallToolAction, MessageAction, ResetParams, ServedObservation, ServeError
 from evsys.server.run import build_service
 from evsys.server.service import ServeService, ServeSettings, Session
+from evsys.trajectory.integrity import JudgedReward, integrity_policy, judged_reward
 
 T = TypeVar("T")
 SUBMIT = "submit"
@@ -49,7 +52,8 @@ class EpisodeRunner:
 
     `dataset` is anything `evsys run` takes (a task directory, a directory of tasks, a Python-task or
     repository-row file). `harness` (with `model`, `base_url`) makes every episode a harness episode: the
-    harness runs its own loop against `model` through evsys's recording proxy.
+    harness runs its own loop against `model` through evsys's recording proxy. `integrity` is what a trial
+    with integrity findings is worth to the trainer (`judged()`): "zero" (the default), "screen" or "flag".
     """
 
     def __init__(
@@ -67,7 +71,9 @@ class EpisodeRunner:
         harness_options: dict[str, Any] | None = None,
         model: str | None = None,
         base_url: str | None = None,
+        integrity: IntegrityPolicy | str = IntegrityPolicy.ZERO,
     ) -> None:
+        self.integrity = integrity_policy(integrity)
         limits = EpisodeLimits(max_steps, step_timeout_sec, max_output_chars)
         self.settings = ServeSettings(
             max_sessions=max_sessions,
@@ -206,6 +212,12 @@ class EpisodeClient:
         assert episode.runner is not None
         self.result = self.runner.call(_result(episode.runner))
         return self.result
+
+    def judged(self) -> JudgedReward:
+        """The finished episode's reward under the runner's integrity policy: `baseline_reward` is None for a
+        trial that failed with an error or a screened one (the trainer leaves it out of the group's
+        baseline), 0 for a failure the agent caused itself or a zeroed trial."""
+        return judged_reward(self.finish(), self.runner.integrity)
 
     def trajectory(self) -> Trajectory:
         """The finished episode's recorded trajectory (its turns with token ids and logprobs)."""

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from evsys.engine import JobStore, compute_metrics
+from evsys.engine.metrics import with_findings
 from evsys.records import JobResult, TrialResult, utc_now
 from evsys.sandbox.slots import SlotPool
 from evsys.server.catalog import EPISODE_NUMBER, TaskCatalog
@@ -274,6 +275,7 @@ class ServeService:
             n_done=len(trials),
             n_errors=sum(1 for t in trials if t.failure is not None),
             n_cancelled=0,
+            n_with_findings=with_findings(trials),
             mean_reward=sum(rewards) / len(rewards) if rewards else 0.0,
             wall_time_sec=time.perf_counter() - self._t0,
             metrics=compute_metrics(trials, 1),

@@ -1,0 +1,71 @@
+"""What a trainer sees of a trial: its reward under an integrity policy, and whether the sample is screened.
+
+A trial's `TrialResult.integrity` lists what it tried against its grader (evsys.records.integrity). Every path
+that hands rewards to a trainer (`run_rollouts`, `evsys export`, the TRL, OpenEnv and Tinker integrations)
+applies one `IntegrityPolicy` the same way:
+
+- `zero` (the default): a trial with findings gets reward 0 (every reward key 0 too); it stays in its group's
+  baseline with the advantage of a wrong answer.
+- `screen`: the sample keeps its reward but is marked `screened` and left out of its group's baseline; its
+  advantage is 0 (a trainer leaves it out of the loss).
+- `flag`: the findings are only recorded; the reward is the verifier's.
+
+A failure the agent caused itself (`agent_exhausted_resources`, and a finding of that kind) is a wrong answer
+under every policy but `flag`: reward 0, in the baseline, never screened (an error's advantage of 0 would pay
+a policy about to fail to exhaust its sandbox instead). Its failure cause alone makes the reward 0 under every
+policy.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from evsys.records import FailureCause, IntegrityKind, IntegrityPolicy, TrialResult
+
+INTEGRITY_POLICIES: tuple[str, ...] = tuple(p.value for p in IntegrityPolicy)
+WRONG_ANSWER_CAUSES = frozenset({FailureCause.AGENT_EXHAUSTED_RESOURCES})
+"""Failure causes that count as a wrong answer (reward 0, in the group's baseline), not as an error."""
+WRONG_ANSWER_KINDS = frozenset({IntegrityKind.AGENT_EXHAUSTED_RESOURCES})
+"""Finding kinds that make a sample a wrong answer under `screen` too (never screened out of the baseline)."""
+
+
+class JudgedReward(BaseModel):
+    """A trial's reward under a policy (None: it failed with an error) and whether it is screened."""
+
+    reward: float | None
+    rewards: dict[str, float] = Field(default_factory=dict)
+    screened: bool = False
+
+    @property
+    def baseline_reward(self) -> float | None:
+        """The reward its group's baseline uses; None when the sample leaves it (an error, or screened)."""
+        return None if self.screened else self.reward
+
+
+def integrity_policy(value: IntegrityPolicy | str) -> IntegrityPolicy:
+    """`value` as an `IntegrityPolicy`; a ValueError names the choices."""
+    try:
+        return IntegrityPolicy(value)
+    except ValueError:
+        raise ValueError(f"integrity must be one of {', '.join(INTEGRITY_POLICIES)}, got {value!r}") from None
+
+
+def counts_as_wrong_answer(cause: FailureCause | None) -> bool:
+    """True for a failure the agent caused itself: it scores 0 and stays in its group's baseline."""
+    return cause in WRONG_ANSWER_CAUSES
+
+
+def judged_reward(result: TrialResult, policy: IntegrityPolicy | str = IntegrityPolicy.ZERO) -> JudgedReward:
+    """The reward a trainer gets for `result` under `policy` (see the module docstring)."""
+    policy = integrity_policy(policy)
+    failed = result.failure is not None
+    if failed and not counts_as_wrong_answer(result.cause):
+        return JudgedReward(reward=None)
+    reward = 0.0 if failed or result.reward is None else float(result.reward)
+    rewards = {} if failed else dict(result.rewards or {})
+    if not result.integrity or policy == IntegrityPolicy.FLAG:
+        return JudgedReward(reward=reward, rewards=rewards)
+    hacks = [f for f in result.integrity if f.kind not in WRONG_ANSWER_KINDS]
+    if policy == IntegrityPolicy.SCREEN and hacks:
+        return JudgedReward(reward=reward, rewards=rewards, screened=True)
+    return JudgedReward(reward=0.0, rewards=dict.fromkeys(rewards, 0.0))
