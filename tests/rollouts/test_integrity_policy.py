@@ -82,6 +82,17 @@ def test_an_agent_that_exhausts_its_sandbox_scores_a_wrong_answer():
         }
 
 
+def test_a_forgery_that_breaks_the_verifier_does_not_buy_an_errors_place():
+    """An error leaves the baseline with advantage 0, more than a wrong answer's: a trial with findings that
+    also failed is a wrong answer under `zero`, screened under `screen`, and an error only under `flag`."""
+    broken = trial("broken-3", None, findings=[FORGED], cause=FailureCause.VERIFIER_ERROR)
+    assert group([HONEST_1, HONEST_0, broken], "flag").advantages == pytest.approx([0.5, -0.5, 0.0])
+    zeroed = group([HONEST_1, HONEST_0, broken], "zero")
+    assert zeroed.advantages == pytest.approx([2 / 3, -1 / 3, -1 / 3]) and zeroed.trajectories[2].zeroed
+    screened = group([HONEST_1, HONEST_0, broken], "screen")
+    assert screened.trajectories[2].screened and screened.advantages == pytest.approx([0.5, -0.5, 0.0])
+
+
 async def test_run_rollouts_refuses_an_unknown_policy():
     with pytest.raises(ValueError, match="integrity must be one of zero, screen, flag"):
         await run_rollouts(["hi"], outcome_reward=False, model="local", integrity="drop")

@@ -81,6 +81,11 @@ class RolloutTrajectory(BaseModel):
     integrity: list[IntegrityFinding] = Field(
         default_factory=list, description="The trial's integrity findings (empty for an honest trial)."
     )
+    zeroed: bool = Field(
+        False,
+        description="Scored as a wrong answer (reward 0, in the baseline): its findings under "
+        "integrity='zero', or a failure the agent caused itself.",
+    )
     screened: bool = Field(
         False, description="Left out of its group's baseline for its findings (integrity='screen')."
     )
@@ -95,8 +100,10 @@ class RolloutTrajectory(BaseModel):
     @property
     def in_baseline(self) -> bool:
         """True when the sample takes part in its group's advantages: not screened, and without an error or
-        with one the agent caused itself (a wrong answer)."""
-        return not self.screened and (self.error is None or counts_as_wrong_answer(self.error.cause))
+        scored as a wrong answer (`zeroed`, or an error the agent caused itself)."""
+        if self.screened:
+            return False
+        return self.error is None or self.zeroed or counts_as_wrong_answer(self.error.cause)
 
 
 class TrajectoryGroup(BaseModel):
@@ -235,6 +242,7 @@ def rollout_from_trial(
         rewards=judged.rewards,
         error=error,
         integrity=list(result.integrity),
+        zeroed=judged.zeroed,
         screened=judged.screened,
         usage=result.usage,
         trajectory=trajectory,

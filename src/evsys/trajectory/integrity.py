@@ -5,15 +5,15 @@ that hands rewards to a trainer (`run_rollouts`, `evsys export`, the TRL, OpenEn
 applies one `IntegrityPolicy` the same way:
 
 - `zero` (the default): a trial with findings gets reward 0 (every reward key 0 too); it stays in its group's
-  baseline with the advantage of a wrong answer.
+  baseline with the advantage of a wrong answer — also when the trial failed with an error, so a forgery that
+  breaks the verifier does not buy an error's place outside the baseline.
 - `screen`: the sample keeps its reward but is marked `screened` and left out of its group's baseline; its
   advantage is 0 (a trainer leaves it out of the loss).
-- `flag`: the findings are only recorded; the reward is the verifier's.
+- `flag`: the findings are only recorded; the reward is the verifier's (an errored trial stays an error).
 
-A failure the agent caused itself (`agent_exhausted_resources`, and a finding of that kind) is a wrong answer
-under every policy but `flag`: reward 0, in the baseline, never screened (an error's advantage of 0 would pay
-a policy about to fail to exhaust its sandbox instead). Its failure cause alone makes the reward 0 under every
-policy.
+A failure the agent caused itself (`agent_exhausted_resources`) is a wrong answer under every policy: reward
+0, in the baseline (an error's advantage of 0 would pay a policy about to fail to exhaust its sandbox
+instead). A finding of that kind does the same under `zero` and `screen` (never screened: it is no forgery).
 """
 
 from __future__ import annotations
@@ -30,10 +30,12 @@ WRONG_ANSWER_KINDS = frozenset({IntegrityKind.AGENT_EXHAUSTED_RESOURCES})
 
 
 class JudgedReward(BaseModel):
-    """A trial's reward under a policy (None: it failed with an error) and whether it is screened."""
+    """A trial's reward under a policy (None: it failed with an error), whether it was scored as a wrong
+    answer (`zeroed`: reward 0, in the baseline) and whether it is screened."""
 
     reward: float | None
     rewards: dict[str, float] = Field(default_factory=dict)
+    zeroed: bool = False
     screened: bool = False
 
     @property
@@ -59,13 +61,12 @@ def judged_reward(result: TrialResult, policy: IntegrityPolicy | str = Integrity
     """The reward a trainer gets for `result` under `policy` (see the module docstring)."""
     policy = integrity_policy(policy)
     failed = result.failure is not None
-    if failed and not counts_as_wrong_answer(result.cause):
-        return JudgedReward(reward=None)
-    reward = 0.0 if failed or result.reward is None else float(result.reward)
+    reward = None if failed else float(result.reward or 0.0)
     rewards = {} if failed else dict(result.rewards or {})
-    if not result.integrity or policy == IntegrityPolicy.FLAG:
-        return JudgedReward(reward=reward, rewards=rewards)
-    hacks = [f for f in result.integrity if f.kind not in WRONG_ANSWER_KINDS]
-    if policy == IntegrityPolicy.SCREEN and hacks:
+    kinds = {f.kind for f in result.integrity} if policy != IntegrityPolicy.FLAG else set()
+    forged = bool(kinds - WRONG_ANSWER_KINDS)
+    if forged and policy == IntegrityPolicy.SCREEN:
         return JudgedReward(reward=reward, rewards=rewards, screened=True)
-    return JudgedReward(reward=0.0, rewards=dict.fromkeys(rewards, 0.0))
+    if forged or kinds & WRONG_ANSWER_KINDS or counts_as_wrong_answer(result.cause):
+        return JudgedReward(reward=0.0, rewards=dict.fromkeys(rewards, 0.0), zeroed=True)
+    return JudgedReward(reward=reward, rewards=rewards)
