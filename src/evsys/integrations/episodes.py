@@ -215,8 +215,8 @@ class EpisodeClient:
 
     def judged(self) -> JudgedReward:
         """The finished episode's reward under the runner's integrity policy: `baseline_reward` is None for a
-        trial that failed with an error or a screened one (the trainer leaves it out of the group's
-        baseline), 0 for a failure the agent caused itself or a zeroed trial."""
+        trial without a reward (it failed before its verifier scored it) or a screened one (the trainer
+        leaves it out of the group's baseline), 0 for a failure the agent caused itself or a zeroed trial."""
         return judged_reward(self.finish(), self.runner.integrity)
 
     def trajectory(self) -> Trajectory:

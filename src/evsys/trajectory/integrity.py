@@ -30,8 +30,8 @@ WRONG_ANSWER_KINDS = frozenset({IntegrityKind.AGENT_EXHAUSTED_RESOURCES})
 
 
 class JudgedReward(BaseModel):
-    """A trial's reward under a policy (None: it failed with an error), whether it was scored as a wrong
-    answer (`zeroed`: reward 0, in the baseline) and whether it is screened."""
+    """A trial's reward under a policy: the verifier's (None when there is none), or 0 when it is scored as a
+    wrong answer (`zeroed`: in the baseline, also when the trial failed); whether it is screened."""
 
     reward: float | None
     rewards: dict[str, float] = Field(default_factory=dict)
@@ -40,7 +40,8 @@ class JudgedReward(BaseModel):
 
     @property
     def baseline_reward(self) -> float | None:
-        """The reward its group's baseline uses; None when the sample leaves it (an error, or screened)."""
+        """The reward a trainer's group baseline uses; None when the sample leaves it (no reward, or
+        screened)."""
         return None if self.screened else self.reward
 
 
@@ -60,13 +61,11 @@ def counts_as_wrong_answer(cause: FailureCause | None) -> bool:
 def judged_reward(result: TrialResult, policy: IntegrityPolicy | str = IntegrityPolicy.ZERO) -> JudgedReward:
     """The reward a trainer gets for `result` under `policy` (see the module docstring)."""
     policy = integrity_policy(policy)
-    failed = result.failure is not None
-    reward = None if failed else float(result.reward or 0.0)
-    rewards = {} if failed else dict(result.rewards or {})
+    rewards = dict(result.rewards or {})
     kinds = {f.kind for f in result.integrity} if policy != IntegrityPolicy.FLAG else set()
     forged = bool(kinds - WRONG_ANSWER_KINDS)
     if forged and policy == IntegrityPolicy.SCREEN:
-        return JudgedReward(reward=reward, rewards=rewards, screened=True)
+        return JudgedReward(reward=result.reward, rewards=rewards, screened=True)
     if forged or kinds & WRONG_ANSWER_KINDS or counts_as_wrong_answer(result.cause):
         return JudgedReward(reward=0.0, rewards=dict.fromkeys(rewards, 0.0), zeroed=True)
-    return JudgedReward(reward=reward, rewards=rewards)
+    return JudgedReward(reward=result.reward, rewards=rewards)

@@ -84,8 +84,8 @@ class EvsysSession(ResourceSession):
 
     def verify(self, transcript: list[Message], final_state: Any | None = None) -> VerifyResult:
         """End the episode (if still running) and run the task's verifier chain: its reward under the
-        runner's integrity policy (None when the trial ended with an error before its verifier scored it, or
-        was screened; 0 for a failure the agent caused itself), per-key rewards, the failure, the integrity
+        runner's integrity policy (None when the trial ended before its verifier scored it, or was screened;
+        0 for a failure the agent caused itself), per-key rewards, the failure, the integrity
         findings, the trial's name and directory."""
         result = self.client.finish()
         judged = self.client.judged()

@@ -84,8 +84,8 @@ class EvsysEnvironment:
 
     def get_reward(self) -> float | None:
         """End the episode, run the task's verifier chain and return its reward under the runner's integrity
-        policy; None when the trial failed with an error before its verifier could score it, or was screened
-        for its integrity findings (TRL leaves it out of the group's baseline). A failure the agent caused
+        policy; None when the trial failed before its verifier could score it, or was screened for its
+        integrity findings (TRL leaves it out of the group's baseline). A failure the agent caused
         itself (`agent_exhausted_resources`) is 0, a wrong answer. The sandbox is released either way."""
         if self._client is None:
             return None
