@@ -188,9 +188,12 @@ def test_verify_gives_the_reward_under_the_integrity_policy(tmp_path: Path) -> N
         for policy in ("zero", "screen"):
             factory = EvsysSessionFactory(dataset, jobs_dir=tmp_path, job_name=policy, integrity=policy)
             try:
-                verify = factory.create("forged").verify([])
+                session = factory.create("forged")
+                submitted = session.call_tool("submit", {"message": "42"})
+                verify = session.verify([])
             finally:
                 factory.close()
+            assert submitted.done and submitted.metadata["reward"] == verify.env_reward  # one reward
             got[policy] = (verify.env_reward, verify.metrics["screened"], verify.metrics["integrity"])
     finally:
         unregister_verifier("openenv-forged")

@@ -63,12 +63,13 @@ class EvsysSession(ResourceSession):
 
     def call_tool(self, name: str, arguments: dict[str, Any]) -> ToolResult:
         """Run one tool in the episode's sandbox; `submit` (or the step limit) ends the episode and carries
-        the verifier's reward in `metadata["reward"]`. Unknown tools raise `KeyError`, as OpenEnv expects."""
+        its reward in `metadata["reward"]` (under the integrity policy, as `verify()` gives it). Unknown tools
+        raise `KeyError`, as OpenEnv expects."""
         if name in RESERVED_TOOL_NAMES or name not in {t.name for t in TOOLS}:
             raise KeyError(f"Unknown tool: {name}")
         if not self.client.running:
             return ToolResult(done=True, error="the episode is over")
-        observation, reward, done = self.client.tool(name, dict(arguments))
+        observation, _, done = self.client.tool(name, dict(arguments))
         if observation.error is not None:
             return ToolResult(
                 error=observation.error.message, metadata={"error_type": observation.error.error_type}
@@ -79,7 +80,7 @@ class EvsysSession(ResourceSession):
             "is_error": result.get("is_error"),
         }
         if done:
-            metadata["reward"] = reward
+            metadata["reward"] = self.client.judged().baseline_reward
         return ToolResult(data=str(result.get("data", "")), done=done, metadata=metadata)
 
     def verify(self, transcript: list[Message], final_state: Any | None = None) -> VerifyResult:
