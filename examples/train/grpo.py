@@ -104,13 +104,15 @@ def grpo_loss(model: Any, rollouts: list[RolloutTrajectory], clip: float) -> tup
 
 
 def trainable(groups: list[TrajectoryGroup]) -> list[RolloutTrajectory]:
-    """The rollouts that carry a learning signal: no error, tokens recorded, a group whose rewards differ."""
+    """The rollouts that carry a learning signal: in their group's baseline (no error, or one the agent caused
+    itself, a wrong answer; not screened for integrity findings), tokens recorded, a group whose rewards
+    differ."""
     return [
         r
         for g in groups
         if not g.zero_variance
         for r in g.trajectories
-        if r.ok and r.completion_token_ids and len(r.logprobs) == len(r.completion_token_ids)
+        if r.in_baseline and r.completion_token_ids and len(r.logprobs) == len(r.completion_token_ids)
     ]
 
 

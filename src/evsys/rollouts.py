@@ -38,7 +38,7 @@ from evsys.engine.executors.base import executor_class
 from evsys.engine.job import Job
 from evsys.engine.sources import resolve_tasks
 from evsys.engine.spec import PlannedTrial
-from evsys.records import FailureCause, JobResult
+from evsys.records import FailureCause, IntegrityPolicy, JobResult
 from evsys.repo.rows import RepoTask
 from evsys.sandbox.slots import SlotPool
 from evsys.task.python import PromptTask, VerifiedTask, load_python_tasks
@@ -49,12 +49,14 @@ from evsys.trajectory.groups import (
     TrajectoryGroup,
     rollout_from_trial,
 )
+from evsys.trajectory.integrity import integrity_policy
 from evsys.util.atomic import write_text_atomic
 
 Item = VerifiedTask | PromptTask | RepoTask | str | Mapping[str, Any]
 DEFAULT_AGENT = "loop"
 TASKS_DIR = "tasks"
 P = ParamSpec("P")
+Scoring = tuple[AdvantageMethod, IntegrityPolicy]  # how a group's samples are scored
 
 
 class BorrowedModelClient:
@@ -187,6 +189,7 @@ async def plan_rollouts(
     executor_options: BaseModel | Mapping[str, Any] | None = None,
     warm_sandboxes: int = 0,
     sandboxes: SlotPool | None = None,
+    integrity: IntegrityPolicy | str = IntegrityPolicy.ZERO,
     by_task: bool = False,
 ) -> RolloutPlan:
     """The job that rolls out every item `num_samples` times, not started yet (`run_rollouts` runs it).
@@ -204,13 +207,16 @@ async def plan_rollouts(
     keeps N started sandboxes per environment ready while the job runs (evsys.sandbox.warm). `sandboxes`: a
     pool the caller owns (`SlotPool.for_backend("local", max_idle=N)`), passed to every step of a training
     run so each batch starts on the sandboxes the last one released, reset; never closed here (local
-    executor only; docs/scale.md). `by_task` starts the trials task by task, so each task's group finishes
-    early (`stream_rollouts`).
+    executor only; docs/scale.md). `integrity` says what a trial with integrity findings gets
+    (evsys.trajectory.integrity): "zero" (reward 0, the default), "screen" (marked `screened`, left out of
+    its group's baseline, advantage 0) or "flag" (recorded only). `by_task` starts the trials task by task, so
+    each task's group finishes early (`stream_rollouts`).
     """
     if num_samples < 1:
         raise ValueError(f"num_samples must be >= 1, got {num_samples}")
     if advantage not in ADVANTAGE_METHODS:
         raise ValueError(f"advantage must be one of {', '.join(ADVANTAGE_METHODS)}, got {advantage!r}")
+    scoring = (advantage, integrity_policy(integrity))
     kwargs = _loop_kwargs(max_turns, max_tokens, temperature, system_prompt)
     spec, factory = _agent_spec(agent, model, kwargs)
     # validated once, as the executor's options_model; an unknown name is refused
@@ -227,11 +233,11 @@ async def plan_rollouts(
     settings["warm_sandboxes"] = warm_sandboxes
     disk = DiskJob(spec, factory, root / name, settings, where, sandboxes, by_task)
     if source.paths:
-        return await plan_dataset_rollouts(source.paths, disk, advantage)
+        return await plan_dataset_rollouts(source.paths, disk, scoring)
     if source.rows and source.memory:
         raise ValueError("items: give repository rows or Python tasks, not a mix (one job runs one kind)")
     if source.rows:
-        return await plan_repo_rollouts(source.rows, disk, advantage)
+        return await plan_repo_rollouts(source.rows, disk, scoring)
     tasks = prepare_tasks(source.memory, outcome_reward=outcome_reward, sandbox=sandbox)
     dataset = await asyncio.to_thread(save_tasks, tasks, root / name / TASKS_DIR)
     config = JobConfig(
@@ -253,13 +259,18 @@ async def plan_rollouts(
         sandboxes=sandboxes,
         by_task=by_task,
     )
-    return RolloutPlan(job, lambda result: collect_groups(job, result, tasks, advantage))
+    return RolloutPlan(job, lambda result: collect_groups(job, result, tasks, *scoring))
 
 
 def collect_groups(
-    job: Job, result: JobResult, tasks: Sequence[VerifiedTask | PromptTask], method: AdvantageMethod
+    job: Job,
+    result: JobResult,
+    tasks: Sequence[VerifiedTask | PromptTask],
+    method: AdvantageMethod,
+    integrity: IntegrityPolicy = IntegrityPolicy.ZERO,
 ) -> list[TrajectoryGroup]:
-    """Group the job's trials per task, in the tasks' order, with advantages computed per group."""
+    """Group the job's trials per task, in the tasks' order, with advantages computed per group (rewards
+    under the `integrity` policy)."""
     groups = {
         task.id: TrajectoryGroup(
             group_id=f"{job.config.job_name}/{task.id}", task_id=task.id, prompt=task.prompt
@@ -267,7 +278,11 @@ def collect_groups(
         for task in tasks
     }
     _fill_groups(
-        job, result, groups, lambda p: p.python_task.id if p.python_task is not None else None, method
+        job,
+        result,
+        groups,
+        lambda p: p.python_task.id if p.python_task is not None else None,
+        (method, integrity),
     )
     return [groups[task.id] for task in tasks]
 
@@ -326,7 +341,7 @@ class DiskJob:
         )
 
 
-async def plan_repo_rollouts(rows: list[RepoTask], disk: DiskJob, advantage: AdvantageMethod) -> RolloutPlan:
+async def plan_repo_rollouts(rows: list[RepoTask], disk: DiskJob, scoring: Scoring) -> RolloutPlan:
     """`run_rollouts` over repository tasks: the rows are saved as `tasks/rows.jsonl` in the job (so it can be
     resumed), run as repository task directories, and grouped per instance in the rows' order."""
     seen: set[str] = set()
@@ -340,17 +355,17 @@ async def plan_repo_rollouts(rows: list[RepoTask], disk: DiskJob, advantage: Adv
     dataset = disk.job_dir / TASKS_DIR / "rows.jsonl"
     await asyncio.to_thread(write_text_atomic, dataset, data)
     job = disk.job([dataset])
-    return RolloutPlan(job, lambda result: _repo_groups(job, result, rows, advantage))
+    return RolloutPlan(job, lambda result: _repo_groups(job, result, rows, scoring))
 
 
-async def plan_dataset_rollouts(paths: list[Path], disk: DiskJob, advantage: AdvantageMethod) -> RolloutPlan:
+async def plan_dataset_rollouts(paths: list[Path], disk: DiskJob, scoring: Scoring) -> RolloutPlan:
     """`run_rollouts` over tasks on disk (task directories, datasets, rows files): the job lists the paths
     as `evsys run` would (so `Job.resume` finishes it), one group per planned task, in the plan's order."""
     job = disk.job([path.resolve() for path in paths])
-    return RolloutPlan(job, lambda result: _planned_groups(job, result, advantage))
+    return RolloutPlan(job, lambda result: _planned_groups(job, result, scoring))
 
 
-def _planned_groups(job: Job, result: JobResult, method: AdvantageMethod) -> list[TrajectoryGroup]:
+def _planned_groups(job: Job, result: JobResult, scoring: Scoring) -> list[TrajectoryGroup]:
     groups: dict[str, TrajectoryGroup] = {}
     for planned in job.planned:
         name = planned.config.task_name
@@ -359,12 +374,12 @@ def _planned_groups(job: Job, result: JobResult, method: AdvantageMethod) -> lis
             groups[name] = TrajectoryGroup(
                 group_id=f"{job.config.job_name}/{name}", task_id=name, prompt=prompt
             )
-    _fill_groups(job, result, groups, lambda p: p.config.task_name, method)
+    _fill_groups(job, result, groups, lambda p: p.config.task_name, scoring)
     return list(groups.values())
 
 
 def _repo_groups(
-    job: Job, result: JobResult, rows: list[RepoTask], method: AdvantageMethod
+    job: Job, result: JobResult, rows: list[RepoTask], scoring: Scoring
 ) -> list[TrajectoryGroup]:
     groups = {
         row.instance_id: TrajectoryGroup(
@@ -374,7 +389,7 @@ def _repo_groups(
         )
         for row in rows
     }
-    _fill_groups(job, result, groups, lambda p: p.config.task_name, method)
+    _fill_groups(job, result, groups, lambda p: p.config.task_name, scoring)
     return [groups[row.instance_id] for row in rows]
 
 
@@ -383,11 +398,12 @@ def _fill_groups(
     result: JobResult,
     groups: dict[str, TrajectoryGroup],
     task_id_of: Callable[[PlannedTrial], str | None],
-    method: AdvantageMethod,
+    scoring: Scoring,
 ) -> None:
     """Put each planned trial's rollout in its task's group (`task_id_of`; trials of no group are skipped; a
     trial the job never ran, e.g. after a cancel, stays as an error rollout), then sort each group by attempt
-    and compute its advantages."""
+    and compute its advantages (`scoring`: the advantage method and the integrity policy)."""
+    method, integrity = scoring
     by_name = {r.trial_name: r for r in result.trials}
     for planned in job.planned:
         task_id = task_id_of(planned)
@@ -398,7 +414,7 @@ def _fill_groups(
             groups[task_id].trajectories.append(_not_run(planned, task_id))
             continue
         trajectory = job.store.trajectory(trial.trial_name)  # in memory; read only after a resume
-        groups[task_id].trajectories.append(rollout_from_trial(trial, trajectory, task_id))
+        groups[task_id].trajectories.append(rollout_from_trial(trial, trajectory, task_id, integrity))
     for group in groups.values():
         group.trajectories.sort(key=lambda t: t.attempt)
         group.finalize(method)

@@ -38,10 +38,11 @@ from typing import Any
 
 from evsys.engine.job import Job
 from evsys.model.local.client import LocalModelClient
-from evsys.records import TrialResult
+from evsys.records import IntegrityPolicy, TrialResult
 from evsys.rollouts import RolloutPlan, plan_rollouts
 from evsys.trajectory.advantages import AdvantageMethod
 from evsys.trajectory.groups import TrajectoryGroup, oldest_version, rollout_from_trial
+from evsys.trajectory.integrity import integrity_policy
 
 VersionSource = Callable[[], Awaitable[int | None]]
 
@@ -65,10 +66,12 @@ class RolloutStream:
         advantage: AdvantageMethod,
         max_staleness: int | None,
         current_version: VersionSource | None,
+        integrity: IntegrityPolicy = IntegrityPolicy.ZERO,
     ) -> None:
         self.job: Job = plan.job
         self.stats = StreamStats()
         self._advantage = advantage
+        self._integrity = integrity
         self._max_staleness = max_staleness
         self._current_version = current_version
         self._done: dict[str, list[TrialResult]] = {}
@@ -117,7 +120,8 @@ class RolloutStream:
         prompt = loaded.instruction if loaded is not None else ""
         group = TrajectoryGroup(group_id=f"{self.job.config.job_name}/{task}", task_id=task, prompt=prompt)
         for result in sorted(results, key=lambda r: r.attempt):
-            sample = rollout_from_trial(result, self.job.store.trajectory(result.trial_name), task)
+            trajectory = self.job.store.trajectory(result.trial_name)
+            sample = rollout_from_trial(result, trajectory, task, self._integrity)
             if sample.weights_version is not None:
                 self.stats.versions[sample.weights_version] = (
                     self.stats.versions.get(sample.weights_version, 0) + 1
@@ -139,13 +143,16 @@ async def stream_rollouts(
     max_staleness: int | None = None,
     current_version: VersionSource | None = None,
     advantage: AdvantageMethod = "mean",
+    integrity: IntegrityPolicy | str = IntegrityPolicy.ZERO,
     **options: Any,
 ) -> RolloutStream:
     """A `RolloutStream` over `items` (see the module docstring); `options` are `run_rollouts`' (`model`,
-    `num_samples`, `n_concurrent`, `sandboxes`, ...). `current_version` is an async callable giving the
-    version the trainer has loaded; by default the lent `LocalModelClient`'s engine version."""
+    `num_samples`, `n_concurrent`, `sandboxes`, ...); `integrity` as there (the groups carry the same policy).
+    `current_version` is an async callable giving the version the trainer has loaded; by default the lent
+    `LocalModelClient`'s engine version."""
     if max_staleness is not None and max_staleness < 0:
         raise ValueError(f"max_staleness must be >= 0, got {max_staleness}")
-    plan = await plan_rollouts(items, advantage=advantage, by_task=True, **options)
+    policy = integrity_policy(integrity)
+    plan = await plan_rollouts(items, advantage=advantage, integrity=policy, by_task=True, **options)
     source = current_version or _engine_version(options.get("model"))
-    return RolloutStream(plan, advantage, max_staleness, source)
+    return RolloutStream(plan, advantage, max_staleness, source, policy)

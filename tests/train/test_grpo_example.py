@@ -36,6 +36,33 @@ async def test_verifier_scores_exact_sums(example):
     assert (right.reward, wrong.reward) == (1.0, 0.0)
 
 
+def test_the_loss_takes_a_wrong_answer_from_exhaustion_and_leaves_out_errors_and_screened(example):
+    """An agent that exhausted its sandbox is trained on as the wrong answer it is (its negative advantage);
+    an error evsys caused and a sample screened for integrity findings are not trained on."""
+    import grpo
+
+    from evsys.records import FailureCause
+    from evsys.trajectory.groups import RolloutError, RolloutTrajectory, TrajectoryGroup
+
+    tokens = {"prompt_token_ids": [1], "completion_token_ids": [2], "loss_mask": [1], "logprobs": [-0.1]}
+
+    def sample(name: str, reward: float = 0.0, **fields: Any) -> RolloutTrajectory:
+        return RolloutTrajectory(trial_name=name, task_id="t", attempt=1, reward=reward, **tokens, **fields)
+
+    def error(cause: FailureCause) -> RolloutError:
+        return RolloutError(cause=cause, message="it failed")
+
+    samples = [
+        sample("right", 1.0),
+        sample("exhausted", error=error(FailureCause.AGENT_EXHAUSTED_RESOURCES)),
+        sample("crashed", error=error(FailureCause.SANDBOX_FAILED)),
+        sample("screened", 1.0, screened=True),
+    ]
+    group = TrajectoryGroup(group_id="j/t", task_id="t", trajectories=samples).finalize()
+    assert [r.trial_name for r in grpo.trainable([group])] == ["right", "exhausted"]
+    assert group.trajectories[1].advantage < 0
+
+
 async def test_two_steps_train_on_policy(example, tmp_path: Path):
     """Two GRPO steps: finite losses, changed weights, batch 2 sampled by the updated weights, and every
     rollout's recorded logprobs reproduced under the weights version it names."""

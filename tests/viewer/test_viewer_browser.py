@@ -6,7 +6,7 @@ import json
 import shutil
 
 import pytest
-from viewer_jobs import COMPLETION_IDS, HOSTILE, make_handmade_job, start_viewer
+from viewer_jobs import COMPLETION_IDS, FINDING, HOSTILE, make_handmade_job, start_viewer
 
 pytestmark = pytest.mark.slow
 expect = pytest.importorskip("playwright.sync_api").expect
@@ -113,6 +113,32 @@ def test_hostile_model_output_is_text_and_does_not_run(page, viewer_url):
     page.wait_for_timeout(300)  # give an injected onerror handler the chance to fire
     assert page.evaluate("window.__pwned") is None
     assert page.locator("main script, main img").count() == 0
+
+
+def test_trial_page_lists_integrity_findings_as_text(page, viewer_url):
+    """Each finding's kind, evidence and source on the trial page; the job page's trial list names the kinds.
+    The evidence quotes what the sandbox named, so its markup must stay text."""
+    page.set_content(f"<html><body>{HOSTILE}</body></html>")  # positive control: the payload runs as HTML
+    page.wait_for_function("window.__pwned !== undefined", timeout=WAIT_MS)
+    page.goto(f"{viewer_url}/#/job/handmade/trial/greet__loop-local__1")
+    page.wait_for_selector("table#integrity", timeout=WAIT_MS)
+    [row] = page.locator("table#integrity tbody tr").all_inner_texts()
+    assert [cell.strip() for cell in row.split("\t")] == [FINDING.kind.value, FINDING.evidence, "verifier"]
+    assert "integrity findings (1)" in page.locator("main").inner_text()
+    assert "1 finding(s)" in page.locator(".outcome").inner_text()
+    page.wait_for_timeout(300)  # give an injected onerror handler the chance to fire
+    assert page.evaluate("window.__pwned") is None and page.locator("main script, main img").count() == 0
+    page.goto(f"{viewer_url}/#/job/handmade/trial/greet__loop-local__2")
+    page.wait_for_selector("#step-3", timeout=WAIT_MS)
+    assert (
+        page.locator("table#integrity").count() == 0
+        and "no findings" in page.locator(".outcome").inner_text()
+    )
+    page.goto(f"{viewer_url}/#/job/handmade")
+    page.wait_for_selector("table#trials tbody tr", timeout=WAIT_MS)
+    flagged = [r for r in rows(page, "trials") if "verifier_place_written" in r]
+    assert len(flagged) == 1 and flagged[0].startswith("greet__loop-local__1")
+    assert "1 (verifier_place_written 1)" in rows(page, "summary")[0]
 
 
 def test_log_files_load_on_demand_and_links_are_refused(page, viewer_url, jobs_dir):

@@ -18,6 +18,7 @@ from evsys.engine.metrics import compute_metrics
 from evsys.records import (
     AgentInfo,
     FailureCause,
+    IntegrityFinding,
     JobResult,
     Observation,
     ObservationResult,
@@ -33,6 +34,9 @@ REPO = Path(__file__).resolve().parents[2]
 HOSTILE = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
 COMPLETION_IDS = [101, 2054, 318, 1234, 13, 50256, 77]
 SECRET = "viewer-secret-marker"
+FINDING = IntegrityFinding(
+    kind="verifier_place_written", evidence=f"/logs/verifier/reward.txt {HOSTILE}", source="verifier"
+)
 
 
 def run_oracle_job(jobs_dir: Path, name: str = "oracle-job", agents=("oracle", "nop")) -> Path:
@@ -109,8 +113,9 @@ def _token_trajectory(name: str, reply: str):
 
 
 def make_handmade_job(jobs_dir: Path, name: str = "handmade") -> Path:
-    """A job of four trials (one ok with token data, three failed) and one trial still running; the ok
-    trial's agent/ holds a link to a file outside the job, and the job dir a linked trial dir."""
+    """A job of four trials (one ok with token data and an integrity finding whose evidence holds markup,
+    three failed) and one trial still running; the ok trial's agent/ holds a link to a file outside the job,
+    and the job dir a linked trial dir."""
     config = JobConfig(
         datasets=[Path("tasks")], agents=[AgentSpec(name="loop", model="local")], jobs_dir=jobs_dir,
         job_name=name,
@@ -134,6 +139,7 @@ def make_handmade_job(jobs_dir: Path, name: str = "handmade") -> Path:
             attempt=2,
         ),
     ]  # fmt: skip
+    trials[0].integrity = [FINDING]
     for trial in trials:
         tdir = job_dir / trial.trial_name
         _write(tdir / "result.json", trial.model_dump_json(indent=2))

@@ -62,6 +62,13 @@ def complete_advantage(incomplete: str) -> list[str]:
     return _starting(ADVANTAGE_METHODS, incomplete)
 
 
+def complete_integrity(incomplete: str) -> list[str]:
+    """`evsys export --integrity`: the integrity policies."""
+    from evsys.trajectory.integrity import INTEGRITY_POLICIES
+
+    return _starting(INTEGRITY_POLICIES, incomplete)
+
+
 def complete_job_dir(incomplete: str) -> list[str]:
     """A job directory (`--resume`, `evsys jobs show`, `evsys export`, `evsys view`): job directories starting
     with the word, and other directories (ending in `/`) to descend into."""

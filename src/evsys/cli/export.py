@@ -9,7 +9,12 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from evsys.cli.complete import complete_advantage, complete_export_format, complete_job_dir
+from evsys.cli.complete import (
+    complete_advantage,
+    complete_export_format,
+    complete_integrity,
+    complete_job_dir,
+)
 
 
 def export(
@@ -35,10 +40,21 @@ def export(
             "--advantage", help="mean | mean_std | leave_one_out", autocompletion=complete_advantage
         ),
     ] = "mean",
+    integrity: Annotated[
+        str,
+        typer.Option(
+            "--integrity",
+            help="A trial with integrity findings: zero (reward 0) | screen (left out of its group's "
+            "advantages, screened=true) | flag (recorded only).",
+            autocompletion=complete_integrity,
+        ),
+    ] = "zero",
 ) -> None:
-    """Export a job: RL rows (tokens, masks, logprobs, rewards, advantages), SFT chats, ATIF copies."""
+    """Export a job: RL rows (tokens, masks, logprobs, rewards, advantages, integrity findings), SFT chats,
+    ATIF copies."""
     from evsys.trajectory.advantages import ADVANTAGE_METHODS
     from evsys.trajectory.export import EXPORT_FORMATS, ExportError, export_job
+    from evsys.trajectory.integrity import INTEGRITY_POLICIES
     from evsys.util.literals import is_one_of
 
     err = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -48,8 +64,13 @@ def export(
     if not is_one_of(advantage, ADVANTAGE_METHODS):
         err.print(f"[red]error:[/red] --advantage must be one of {', '.join(ADVANTAGE_METHODS)}")
         raise typer.Exit(2)
+    if integrity not in INTEGRITY_POLICIES:
+        err.print(f"[red]error:[/red] --integrity must be one of {', '.join(INTEGRITY_POLICIES)}")
+        raise typer.Exit(2)
     try:
-        written = export_job(job_dir, fmt, out, successful_only=successful_only, advantage=advantage)
+        written = export_job(
+            job_dir, fmt, out, successful_only=successful_only, advantage=advantage, integrity=integrity
+        )
     except (ExportError, ImportError) as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None

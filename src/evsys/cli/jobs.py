@@ -87,18 +87,23 @@ def list_jobs(
     out.print(table)
 
 
-@jobs_app.command("show", short_help="A job's summary, errors grouped by message, failed trials (--json).")
+@jobs_app.command(
+    "show", short_help="A job's summary, errors by message, failed trials, integrity findings (--json)."
+)
 def show(
     job_dir: Annotated[
         Path, typer.Argument(help="A job directory (jobs/<name>).", autocompletion=complete_job_dir)
     ],
     as_json: Annotated[
         bool,
-        typer.Option("--json", help="Print the summary, metrics, error groups and failed trials as JSON."),
+        typer.Option(
+            "--json",
+            help="Print the summary, metrics, error groups, failed trials and trials with findings as JSON.",
+        ),
     ] = False,
 ) -> None:
-    """The job's summary as `evsys run` printed it, its errors grouped by cause and message, then every failed
-    trial with its cause and first error."""
+    """The job's summary as `evsys run` printed it, its errors grouped by cause and message, every failed
+    trial with its cause and first error, then every trial with integrity findings (kinds and evidence)."""
     from evsys.cli.summary import print_summary
     from evsys.viewer.jobdata import error_summary, first_line
 
@@ -124,6 +129,7 @@ def show(
             cause = trial.failure.cause.value
             table.add_row(shown(trial.trial_name), cause, _fmt(trial.reward), shown(line))
         out.print(table)
+    _print_findings(out, job)
     for pending in job.pending:
         out.print(f"no result: {shown(pending.name)}: {shown(pending.problem)}")
     if job.config_error:
@@ -159,9 +165,38 @@ def _job_json(job: LoadedJob, groups: list[ErrorGroup]) -> dict:
         **summary,
         "errors": [group.model_dump() for group in groups],
         "failed_trials": failed,
+        "integrity_trials": [
+            {
+                "trial": t.trial_name,
+                "task": t.task_name,
+                "agent": t.agent,
+                "reward": t.reward,
+                "cause": t.cause.value if t.cause else None,
+                "findings": [f.model_dump(mode="json") for f in t.integrity],
+            }
+            for t in job.trials
+            if t.integrity
+        ],
         "pending": [p.model_dump() for p in job.pending],
         "config_error": job.config_error,
     }
+
+
+def _print_findings(out: Console, job: LoadedJob) -> None:
+    """Every trial with integrity findings: its reward, outcome, and each finding's kind and evidence."""
+    from evsys.viewer.jobdata import first_line
+
+    flagged = [t for t in job.trials if t.integrity]
+    if not flagged:
+        return
+    table = Table(title=f"trials with integrity findings ({len(flagged)})", title_justify="left")
+    for column in ("trial", "reward", "outcome", "findings (kind: evidence)"):
+        table.add_column(column, overflow="fold")
+    for trial in flagged:
+        lines = [f"{f.kind.value}: {first_line(f.evidence)}" for f in trial.integrity]
+        outcome = trial.cause.value if trial.cause else "ok"
+        table.add_row(shown(trial.trial_name), _fmt(trial.reward), outcome, shown("\n".join(lines)))
+    out.print(table)
 
 
 def _print_error_groups(out: Console, groups: list[ErrorGroup]) -> None:

@@ -11,7 +11,7 @@ from rich.console import Console
 from evsys.cli.markup import shown
 
 if TYPE_CHECKING:
-    from evsys.records import JobResult
+    from evsys.records import GroupMetrics, JobResult
 
 MAX_TASK_ROWS = 40
 MAX_TRACEBACK_LINES = 5
@@ -71,13 +71,22 @@ def _print_tracebacks(out: Console, result: JobResult, job_dir: Path | str) -> N
         )
 
 
+def _findings(group: GroupMetrics) -> str:
+    """The trials with integrity findings: how many, and how many per kind."""
+    if not group.n_with_findings:
+        return "0"
+    kinds = ", ".join(f"{kind} {n}" for kind, n in group.findings_by_kind.items())
+    return f"{group.n_with_findings} ({kinds})"
+
+
 def print_summary(out: Console, result: JobResult, job_dir: Path | str) -> None:
     """The summary table per (agent, model, dataset), then the job directory."""
     from rich.table import Table
 
     table = Table(title=f"job {shown(result.job_name)}", title_justify="left")
-    for column in ("agent", "model", "dataset", "trials", "errors", "mean reward", "per key", "pass@k"):
+    for column in ("agent", "model", "dataset", "trials", "errors", "findings", "mean reward", "per key"):
         table.add_column(column, overflow="fold")
+    table.add_column("pass@k", overflow="fold")
     for column in ("tokens in/out", "cost $", "wall s"):
         table.add_column(column, justify="right")
     for group in result.metrics:
@@ -90,6 +99,7 @@ def print_summary(out: Console, result: JobResult, job_dir: Path | str) -> None:
             shown(group.dataset),
             str(group.n_trials),
             shown(errors),
+            _findings(group),
             _fmt(group.mean_reward),
             shown(keys),
             passk,

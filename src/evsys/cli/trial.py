@@ -42,7 +42,8 @@ def show(
         ),
     ] = False,
 ) -> None:
-    """Outcome, timing, every step (messages, tool calls, observations) and the verifier's output."""
+    """Outcome, integrity findings, timing, every step (messages, tool calls, observations) and the
+    verifier's output."""
     from evsys.viewer.files import UnsafePathError
     from evsys.viewer.trialdata import load_trial
 
@@ -115,6 +116,12 @@ def _outcome(out: Console, trial: LoadedTrial) -> None:
     out.print(f"reward {reward} ({shown(keys) or _no_rewards(trial)})  {status}")
     if result.failure is not None:
         out.print(f"[red]{shown(result.failure.message)}[/]")
+    if result.integrity:
+        lines = [
+            f"[red]{f.kind.value}[/]: {shown(f.evidence)} [dim]({shown(f.source or '?')})[/]"
+            for f in result.integrity
+        ]
+        out.print(Panel("\n".join(lines), title=f"integrity findings ({len(lines)})", border_style="red"))
     phases = [(name, value) for name, value in result.timing.model_dump().items() if value is not None]
     out.print("timing: " + ", ".join(f"{name} {value:.2f}s" for name, value in phases))
 

@@ -31,7 +31,7 @@ from typing import Any
 from evsys.agent.registry import resolve_agent, talks_to_model
 from evsys.engine.config import RESUME_SAFE_FIELDS, AgentSpec, JobConfig
 from evsys.engine.executors.base import Executor, ExecutorContext, create_executor, executor_class
-from evsys.engine.metrics import compute_metrics, progress_counts, total_usage
+from evsys.engine.metrics import compute_metrics, progress_counts, total_usage, with_findings
 from evsys.engine.plan import PythonTaskItem, plan_trials
 from evsys.engine.retries import is_retryable, retry_delay
 from evsys.engine.run import TrialResources
@@ -371,6 +371,7 @@ class Job:
             n_done=len(trials),
             n_errors=sum(1 for t in trials if t.failure is not None),
             n_cancelled=len(trials) - len(scored),
+            n_with_findings=with_findings(trials),
             mean_reward=sum(rewards) / len(rewards) if rewards else 0.0,
             usage=total_usage(trials),
             wall_time_sec=time.perf_counter() - self._started,

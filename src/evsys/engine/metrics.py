@@ -9,6 +9,8 @@ Definitions (also in docs/jobs.md):
 - pass@k: only when every reward is exactly 0 or 1; per task, with n trials and c successes,
   pass@k = 1 - C(n-c, k) / C(n, k) (the unbiased estimator), averaged over the tasks that have n >= k;
   for k = 1..n_attempts.
+- integrity: `n_with_findings` counts the trials with at least one integrity finding (cancelled included),
+  `findings_by_kind` per kind the trials with at least one finding of that kind.
 - timing: mean, median and max seconds of each phase over the trials that ran it; wall time is the time at
   least one trial ran (a resumed job does not count the time it lay dead).
 """
@@ -115,6 +117,20 @@ def total_usage(trials: list[TrialResult]) -> Usage:
     return Usage(prompt_tokens=prompt, completion_tokens=completion, cached_tokens=cached, cost_usd=cost)
 
 
+def with_findings(trials: list[TrialResult]) -> int:
+    """How many of `trials` have at least one integrity finding."""
+    return sum(1 for t in trials if t.integrity)
+
+
+def findings_by_kind(trials: list[TrialResult]) -> dict[str, int]:
+    """Per integrity finding kind, how many of `trials` have at least one finding of it (sorted by kind)."""
+    kinds: dict[str, int] = defaultdict(int)
+    for trial in trials:
+        for kind in {finding.kind.value for finding in trial.integrity}:
+            kinds[kind] += 1
+    return dict(sorted(kinds.items()))
+
+
 def group_metrics(
     agent: str, model: str | None, dataset: str, trials: list[TrialResult], n_attempts: int
 ) -> GroupMetrics:
@@ -139,6 +155,8 @@ def group_metrics(
         timing=_timing(trials),
         usage=total_usage(trials),
         wall_time_sec=wall_time(trials),
+        n_with_findings=with_findings(trials),
+        findings_by_kind=findings_by_kind(trials),
     )
 
 

@@ -6,7 +6,9 @@ state `evsys serve` uses (evsys.engine.episodes' ServeService over a task catalo
 trial of one job — the task's sandbox from a shared pool, the loop agent's tools, the task's verifier chain,
 result.json and trajectory.json under `<jobs_dir>/<job_name>/`. An `EpisodeClient` is one caller's session:
 `start` an episode of a task, call `tool`s (or send harness `message`s), `finish` it (the verifier runs, the
-sandbox is released) and read its `TrialResult`.
+sandbox is released) and read its `TrialResult`; `judged()` gives its reward under the runner's integrity
+policy (`integrity="zero" | "screen" | "flag"`, evsys.trajectory.integrity), which the TRL and OpenEnv
+integrations hand to the trainer.
 
 ```python
 runner = EpisodeRunner("examples/tasks", jobs_dir="jobs")
@@ -37,7 +39,8 @@ from evsys.engine.episodes.protocol import (
     ServeError,
 )
 from evsys.engine.episodes.service import ServeService, ServeSettings, Session, build_service
-from evsys.records import Trajectory, TrialResult
+from evsys.records import IntegrityPolicy, Trajectory, TrialResult
+from evsys.trajectory.integrity import JudgedReward, integrity_policy, judged_reward
 from evsys.util.atexit_close import close_at_exit
 from evsys.util.registry import did_you_mean
 
@@ -55,7 +58,8 @@ class EpisodeRunner:
 
     `dataset` is anything `evsys run` takes (a task directory, a directory of tasks, a Python-task or
     repository-row file). `harness` (with `model`, `base_url`) makes every episode a harness episode: the
-    harness runs its own loop against `model` through evsys's recording proxy.
+    harness runs its own loop against `model` through evsys's recording proxy. `integrity` is what a trial
+    with integrity findings is worth to the trainer (`judged()`): "zero" (the default), "screen" or "flag".
     """
 
     def __init__(
@@ -73,7 +77,9 @@ class EpisodeRunner:
         harness_options: dict[str, Any] | None = None,
         model: str | None = None,
         base_url: str | None = None,
+        integrity: IntegrityPolicy | str = IntegrityPolicy.ZERO,
     ) -> None:
+        self.integrity = integrity_policy(integrity)
         limits = EpisodeLimits(max_steps, step_timeout_sec, max_output_chars)
         self.settings = ServeSettings(
             max_sessions=max_sessions,
@@ -223,6 +229,12 @@ class EpisodeClient:
         assert episode.runner is not None
         self.result = self.runner.call(_result(episode.runner))
         return self.result
+
+    def judged(self) -> JudgedReward:
+        """The finished episode's reward under the runner's integrity policy: `baseline_reward` is None for a
+        trial without a reward (it failed before its verifier scored it) or a screened one (the trainer
+        leaves it out of the group's baseline), 0 for a failure the agent caused itself or a zeroed trial."""
+        return judged_reward(self.finish(), self.runner.integrity)
 
     def trajectory(self) -> Trajectory:
         """The finished episode's recorded trajectory (its turns with token ids and logprobs)."""

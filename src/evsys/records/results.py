@@ -159,6 +159,10 @@ class GroupMetrics(BaseModel):
     timing: dict[str, TimingStats] = Field(default_factory=dict)
     usage: Usage = Field(default_factory=Usage)
     wall_time_sec: float = 0.0
+    n_with_findings: int = Field(0, description="Trials with at least one integrity finding.")
+    findings_by_kind: dict[str, int] = Field(
+        default_factory=dict, description="Per finding kind, the trials with at least one finding of it."
+    )
 
 
 class JobResult(BaseModel):
@@ -176,6 +180,7 @@ class JobResult(BaseModel):
     n_done: int = 0
     n_errors: int = 0
     n_cancelled: int = 0
+    n_with_findings: int = Field(0, description="Trials with at least one integrity finding.")
     mean_reward: float = 0.0
     usage: Usage = Field(default_factory=Usage)
     wall_time_sec: float = 0.0

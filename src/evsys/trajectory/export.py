@@ -2,8 +2,10 @@
 and the capture graph's training sequences (evsys's `sequences` rows, OpenEnv `TrainingTrace` documents).
 
 The schema is documented in docs/rl.md ("Export schema"). Every sample of every task is one RL row, errored
-ones included with their `error` set (a trainer filters them; nothing disappears silently). Files are written
-atomically.
+ones included with their `error` set (a trainer filters them; nothing disappears silently). Every row of every
+format carries the trial's integrity findings (`integrity`, `integrity_kinds`, `screened`); rewards and
+advantages follow the export's integrity policy (evsys.trajectory.integrity, default `zero`). Files are
+written atomically.
 """
 
 from __future__ import annotations
@@ -15,9 +17,14 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from evsys.records import Trajectory, TrialResult
+from evsys.records import IntegrityPolicy, Trajectory, TrialResult
 from evsys.trajectory.advantages import AdvantageMethod
-from evsys.trajectory.groups import RolloutTrajectory, TrajectoryGroup, rollout_from_trial
+from evsys.trajectory.groups import (
+    RolloutTrajectory,
+    TrajectoryGroup,
+    integrity_columns,
+    rollout_from_trial,
+)
 from evsys.util.atomic import write_bytes_atomic, write_text_atomic
 
 ExportFormat = Literal["rl", "sft", "atif", "parquet", "sequences", "openenv"]
@@ -36,6 +43,9 @@ RL_COLUMNS = (
     "prefix_break",
     "weights_version",
     "error",
+    "integrity",
+    "integrity_kinds",
+    "screened",
 )
 
 
@@ -56,8 +66,13 @@ def _read_trajectory(path: Path) -> Trajectory | None:
         return None
 
 
-def load_job_groups(job_dir: Path | str, method: AdvantageMethod = "mean") -> list[TrajectoryGroup]:
-    """Every finished trial of a job, grouped per (dataset, task) in task-name order, with advantages."""
+def load_job_groups(
+    job_dir: Path | str,
+    method: AdvantageMethod = "mean",
+    integrity: IntegrityPolicy | str = IntegrityPolicy.ZERO,
+) -> list[TrajectoryGroup]:
+    """Every finished trial of a job, grouped per (dataset, task) in task-name order, with advantages (rewards
+    under the `integrity` policy)."""
     job_dir = Path(job_dir)
     groups: dict[tuple[str, str], TrajectoryGroup] = {}
     for trial_dir in _trial_dirs(job_dir):
@@ -70,7 +85,7 @@ def load_job_groups(job_dir: Path | str, method: AdvantageMethod = "mean") -> li
             group_id = f"{job_dir.name}/{result.task_name}"
             groups[key] = TrajectoryGroup(group_id=group_id, task_id=result.task_name)
         trajectory = _read_trajectory(trial_dir / "trajectory.json")
-        rollout = rollout_from_trial(result, trajectory, result.task_name)
+        rollout = rollout_from_trial(result, trajectory, result.task_name, integrity)
         groups[key].trajectories.append(rollout)
         if trajectory is not None and not groups[key].prompt:
             groups[key].prompt = _first_user_message(trajectory)
@@ -86,7 +101,8 @@ def _first_user_message(trajectory: Trajectory) -> str:
 
 
 def rl_rows(groups: Iterable[TrajectoryGroup]) -> list[dict[str, Any]]:
-    """One RL row per sample (columns: RL_COLUMNS; `error` is "<cause>: <message>" or None)."""
+    """One RL row per sample (columns: RL_COLUMNS; `error` is "<cause>: <message>" or None; `integrity` the
+    findings as {kind, evidence, source})."""
     rows = []
     for group in groups:
         for sample in group.trajectories:
@@ -110,6 +126,7 @@ def _rl_row(group: TrajectoryGroup, sample: RolloutTrajectory) -> dict[str, Any]
         "prefix_break": sample.prefix_break,
         "weights_version": sample.weights_version,
         "error": error,
+        **integrity_columns(sample),
     }
 
 
@@ -131,6 +148,9 @@ def rl_table(rows: list[dict[str, Any]]) -> Any:
             ("prefix_break", pa.bool_()),
             ("weights_version", pa.int64()),
             ("error", pa.string()),
+            ("integrity", pa.list_(pa.struct([(k, pa.string()) for k in ("kind", "evidence", "source")]))),
+            ("integrity_kinds", pa.list_(pa.string())),
+            ("screened", pa.bool_()),
         ]
     )
     return pa.Table.from_pylist(rows, schema=schema)
@@ -172,7 +192,8 @@ def sft_rows(
 ) -> list[dict[str, Any]]:
     """One SFT row per sample with a trajectory: messages, tool definitions, reward, ids.
 
-    `successful_only` keeps samples without an error whose reward is at least `min_reward`. A sample with no
+    `successful_only` keeps samples without an error or screening whose reward is at least `min_reward`
+    (under the default integrity policy a trial with findings has reward 0). A sample with no
     assistant message holding text or tool calls (the oracle's, a model that said nothing) is left out: it has
     nothing to learn from.
     """
@@ -181,7 +202,7 @@ def sft_rows(
         for sample in group.trajectories:
             if sample.trajectory is None or not sample.trajectory.steps:
                 continue
-            if successful_only and (not sample.ok or sample.reward < min_reward):
+            if successful_only and (not sample.ok or sample.screened or sample.reward < min_reward):
                 continue
             messages = sft_messages(sample.trajectory)
             if not any(_teaches(m) for m in messages):  # e.g. the oracle: no model turn to learn from
@@ -194,6 +215,7 @@ def sft_rows(
                     "messages": messages,
                     "tools": sample.trajectory.agent.tool_definitions or [],
                     "reward": sample.reward,
+                    **integrity_columns(sample),
                 }
             )
     return rows
@@ -223,14 +245,29 @@ def _write_parquet(path: Path, rows: list[dict[str, Any]]) -> Path:
     return path
 
 
+def _atif_copy(trial_dir: Path) -> bytes:
+    """The trial's trajectory.json with its integrity findings in the top-level `extra.integrity` (a list of
+    {kind, evidence, source}); the bytes as they are when either file cannot be read."""
+    raw = (trial_dir / "trajectory.json").read_bytes()
+    try:
+        data = json.loads(raw)
+        result = TrialResult.model_validate_json((trial_dir / "result.json").read_bytes())
+    except (OSError, ValueError):
+        return raw
+    if not isinstance(data, dict) or not isinstance(data.get("extra", {}), dict):
+        return raw
+    findings = [finding.model_dump(mode="json") for finding in result.integrity]
+    data["extra"] = {**data.get("extra", {}), "integrity": findings}
+    return json.dumps(data, ensure_ascii=False, indent=2).encode()
+
+
 def _write_atif(job_dir: Path, out_dir: Path) -> list[Path]:
     written = []
     (out_dir / "atif").mkdir(parents=True, exist_ok=True)
     for trial_dir in _trial_dirs(job_dir):
-        source = trial_dir / "trajectory.json"
-        if source.is_file():
+        if (trial_dir / "trajectory.json").is_file():
             target = out_dir / "atif" / f"{trial_dir.name}.json"
-            write_bytes_atomic(target, source.read_bytes())
+            write_bytes_atomic(target, _atif_copy(trial_dir))
             written.append(target)
     return written
 
@@ -242,12 +279,14 @@ def export_job(
     *,
     successful_only: bool = False,
     advantage: AdvantageMethod = "mean",
+    integrity: IntegrityPolicy | str = IntegrityPolicy.ZERO,
 ) -> list[Path]:
     """Export a job directory: `rl` -> rl.jsonl, `parquet` -> rl.parquet, `sft` -> sft.jsonl, `atif` -> atif/,
     `sequences` -> sequences.jsonl (one row per training sequence), `openenv` -> openenv.jsonl (one OpenEnv
     `TrainingTrace` per sample).
 
-    Returns the files written. Raises ExportError for a directory that is not a job.
+    Rewards and advantages follow the `integrity` policy (zero | screen | flag). Returns the files written.
+    Raises ExportError for a directory that is not a job.
     """
     job_dir, out_dir = Path(job_dir), Path(out_dir)
     if fmt not in EXPORT_FORMATS:
@@ -260,7 +299,7 @@ def export_job(
         raise ExportError(f"cannot create the output directory {out_dir}: {exc.strerror or exc}") from None
     if fmt == "atif":
         return _write_atif(job_dir, out_dir)
-    groups = load_job_groups(job_dir, advantage)
+    groups = load_job_groups(job_dir, advantage, integrity)
     if fmt == "sft":
         return [_write_jsonl(out_dir / "sft.jsonl", sft_rows(groups, successful_only=successful_only))]
     if fmt in ("sequences", "openenv"):
@@ -274,7 +313,11 @@ def export_job(
     return [_write_parquet(out_dir / "rl.parquet", rows)]
 
 
-def to_hf_dataset(job_dir: Path | str, advantage: AdvantageMethod = "mean") -> Any:
+def to_hf_dataset(
+    job_dir: Path | str,
+    advantage: AdvantageMethod = "mean",
+    integrity: IntegrityPolicy | str = IntegrityPolicy.ZERO,
+) -> Any:
     """The job's RL rows as a `datasets.Dataset` (same columns and types as the Parquet export)."""
     datasets = _require("datasets")
-    return datasets.Dataset(rl_table(rl_rows(load_job_groups(job_dir, advantage))))
+    return datasets.Dataset(rl_table(rl_rows(load_job_groups(job_dir, advantage, integrity))))

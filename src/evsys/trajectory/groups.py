@@ -10,7 +10,13 @@ data stays in `trajectory`.
 
 Errored trials stay in their group (never dropped silently): `error` names the cause and message, their reward
 is 0, and they take no part in the advantage baseline (their advantage is 0). `n_errors` and
-`errors_by_cause` count them.
+`errors_by_cause` count them. A failure the agent caused itself (`agent_exhausted_resources`) is the
+exception: it counts as a wrong answer (reward 0, in the baseline, the advantage of a 0).
+
+Each sample carries its trial's integrity findings (`integrity`) and the group's integrity policy decides its
+reward (evsys.trajectory.integrity): `zero` makes a sample with findings a 0, `screen` marks it `screened`
+and leaves it out of the baseline (advantage 0), `flag` only records. `n_with_findings` and `n_screened`
+count them.
 """
 
 from __future__ import annotations
@@ -20,8 +26,17 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from evsys.records import FailureCause, StepMetrics, Trajectory, TrialResult, Usage
+from evsys.records import (
+    FailureCause,
+    IntegrityFinding,
+    IntegrityPolicy,
+    StepMetrics,
+    Trajectory,
+    TrialResult,
+    Usage,
+)
 from evsys.trajectory.advantages import AdvantageMethod, compute_advantages
+from evsys.trajectory.integrity import counts_as_wrong_answer, judged_reward
 
 
 class RolloutError(BaseModel):
@@ -63,6 +78,17 @@ class RolloutTrajectory(BaseModel):
     rewards: dict[str, float] = Field(default_factory=dict)
     advantage: float = 0.0
     error: RolloutError | None = None
+    integrity: list[IntegrityFinding] = Field(
+        default_factory=list, description="The trial's integrity findings (empty for an honest trial)."
+    )
+    zeroed: bool = Field(
+        False,
+        description="Scored as a wrong answer (reward 0, in the baseline): its findings under "
+        "integrity='zero', or a failure the agent caused itself.",
+    )
+    screened: bool = Field(
+        False, description="Left out of its group's baseline for its findings (integrity='screen')."
+    )
     usage: Usage = Field(default_factory=Usage)
     trajectory: Trajectory | None = Field(None, description="The full ATIF trajectory (per-turn tokens).")
 
@@ -70,6 +96,14 @@ class RolloutTrajectory(BaseModel):
     def ok(self) -> bool:
         """True when the rollout finished without an error."""
         return self.error is None
+
+    @property
+    def in_baseline(self) -> bool:
+        """True when the sample takes part in its group's advantages: not screened, and without an error or
+        scored as a wrong answer (`zeroed`, or an error the agent caused itself)."""
+        if self.screened:
+            return False
+        return self.error is None or self.zeroed or counts_as_wrong_answer(self.error.cause)
 
 
 class TrajectoryGroup(BaseModel):
@@ -83,6 +117,8 @@ class TrajectoryGroup(BaseModel):
     zero_variance: bool = Field(True, description="The scored samples' rewards are all equal (or < 2).")
     n_errors: int = 0
     errors_by_cause: dict[str, int] = Field(default_factory=dict)
+    n_with_findings: int = Field(0, description="Samples with at least one integrity finding.")
+    n_screened: int = Field(0, description="Samples left out of the baseline for their findings.")
 
     @property
     def rewards(self) -> list[float]:
@@ -95,8 +131,9 @@ class TrajectoryGroup(BaseModel):
         return [t.advantage for t in self.trajectories]
 
     def finalize(self, method: AdvantageMethod = "mean") -> TrajectoryGroup:
-        """Compute advantages over the samples without an error and count the errors; returns self."""
-        scored = [t for t in self.trajectories if t.ok]
+        """Compute advantages over the samples in the baseline (`in_baseline`), count errors, findings and
+        screened samples; returns self."""
+        scored = [t for t in self.trajectories if t.in_baseline]
         advantages = compute_advantages([t.reward for t in scored], method)
         for sample in self.trajectories:
             sample.advantage = 0.0
@@ -107,7 +144,19 @@ class TrajectoryGroup(BaseModel):
         causes = Counter(t.error.cause for t in self.trajectories if t.error is not None)
         self.n_errors = sum(causes.values())
         self.errors_by_cause = dict(sorted(causes.items()))
+        self.n_with_findings = sum(1 for t in self.trajectories if t.integrity)
+        self.n_screened = sum(1 for t in self.trajectories if t.screened)
         return self
+
+
+def integrity_columns(sample: RolloutTrajectory) -> dict[str, Any]:
+    """The integrity fields every export row of `sample` carries: `integrity` (a list of {kind, evidence,
+    source}), `integrity_kinds` (the distinct kinds, sorted) and `screened`."""
+    return {
+        "integrity": [finding.model_dump(mode="json") for finding in sample.integrity],
+        "integrity_kinds": sorted({finding.kind.value for finding in sample.integrity}),
+        "screened": sample.screened,
+    }
 
 
 def _agent_turns(trajectory: Trajectory) -> list[Any]:
@@ -172,9 +221,16 @@ def last_agent_message(trajectory: Trajectory | None) -> str:
     return ""
 
 
-def rollout_from_trial(result: TrialResult, trajectory: Trajectory | None, task_id: str) -> RolloutTrajectory:
-    """A `RolloutTrajectory` from a trial's `TrialResult` and its trajectory (None when it is missing)."""
+def rollout_from_trial(
+    result: TrialResult,
+    trajectory: Trajectory | None,
+    task_id: str,
+    integrity: IntegrityPolicy | str = IntegrityPolicy.ZERO,
+) -> RolloutTrajectory:
+    """A `RolloutTrajectory` from a trial's `TrialResult` and its trajectory (None when it is missing), its
+    reward decided by the `integrity` policy."""
     tokens = flatten_tokens(trajectory)
+    judged = judged_reward(result, integrity)
     error = None
     if result.failure is not None:
         error = RolloutError(cause=result.failure.cause, message=result.failure.message)
@@ -189,9 +245,12 @@ def rollout_from_trial(result: TrialResult, trajectory: Trajectory | None, task_
         logprobs=tokens.logprobs,
         prefix_break=tokens.prefix_break,
         weights_version=sampling_version(trajectory),
-        reward=result.reward if error is None and result.reward is not None else 0.0,
-        rewards=dict(result.rewards or {}) if error is None else {},
+        reward=(judged.reward or 0.0) if error is None or judged.zeroed else 0.0,
+        rewards=judged.rewards if error is None or judged.zeroed else {},
         error=error,
+        integrity=list(result.integrity),
+        zeroed=judged.zeroed,
+        screened=judged.screened,
         usage=result.usage,
         trajectory=trajectory,
     )

@@ -7,7 +7,8 @@ policy weights version that sampled each) and the break that opened it. `openenv
 `completion_token_ids`, `per_token_logps` and a `loss_mask` over prompt + completion whose prompt part is 0);
 the graph's links, the call's weights version, the sample's reward and the sequences a call belongs to travel
 in each turn's `metadata`. Errored samples are exported like the others with their `error` set (nothing
-disappears silently)."""
+disappears silently). Every row and every turn's `metadata` carries the sample's integrity findings
+(`integrity`, `integrity_kinds`, `screened`; evsys.trajectory.groups.integrity_columns)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from typing import Any
 
 from evsys.records import Step, Trajectory
 from evsys.trajectory.graph import CallNode, CaptureGraph, capture_graph
-from evsys.trajectory.groups import RolloutTrajectory, TrajectoryGroup
+from evsys.trajectory.groups import RolloutTrajectory, TrajectoryGroup, integrity_columns
 
 SEQUENCE_COLUMNS = (
     "group_id",
@@ -36,6 +37,9 @@ SEQUENCE_COLUMNS = (
     "reward",
     "advantage",
     "error",
+    "integrity",
+    "integrity_kinds",
+    "screened",
 )
 OPENENV_SCHEMA_VERSION = 1
 
@@ -76,6 +80,7 @@ def sequence_rows(groups: Iterable[TrajectoryGroup]) -> list[dict[str, Any]]:
                         "reward": sample.reward,
                         "advantage": sample.advantage,
                         "error": _error(sample),
+                        **integrity_columns(sample),
                     }
                 )
     return rows
@@ -157,6 +162,7 @@ def openenv_traces(groups: Iterable[TrajectoryGroup]) -> list[dict[str, Any]]:
                 "reward": sample.reward,
                 "advantage": sample.advantage,
                 "error": _error(sample),
+                **integrity_columns(sample),
             }
             trace = openenv_trace(sample.trajectory, metadata)
             if trace is not None:

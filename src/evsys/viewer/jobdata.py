@@ -14,7 +14,7 @@ from typing import Literal, TypeVar
 from pydantic import BaseModel, Field, ValidationError
 
 from evsys.engine.config import JobConfig
-from evsys.engine.metrics import compute_metrics, mean_pass_at_k
+from evsys.engine.metrics import compute_metrics, mean_pass_at_k, with_findings
 from evsys.records import FailureCause, GroupMetrics, JobResult, TrialResult
 from evsys.viewer.files import SafeDir, UnsafePathError, check_name
 
@@ -88,6 +88,7 @@ class LoadedJob(BaseModel):
             n_done=len(self.trials),
             n_errors=self.n_errors,
             n_cancelled=len(self.trials) - len(scored),
+            n_with_findings=with_findings(self.trials),
             mean_reward=_mean([t.reward or 0.0 for t in scored]),
             metrics=self.metrics,
             trials=self.trials,

@@ -165,3 +165,37 @@ def test_a_loop_owning_harness_session_returns_the_proxys_tokens(tmp_path: Path)
     assert [(t.node_id, t.completion_token_ids) for t in back.turns] == [
         (t.node_id, t.completion_token_ids) for t in trace.turns
     ]
+
+
+def test_verify_gives_the_reward_under_the_integrity_policy(tmp_path: Path) -> None:
+    """A task whose verifier scores 1.0 but saw a forgery (a finding): `verify()` zeroes it by default,
+    leaves it out (None) under `screen`, and reports the findings either way."""
+    from evsys.records import IntegrityFinding
+    from evsys.rollouts import save_tasks
+    from evsys.task.python import VerifiedTask
+    from evsys.verify.base import VerifierResult
+    from evsys.verify.functions import register_verifier, unregister_verifier
+
+    forged = IntegrityFinding(kind="run_void", evidence="the runner exited early", source="repo")
+    register_verifier(
+        "openenv-forged", lambda completion: VerifierResult(rewards={"reward": 1.0}, integrity=[forged])
+    )
+    dataset = save_tasks(
+        [VerifiedTask(id="forged", prompt="6*7?", verifier="openenv-forged")], tmp_path / "t"
+    )
+    got = {}
+    try:
+        for policy in ("zero", "screen"):
+            factory = EvsysSessionFactory(dataset, jobs_dir=tmp_path, job_name=policy, integrity=policy)
+            try:
+                session = factory.create("forged")
+                submitted = session.call_tool("submit", {"message": "42"})
+                verify = session.verify([])
+            finally:
+                factory.close()
+            assert submitted.done and submitted.metadata["reward"] == verify.env_reward  # one reward
+            got[policy] = (verify.env_reward, verify.metrics["screened"], verify.metrics["integrity"])
+    finally:
+        unregister_verifier("openenv-forged")
+    finding = forged.model_dump(mode="json")
+    assert got == {"zero": (0.0, False, [finding]), "screen": (None, True, [finding])}

@@ -31,7 +31,7 @@ from evsys.engine.episodes.protocol import (
     ServedState,
     ServeError,
 )
-from evsys.engine.metrics import compute_metrics
+from evsys.engine.metrics import compute_metrics, with_findings
 from evsys.engine.store import JobStore
 from evsys.model.base import ModelClient, close_model_client
 from evsys.records import JobResult, TrialResult, utc_now
@@ -278,6 +278,7 @@ class ServeService:
             n_done=len(trials),
             n_errors=sum(1 for t in trials if t.failure is not None),
             n_cancelled=0,
+            n_with_findings=with_findings(trials),
             mean_reward=sum(rewards) / len(rewards) if rewards else 0.0,
             wall_time_sec=time.perf_counter() - self._t0,
             metrics=compute_metrics(trials, 1),

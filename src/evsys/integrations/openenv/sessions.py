@@ -7,7 +7,8 @@ or a row with a `task` field), else of the task at `seed`, and returns:
 - an `EvsysSession` (the trainer or OpenEnv's harness adapter samples): `initial_messages()` is the task's
   instruction, `list_tools()` the loop agent's tools (`bash`, `read_file`, `write_file`, `str_replace`,
   `submit`), `call_tool()` runs one in the trial's sandbox, `verify()` ends the episode and runs the task's
-  verifier chain (its reward is `env_reward`), `close()` releases the sandbox;
+  verifier chain (its reward, under the runner's integrity policy, is `env_reward`; the findings are in
+  `metrics["integrity"]`), `close()` releases the sandbox;
 - with `harness=` (and `model=`), an `EvsysHarnessSession`, OpenEnv's `TrainableSession` for a harness that
   owns its loop: `wait_for_completion()` gives the harness the instruction and lets it work to the end of its
   turn, `fetch_training_trace()` returns the recording proxy's model calls (engine token ids, logprobs, loss
@@ -62,12 +63,13 @@ class EvsysSession(ResourceSession):
 
     def call_tool(self, name: str, arguments: dict[str, Any]) -> ToolResult:
         """Run one tool in the episode's sandbox; `submit` (or the step limit) ends the episode and carries
-        the verifier's reward in `metadata["reward"]`. Unknown tools raise `KeyError`, as OpenEnv expects."""
+        its reward in `metadata["reward"]` (under the integrity policy, as `verify()` gives it). Unknown tools
+        raise `KeyError`, as OpenEnv expects."""
         if name in RESERVED_TOOL_NAMES or name not in {t.name for t in TOOLS}:
             raise KeyError(f"Unknown tool: {name}")
         if not self.client.running:
             return ToolResult(done=True, error="the episode is over")
-        observation, reward, done = self.client.tool(name, dict(arguments))
+        observation, _, done = self.client.tool(name, dict(arguments))
         if observation.error is not None:
             return ToolResult(
                 error=observation.error.message, metadata={"error_type": observation.error.error_type}
@@ -78,18 +80,25 @@ class EvsysSession(ResourceSession):
             "is_error": result.get("is_error"),
         }
         if done:
-            metadata["reward"] = reward
+            metadata["reward"] = self.client.judged().baseline_reward
         return ToolResult(data=str(result.get("data", "")), done=done, metadata=metadata)
 
     def verify(self, transcript: list[Message], final_state: Any | None = None) -> VerifyResult:
-        """End the episode (if still running) and run the task's verifier chain: its reward (None when the
-        trial ended before its verifier scored it), per-key rewards, the failure, the trial's name and
-        directory."""
+        """End the episode (if still running) and run the task's verifier chain: its reward under the
+        runner's integrity policy (None when the trial ended before its verifier scored it, or was screened;
+        0 for a failure the agent caused itself), per-key rewards, the failure, the integrity
+        findings, the trial's name and directory."""
         result = self.client.finish()
+        judged = self.client.judged()
         return VerifyResult(
-            env_reward=result.reward,  # None: the trial ended before its verifier scored it
+            env_reward=judged.baseline_reward,
             done=True,
-            metrics={"rewards": dict(result.rewards or {}), "failure": _failure(result)},
+            metrics={
+                "rewards": judged.rewards,
+                "failure": _failure(result),
+                "integrity": [f.model_dump(mode="json") for f in result.integrity],
+                "screened": judged.screened,
+            },
             artifacts={
                 "trial_name": result.trial_name,
                 "trial_dir": str(self.client.runner.job_dir / result.trial_name),

@@ -9,7 +9,10 @@ env is the cookbook's own tool-use env (`build_agent_tool_env`): `initial_observ
 prompt, the tools and the task's instruction with the cookbook renderer; `step(action tokens)` parses the tool
 calls, runs them in the episode's sandbox and renders the next observation. The episode ends on a final answer
 (a turn without tool calls: it is submitted as the answer), on `submit`, or at `max_turns`; its reward, at the
-end, is the trial's reward from the task's verifiers (each named reward also in the step's metrics).
+end, is the trial's reward from the task's verifiers (each named reward also in the step's metrics) under the
+dataset's integrity policy: `integrity="zero"` (the default) makes a trial with integrity findings a 0,
+`"flag"` only counts them (`evsys/integrity_findings`). The cookbook computes its group's advantages itself
+with no way to leave one sample out, so `"screen"` is refused here.
 
 `cleanup()` (which the cookbook's `do_group_rollout` always calls, also on error or cancel) ends any episode
 still running — the trial still verifies and records it — and waits until every sandbox is released; the
@@ -60,10 +63,11 @@ from evsys.engine.episodes import (
 )
 from evsys.engine.episodes.catalog import SERVED_AGENT
 from evsys.engine.episodes.protocol import CallToolAction
-from evsys.records import TrialResult
+from evsys.records import IntegrityPolicy, TrialResult
 from evsys.repo.rows import RepoTask
 from evsys.rollouts import prepare_tasks, save_tasks
 from evsys.task.python import PromptTask, VerifiedTask
+from evsys.trajectory.integrity import integrity_policy, judged_reward
 from evsys.util.atomic import write_text_atomic
 
 Tasks = Path | str | Sequence[VerifiedTask | PromptTask | RepoTask]
@@ -125,10 +129,12 @@ async def trial_result(episode: Episode[Any]) -> TrialResult | None:
 
 class EpisodeReward:
     """The cookbook env's `reward_fn`: ends the episode (a final answer is submitted as the answer) and
-    returns the trial's reward from the task's verifier chain, each named reward as a metric."""
+    returns the trial's reward from the task's verifier chain under the `integrity` policy, each named
+    reward as a metric."""
 
-    def __init__(self, episode: Episode[Any]) -> None:
+    def __init__(self, episode: Episode[Any], integrity: IntegrityPolicy = IntegrityPolicy.ZERO) -> None:
         self.episode = episode
+        self.integrity = integrity
         self.graded = False
 
     async def __call__(self, history: list[Message]) -> tuple[float, dict[str, float]]:
@@ -142,10 +148,13 @@ class EpisodeReward:
         result = await trial_result(self.episode)
         if result is None:
             return 0.0, {"evsys/failed": 1.0}
-        metrics = {f"evsys/{key}": float(value) for key, value in (result.rewards or {}).items()}
+        judged = judged_reward(result, self.integrity)
+        metrics = {f"evsys/{key}": float(value) for key, value in judged.rewards.items()}
         if result.failure is not None:
             metrics["evsys/failed"] = 1.0
-        return float(result.reward or 0.0), metrics
+        if result.integrity:
+            metrics["evsys/integrity_findings"] = float(len(result.integrity))
+        return judged.reward or 0.0, metrics
 
 
 class EvsysEnvGroupBuilder(EnvGroupBuilder):
@@ -188,7 +197,7 @@ class EvsysEnvGroupBuilder(EnvGroupBuilder):
             tools=[t.to_spec() for t in tools], system_prompt=system_prompt
         )
         messages: list[Message] = [*prefix, {"role": "user", "content": self.task.task.instruction}]
-        grader = EpisodeReward(episode)
+        grader = EpisodeReward(episode, self.dataset.integrity)
         env = build_agent_tool_env(
             renderer=renderer,
             tools=tools,
@@ -234,7 +243,9 @@ class EvsysRLDataset(RLDataset):
         max_turns: int,
         max_trajectory_tokens: int | None = None,
         system_prompt: str = DEFAULT_SYSTEM_PROMPT,
+        integrity: IntegrityPolicy | str = IntegrityPolicy.ZERO,
     ) -> None:
+        self.integrity = cookbook_policy(integrity)
         self.service = service
         self.model_name = model_name
         self.renderer_name = renderer_name
@@ -261,9 +272,12 @@ class EvsysRLDataset(RLDataset):
         job_name: str | None = None,
         sandbox: str = "local",
         limits: EpisodeLimits | None = None,
+        integrity: IntegrityPolicy | str = IntegrityPolicy.ZERO,
     ) -> EvsysRLDataset:
         """Plan `tasks` as the job `<jobs_dir>/<job_name>` (episodes run on the `sandbox` backend within
-        `limits`); `model_name` and `renderer_name` choose the cookbook tokenizer and renderer."""
+        `limits`); `model_name` and `renderer_name` choose the cookbook tokenizer and renderer; `integrity`
+        is "zero" or "flag" (see the module docstring)."""
+        policy = cookbook_policy(integrity)  # refused before any sandbox starts
         job = JobConfig(
             datasets=[Path(".")],  # plan_catalog sets the dataset the tasks are (or are saved as)
             agents=[AgentSpec(name=SERVED_AGENT)],
@@ -286,6 +300,7 @@ class EvsysRLDataset(RLDataset):
             max_turns=max_turns,
             max_trajectory_tokens=max_trajectory_tokens,
             system_prompt=system_prompt,
+            integrity=policy,
         )
 
     def renderer(self) -> Renderer:
@@ -314,6 +329,17 @@ class EvsysRLDataset(RLDataset):
         self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
     ) -> None:
         await self.close()
+
+
+def cookbook_policy(integrity: IntegrityPolicy | str) -> IntegrityPolicy:
+    """`integrity` as a policy the cookbook can apply: "zero" or "flag" ("screen" is refused, see above)."""
+    policy = integrity_policy(integrity)
+    if policy == IntegrityPolicy.SCREEN:
+        raise ValueError(
+            "integrity='screen' needs a trainer that leaves one sample out of its group's advantages; the "
+            "cookbook computes them itself: use 'zero' or 'flag'"
+        )
+    return policy
 
 
 def plan_catalog(tasks: Tasks, job: JobConfig) -> TaskCatalog:
@@ -354,6 +380,7 @@ class EvsysDatasetBuilder(RLDatasetBuilder):
     jobs_dir: str = "jobs"
     job_name: str | None = None
     sandbox: str = "local"
+    integrity: str = "zero"
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
         """The training dataset (no separate test set)."""
@@ -368,5 +395,6 @@ class EvsysDatasetBuilder(RLDatasetBuilder):
             jobs_dir=self.jobs_dir,
             job_name=self.job_name,
             sandbox=self.sandbox,
+            integrity=self.integrity,
         )
         return dataset, None

@@ -8,7 +8,9 @@ TRL creates environment instances with a zero-argument factory, calls `reset(**r
 directory, a directory of tasks, Python tasks or repository rows) and returns its instruction; the tools are
 the loop agent's (`bash`, `read_file`, `write_file`, `str_replace`), run in the episode's sandbox as the
 task's agent user; `get_reward` ends the episode, runs the task's verifier chain (the trial's own verifier
-path) and returns its reward. Every episode is recorded as a trial under the runner's job directory.
+path) and returns its reward under the runner's integrity policy (`EnvironmentFactory(...,
+integrity="zero" | "screen" | "flag")`). Every episode is recorded as a trial under the runner's job
+directory.
 """
 
 from __future__ import annotations
@@ -81,13 +83,14 @@ class EvsysEnvironment:
         return self._call("str_replace", {"path": path, "old_str": old_str, "new_str": new_str})
 
     def get_reward(self) -> float | None:
-        """End the episode, run the task's verifier chain and return its reward; None when the trial gave
-        none (it failed before its verifier could score it: TRL leaves it out of the group's baseline rather
-        than punish it). The sandbox is released either way."""
+        """End the episode, run the task's verifier chain and return its reward under the runner's integrity
+        policy; None when the trial failed before its verifier could score it, or was screened for its
+        integrity findings (TRL leaves it out of the group's baseline). A failure the agent caused
+        itself (`agent_exhausted_resources`) is 0, a wrong answer. The sandbox is released either way."""
         if self._client is None:
             return None
         self.result = self._client.finish()
-        return None if self.result.reward is None else float(self.result.reward)
+        return self._client.judged().baseline_reward
 
 
 class EnvironmentFactory:

@@ -10,6 +10,8 @@ model evsys reaches: `local:<dir>`, an `evsys model serve` or vLLM URL, a model 
 evsys's recorded tokens: the first turn's prompt ids, every later turn's new context and completion as the
 completion (`env_mask` 0 on tool output and other context), the sampling logprobs, the verifier's reward as
 `evsys_reward` (score it with the `evsys_reward` reward function) and the trial's name as `evsys_trial`.
+`integrity="zero" | "screen" | "flag"` goes to `run_rollouts`: a zeroed trial's `evsys_reward` is 0, a
+screened one's None (TRL leaves it out of its group's baseline) with `env_mask` 0, so it is not trained on.
 Every batch is an evsys job under `jobs_dir`, ready for `evsys view` and `evsys export`.
 
 TRL trains its own copy of the weights; to keep sampling on-policy, `sync_weights(trainer)` runs before every
@@ -33,6 +35,7 @@ from evsys.rollouts import prepare_tasks, run_rollouts
 from evsys.task.models import Task
 from evsys.task.python import VerifiedTask
 from evsys.trajectory.groups import RolloutTrajectory, TrajectoryGroup
+from evsys.trajectory.integrity import integrity_policy
 
 TaskItem = VerifiedTask | RepoTask | Mapping[str, Any]
 RolloutItem = VerifiedTask | RepoTask | Task
@@ -76,6 +79,7 @@ class EvsysRolloutFunc:
     ) -> None:
         if "model" not in options:
             raise ValueError("pass model=...: a model evsys can reach (e.g. 'local:/path/to/hf-dir')")
+        integrity_policy(options.get("integrity", "zero"))  # a wrong value fails here, not mid-training
         self.options = options
         self.sync_weights = sync_weights
         self.items: dict[str, RolloutItem] = {}
@@ -175,18 +179,18 @@ def _tasks(tasks: Sequence[TaskItem] | str | Path) -> list[RolloutItem]:
 
 
 def _append(out: dict[str, list[Any]], rollout: RolloutTrajectory, prompt: str, tokenizer: Any) -> None:
-    """One rollout's fields; a rollout without tokens (its trial failed) becomes one untrained EOS token
-    with no reward, which TRL leaves out of the group's baseline."""
-    if rollout.error is None and rollout.completion_token_ids:
+    """One rollout's fields. A rollout outside its group's baseline (its trial failed with an error, or was
+    screened for integrity findings) or without tokens becomes one untrained EOS token; its reward is None
+    outside the baseline (TRL leaves it out), else its reward (a failure the agent caused itself is a 0)."""
+    if rollout.in_baseline and rollout.completion_token_ids:
         out["prompt_ids"].append(list(rollout.prompt_token_ids))
         out["completion_ids"].append(list(rollout.completion_token_ids))
         out["logprobs"].append(list(rollout.logprobs))
         out["env_mask"].append(list(rollout.loss_mask))
-        out["evsys_reward"].append(rollout.reward)
     else:
         out["prompt_ids"].append(list(rollout.prompt_token_ids) or tokenizer.encode(prompt))
         out["completion_ids"].append([tokenizer.eos_token_id])
         out["logprobs"].append([0.0])
         out["env_mask"].append([0])
-        out["evsys_reward"].append(None)
+    out["evsys_reward"].append(rollout.reward if rollout.in_baseline else None)
     out["evsys_trial"].append(rollout.trial_name)

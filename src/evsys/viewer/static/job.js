@@ -12,6 +12,7 @@ function summaryTable(groups) {
     { label: "dataset", get: (g) => g.dataset },
     { label: "trials", cls: "num", get: (g) => String(g.n_trials), sort: (g) => g.n_trials },
     { label: "errors", get: (g) => Object.entries(g.errors_by_cause).map(([c, n]) => `${c} ${n}`).join(", ") || "0", sort: (g) => g.n_errors },
+    { label: "findings", get: (g) => (g.n_with_findings ? `${g.n_with_findings} (${Object.entries(g.findings_by_kind).map(([k, n]) => `${k} ${n}`).join(", ")})` : "0"), sort: (g) => g.n_with_findings },
     { label: "mean reward", cls: "num", get: (g) => fmt(g.mean_reward), sort: (g) => g.mean_reward },
     { label: "per key", get: (g) => Object.entries(g.reward_means).filter(([k]) => k !== "reward").map(([k, v]) => `${k} ${fmt(v)}`).join(", ") || "–" },
     { label: "pass@k", get: (g) => Object.entries(g.pass_at_k || {}).map(([k, v]) => `@${k} ${fmt(v)}`).join(", ") || "–" },
@@ -83,6 +84,7 @@ function trialsSection(job) {
     { label: "cause", get: (t) => (t.failure ? h("span", { class: "badge bad" }, t.failure.cause) : h("span", { class: "badge ok" }, "ok")), sort: (t) => (t.failure ? t.failure.cause : "") },
     { label: "message", cls: "msg", get: (t) => (t.failure ? t.failure.message.split("\n")[0] : "") },
     { label: "total", cls: "num", get: (t) => secs(t.timing.total), sort: (t) => t.timing.total ?? -1 },
+    { label: "findings", get: (t) => ((t.integrity || []).length ? h("span", { class: "badge bad", title: t.integrity.map((x) => `${x.kind}: ${x.evidence}`).join("\n") }, [...new Set(t.integrity.map((x) => x.kind))].join(", ")) : ""), sort: (t) => (t.integrity || []).length },
   ];
   const draw = () => {
     const shown = applyFilters(job.trials, f);

@@ -16,10 +16,25 @@ function outcome(r) {
       h("dt", {}, "attempt"), h("dd", {}, String(r.attempt)),
       h("dt", {}, "rewards"), h("dd", {}, keys || "–"),
       h("dt", {}, "outcome"), h("dd", {}, r.failure ? h("span", { class: "badge bad", id: "cause" }, r.failure.cause) : h("span", { class: "badge ok" }, "ok")),
+      h("dt", {}, "integrity"), h("dd", {}, (r.integrity || []).length ? h("a", { class: "badge bad", href: "#integrity", onclick: (e) => {
+        e.preventDefault();
+        document.getElementById("integrity")?.scrollIntoView();
+      } }, `${r.integrity.length} finding(s)`) : h("span", { class: "badge ok" }, "no findings")),
       h("dt", {}, "tokens in/out"), h("dd", {}, `${r.usage.prompt_tokens}/${r.usage.completion_tokens}`),
       h("dt", {}, "started"), h("dd", {}, when(r.started_at)),
       h("dt", {}, "sandbox"), h("dd", {}, `${r.sandbox_name || "–"}${r.sandbox_reused ? " (reset, reused)" : ""}`)),
     r.failure ? pre(r.failure.message, "failure") : null);
+}
+
+// What the trial tried against its grader: one row per finding (kind, evidence, the part of evsys that saw it).
+function findings(r) {
+  if (!r || !(r.integrity || []).length) return null;
+  return section(`integrity findings (${r.integrity.length})`,
+    h("p", { class: "muted" }, "what the trial tried against its grader; a trainer zeroes, screens or only flags such samples (docs/security.md)"),
+    h("table", { id: "integrity" },
+      h("thead", {}, h("tr", {}, ["kind", "evidence", "seen by"].map((c) => h("th", {}, c)))),
+      h("tbody", {}, r.integrity.map((f) => h("tr", { class: "finding" },
+        h("td", {}, h("span", { class: "badge bad" }, f.kind)), h("td", {}, pre(f.evidence, "evidence")), h("td", {}, f.source || "–"))))));
 }
 
 function timing(r) {
@@ -155,6 +170,7 @@ export async function trialPage(job, name) {
     h("h1", {}, trial.name),
     trial.problems.length ? h("ul", { class: "error" }, trial.problems.map((p) => h("li", {}, p))) : null,
     section("outcome", outcome(r)),
+    findings(r),
     trial.exception ? section("exception.txt", pre(trial.exception.text, "traceback")) : null,
     r && r.retries.length ? section("earlier tries", r.retries.map((f) => pre(`${f.at} ${f.cause}: ${f.message}`))) : null,
     r && r.warnings.length ? section("warnings", h("ul", {}, r.warnings.map((w) => h("li", {}, w)))) : null,
