@@ -33,6 +33,7 @@ from evsys.sandbox.local.commands import USERS, LocalCommandsMixin
 from evsys.sandbox.local.doctor import missing_requirement_once
 from evsys.sandbox.local.files import LocalFilesMixin
 from evsys.sandbox.local.mounts import ChildSetup
+from evsys.sandbox.local.pid1 import Pid1State
 from evsys.sandbox.local.reset import ResetTarget, close_target, daemon_pid, run_reset_helper
 from evsys.sandbox.local.seccomp import seccomp_fd
 from evsys.sandbox.local.slirp import SlirpNetwork, slirp_binary
@@ -78,6 +79,7 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
         self._network: SlirpNetwork | None = None
         self._allowed: dict[str, list[str]] = {}
         self._daemon: int | None = None
+        self._pid1: Pid1State | None = None  # the daemon's inherited state as started, put back by reset()
         self._uid: uids.AgentUid | None = None
         self._pod_owner: int | None = None  # this sandbox's daemon pid when its namespace is its pod's
 
@@ -217,6 +219,7 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
             raise SandboxError(
                 f"sandbox {spec.name} failed to start: {detail or type(exc).__name__}"
             ) from None
+        self._pid1 = Pid1State.read(self._daemon_pid())  # before any command could change it
         if joined is not None:  # the pod's namespace: its owner set it up
             return
         if spec.network != "no-network":
@@ -254,8 +257,9 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
         return ""
 
     async def reset(self) -> None:
-        """Return the running sandbox to its just-started state: every process killed, a fresh root (the
-        cached layers and a new upper layer), fresh /tmp and /dev, an empty IPC namespace. Refused
+        """Return the running sandbox to its just-started state: every process killed, the daemon's inherited
+        state put back (pid1.py), a fresh root (the cached layers and a new upper layer), fresh /tmp, /dev and
+        /dev/pts, an empty IPC namespace. Refused
         (SandboxError) when TCP sockets linger in its network namespace, or for public networking; after any
         error the sandbox is no longer usable: stop() it."""
         client = self._running_client()
@@ -266,8 +270,8 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
             killed = await client.request({"op": "kill"})
             if killed.header.get("left"):
                 raise SandboxError(f"{killed.header['left']} processes survived SIGKILL")
-            target = self._target()
-            await run_reset_helper(target)
+            assert self._pid1 is not None
+            await run_reset_helper(self._target(), self._pid1)
         except SandboxError as exc:
             self._state = "broken"
             raise SandboxError(f"sandbox {self.spec.name}: {exc}") from None
