@@ -21,7 +21,8 @@ from evsys.sandbox.base import SandboxError
 RLIMIT_NAMES = {
     getattr(resource, n): n for n in sorted(dir(resource), reverse=True) if n.startswith("RLIMIT_")
 }
-PROC_FILES = ("oom_score_adj", "coredump_filter")
+# /proc/<pid>/ entry -> how the value it shows is written back (coredump_filter shows hex without 0x)
+PROC_FILES = {"oom_score_adj": "{}", "coredump_filter": "0x{}"}
 _AUTOGROUP_NICE = re.compile(r"nice (-?\d+)")
 
 
@@ -37,7 +38,10 @@ class Pid1State:
         """The state of host process `pid` now (SandboxError if it is gone)."""
         try:
             limits = tuple((res, *resource.prlimit(pid, res)) for res in sorted(RLIMIT_NAMES))
-            files = [(name, Path(f"/proc/{pid}/{name}").read_text().strip()) for name in PROC_FILES]
+            files = [
+                (name, form.format(Path(f"/proc/{pid}/{name}").read_text().strip()))
+                for name, form in PROC_FILES.items()
+            ]
             autogroup = Path(f"/proc/{pid}/autogroup")
             if autogroup.exists():  # only with CONFIG_SCHED_AUTOGROUP
                 found = _AUTOGROUP_NICE.search(autogroup.read_text())
