@@ -10,6 +10,7 @@ CAP_SYS_NICE or pid 1's capabilities, which commands never hold.
 
 from __future__ import annotations
 
+import os
 import re
 import resource
 from dataclasses import dataclass
@@ -38,17 +39,14 @@ class Pid1State:
         """The state of host process `pid` now (SandboxError if it is gone)."""
         try:
             limits = tuple((res, *resource.prlimit(pid, res)) for res in sorted(RLIMIT_NAMES))
-            files = [
-                (name, form.format(Path(f"/proc/{pid}/{name}").read_text().strip()))
-                for name, form in PROC_FILES.items()
-            ]
-            autogroup = Path(f"/proc/{pid}/autogroup")
-            if autogroup.exists():  # only with CONFIG_SCHED_AUTOGROUP
-                found = _AUTOGROUP_NICE.search(autogroup.read_text())
-                files += [("autogroup", found.group(1))] if found else []
+            files = [(name, form.format(_read(pid, name).strip())) for name, form in PROC_FILES.items()]
+            try:  # only with CONFIG_SCHED_AUTOGROUP
+                found = _AUTOGROUP_NICE.search(_read(pid, "autogroup"))
+            except FileNotFoundError:
+                found = None
         except (OSError, ValueError) as exc:
             raise SandboxError(f"cannot read the state of the sandbox's daemon: {exc}") from None
-        return cls(limits=limits, files=tuple(files))
+        return cls(limits=limits, files=tuple(files + ([("autogroup", found.group(1))] if found else [])))
 
     def restore(self, pid: int) -> None:
         """Put back on host process `pid` whatever differs from this state; SandboxError naming what could not
@@ -69,3 +67,12 @@ class Pid1State:
                     failed.append(f"{name} ({exc.strerror})")
         if failed:
             raise SandboxError(f"cannot put back the daemon's {', '.join(failed)}, changed from inside")
+
+
+def _read(pid: int, name: str) -> str:
+    """/proc/<pid>/<name> (a plain read: a pathlib one costs five times as much, and a reset pays three)."""
+    fd = os.open(f"/proc/{pid}/{name}", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return os.read(fd, 4096).decode()
+    finally:
+        os.close(fd)
