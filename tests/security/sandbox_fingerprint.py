@@ -179,6 +179,12 @@ _UDP_HOLDER = (
     'python3 -c "import socket, time; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); '
     "s.bind(('127.0.0.1', 9999)); time.sleep(1000)\" </dev/null >/dev/null 2>&1 &"
 )
+# prlimit64 on pid 1 named with high bits set (the kernel reads a pid as 32 bits)
+_PRLIMIT_HIGH_PID = (
+    'python3 -c "import ctypes, os; libc = ctypes.CDLL(None, use_errno=True); '
+    "nr = {'x86_64': 302, 'aarch64': 261}[os.uname().machine]; new = (ctypes.c_uint64 * 2)(4096, 4096); "
+    "print('prlimit64 pid 1 + 2**32:', libc.syscall(nr, ctypes.c_ulong(2**32 + 1), 1, new, None))\""
+)
 # A hostile trial's root: it tries to change every part (each attempt's exit status is printed: `name: N`).
 # Refused today: pid 1's limits, nice, policy, affinity and io priority; the hostname; mounts.
 HOSTILE_ROOT = (
@@ -201,6 +207,8 @@ mkfifo /tmp/fifo; ln -s /etc/shadow /tmp/link
 ipcmk -M 4096 && ipcmk -Q && ipcmk -S 2; echo "sysv ipc: $?"
 setsid sleep 1001 </dev/null >/dev/null 2>&1 & nohup sleep 1002 </dev/null >/dev/null 2>&1 &
 """
+    + _PRLIMIT_HIGH_PID
+    + "\n"
     + _MQ_CREATE.format("/evsys-fp")
     + "\n"
     + _UDP_HOLDER

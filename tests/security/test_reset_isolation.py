@@ -188,6 +188,7 @@ async def test_after_a_hostile_trial_a_reset_sandbox_is_indistinguishable_from_a
     assert set(changed) == CHANGED_BY_HOSTILE, changed
     assert "oom_score_adj 1000" in changed["pid1"] and "autogroup nice 19" in changed["pid1"]
     assert "prlimit another: 0" in attempts and "prlimit pid 1: 1" in attempts
+    assert "prlimit64 pid 1 + 2**32: -1" in attempts
     assert set(PARTS) - CHANGED_BY_HOSTILE >= {"mounts", "names", "inherited", "agent"}
     sb = await handover.next(sb)
     assert differences(fresh, await fingerprint(sb)) == {}
