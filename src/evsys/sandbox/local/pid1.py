@@ -1,5 +1,6 @@
-"""What a local sandbox's pid 1 (its daemon) passes on to every process it starts, recorded when the sandbox
-starts and put back when it is reset, so the next trial inherits nothing of the last one through pid 1.
+"""What a local sandbox's pid 1 (its daemon) passes on to every process it starts, reported by the daemon
+when it starts (its `ready` frame) and put back when the sandbox is reset, so the next trial inherits nothing
+of the last one through pid 1.
 
 Root inside may change, without any capability, pid 1's rlimits (`prlimit --pid 1`: the seccomp filter
 refuses it, seccomp.py; a hard limit lowered anyway could not be raised again without CAP_SYS_RESOURCE) and,
@@ -35,18 +36,26 @@ class Pid1State:
     files: tuple[tuple[str, str], ...]  # (/proc/<pid>/ entry, the value it takes back)
 
     @classmethod
+    def from_ready(cls, ready: dict) -> Pid1State:
+        """The state the daemon reported in its `ready` frame, as it started (native/main.c): nothing else
+        has run in the sandbox yet, and the orchestrator reads no /proc file for it."""
+        try:
+            pairs = [tuple(int(v) for v in pair.split()) for pair in ready["limits"].split(",")]
+            limits = tuple((res, *pairs[res]) for res in sorted(RLIMIT_NAMES))
+            texts = {name: ready[name] for name in (*PROC_FILES, "autogroup")}
+        except (KeyError, ValueError, IndexError, TypeError, AttributeError) as exc:
+            raise SandboxError(f"the sandbox's daemon did not report its state: {exc!r}") from None
+        return cls(limits=limits, files=_files(texts))
+
+    @classmethod
     def read(cls, pid: int) -> Pid1State:
         """The state of host process `pid` now (SandboxError if it is gone)."""
         try:
             limits = tuple((res, *resource.prlimit(pid, res)) for res in sorted(RLIMIT_NAMES))
-            files = [(name, form.format(_read(pid, name).strip())) for name, form in PROC_FILES.items()]
-            try:  # only with CONFIG_SCHED_AUTOGROUP
-                found = _AUTOGROUP_NICE.search(_read(pid, "autogroup"))
-            except FileNotFoundError:
-                found = None
+            texts = {name: _read(pid, name) for name in (*PROC_FILES, "autogroup")}
         except (OSError, ValueError) as exc:
             raise SandboxError(f"cannot read the state of the sandbox's daemon: {exc}") from None
-        return cls(limits=limits, files=tuple(files + ([("autogroup", found.group(1))] if found else [])))
+        return cls(limits=limits, files=_files(texts))
 
     def restore(self, pid: int) -> None:
         """Put back on host process `pid` whatever differs from this state; SandboxError naming what could not
@@ -69,9 +78,19 @@ class Pid1State:
             raise SandboxError(f"cannot put back the daemon's {', '.join(failed)}, changed from inside")
 
 
+def _files(texts: dict[str, str]) -> tuple[tuple[str, str], ...]:
+    """The /proc entries' values as they are written back, from their texts ("" when absent)."""
+    files = [(name, form.format(texts[name].strip())) for name, form in PROC_FILES.items() if texts[name]]
+    found = _AUTOGROUP_NICE.search(texts["autogroup"])  # only with CONFIG_SCHED_AUTOGROUP
+    return tuple(files + ([("autogroup", found.group(1))] if found else []))
+
+
 def _read(pid: int, name: str) -> str:
-    """/proc/<pid>/<name> (a plain read: a pathlib one costs five times as much, and a reset pays three)."""
-    fd = os.open(f"/proc/{pid}/{name}", os.O_RDONLY | os.O_CLOEXEC)
+    """/proc/<pid>/<name>, "" when absent (a plain read: a pathlib one costs five times as much)."""
+    try:
+        fd = os.open(f"/proc/{pid}/{name}", os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return ""
     try:
         return os.read(fd, 4096).decode()
     finally:

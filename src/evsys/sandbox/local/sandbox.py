@@ -79,7 +79,7 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
         self._network: SlirpNetwork | None = None
         self._allowed: dict[str, list[str]] = {}
         self._daemon: int | None = None
-        self._pid1: Pid1State | None = None  # the daemon's inherited state as started, put back by reset()
+        self._pid1: Pid1State | None = None  # the daemon's inherited state as it started, for reset()
         self._uid: uids.AgentUid | None = None
         self._pod_owner: int | None = None  # this sandbox's daemon pid when its namespace is its pod's
 
@@ -219,7 +219,6 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
             raise SandboxError(
                 f"sandbox {spec.name} failed to start: {detail or type(exc).__name__}"
             ) from None
-        self._pid1 = Pid1State.read(self._daemon_pid())  # before any command could change it
         if joined is not None:  # the pod's namespace: its owner set it up
             return
         if spec.network != "no-network":
@@ -270,7 +269,8 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
             killed = await client.request({"op": "kill"})
             if killed.header.get("left"):
                 raise SandboxError(f"{killed.header['left']} processes survived SIGKILL")
-            assert self._pid1 is not None
+            if self._pid1 is None:  # parsed at the first reset: a start pays nothing for it
+                self._pid1 = Pid1State.from_ready(client.ready)
             await run_reset_helper(self._target(), self._pid1)
         except SandboxError as exc:
             self._state = "broken"
