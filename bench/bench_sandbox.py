@@ -145,9 +145,7 @@ async def concurrent_starts(n: int = CONCURRENT_N) -> dict:
 
 
 async def reset_cost(n: int = RESET_N) -> dict:
-    """Median and p95 of reset() of a running sandbox after a command that wrote a file, in milliseconds;
-    and, in microseconds, the median of the part of it that runs on the orchestrator's loop to put pid 1's
-    inherited state back (pid1.py): when nothing changed, and when root raised pid 1's oom_score_adj."""
+    """Median and p95 of reset() of a running sandbox after a command that wrote a file, in milliseconds."""
     samples = []
     async with LocalSandbox(SandboxSpec(name="bench-reset")) as sb:
         for _ in range(n):
@@ -155,30 +153,8 @@ async def reset_cost(n: int = RESET_N) -> dict:
             t0 = time.perf_counter()
             await sb.reset()
             samples.append((time.perf_counter() - t0) * 1000)
-        pid1 = await pid1_restore_us(sb, n)
     samples.sort()
-    return {"median_ms": statistics.median(samples), "p95_ms": samples[int(0.95 * len(samples)) - 1]} | pid1
-
-
-async def pid1_restore_us(sb: LocalSandbox, n: int) -> dict:
-    """Median microseconds of putting pid 1's state back, unchanged and after an oom_score_adj change."""
-    from evsys.sandbox.local.pid1 import Pid1State
-
-    pid = sb._daemon_pid()
-    started = Pid1State.read(pid)
-    figures = {}
-    for name, command in (
-        ("pid1_unchanged_us", "true"),
-        ("pid1_changed_us", "echo 900 > /proc/1/oom_score_adj"),
-    ):
-        samples = []
-        for _ in range(n):
-            await sb.exec(command, user="root")
-            t0 = time.perf_counter()
-            started.restore(pid)
-            samples.append((time.perf_counter() - t0) * 1e6)
-        figures[name] = statistics.median(samples)
-    return figures
+    return {"median_ms": statistics.median(samples), "p95_ms": samples[int(0.95 * len(samples)) - 1]}
 
 
 async def measure() -> dict:
@@ -240,16 +216,9 @@ def print_table(results: dict) -> None:
     rs = ev["reset"]
     ratio = ss["median_ms"] / rs["median_ms"]
     print(f"{'sandbox reset, median (ms)':34} {rs['median_ms']:12.1f}  ({ratio:.1f}x faster than start+stop)")
-    print_reset(rs)
+    print(f"{'sandbox reset, p95 (ms)':34} {rs['p95_ms']:12.1f}")
     print_concurrent(ev["concurrent"])
     print("(vs subproc: how many times better evsys is than a fresh unisolated `bash -c`)")
-
-
-def print_reset(figures: dict) -> None:
-    """The reset's p95 and its pid-1 restore figures, one line each."""
-    print(f"{'sandbox reset, p95 (ms)':34} {figures['p95_ms']:12.1f}")
-    print(f"{'  pid 1 put back, unchanged (us)':34} {figures['pid1_unchanged_us']:12.1f}")
-    print(f"{'  pid 1 put back, oom changed (us)':34} {figures['pid1_changed_us']:12.1f}")
 
 
 def print_concurrent(figures: dict) -> None:
@@ -275,6 +244,6 @@ if __name__ == "__main__":
     elif sys.argv[1:] == ["--reset"]:
         figures = asyncio.run(reset_cost())
         print(f"{'sandbox reset, median (ms)':34} {figures['median_ms']:12.2f}")
-        print_reset(figures)
+        print(f"{'sandbox reset, p95 (ms)':34} {figures['p95_ms']:12.2f}")
     else:
         asyncio.run(main())

@@ -119,7 +119,7 @@ class DaemonClient:
         if header.get("op") != "ready":
             raise SandboxError(f"sandbox {self.name}: unexpected first message from the daemon: {header}")
         self.daemon_pid = header.get("pid")
-        self.ready = header  # with the daemon's inherited state as it started (pid1.py)
+        self.ready = header  # with what the daemon passes on to its commands (native/inherited.c)
         self._task = asyncio.get_running_loop().create_task(
             self._read_loop(), name=f"evsys-sandbox-{self.name}"
         )

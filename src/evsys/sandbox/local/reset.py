@@ -1,24 +1,22 @@
 """Resetting a running local sandbox to its just-started state, for reuse by the next trial (a "slot").
 
-The daemon first kills every other process in the sandbox; the daemon's own inherited state (rlimits,
-oom_score_adj...) is put back as it was at start (pid1.py); then `evsysd --reset` (native/reset.c) runs on the
-host: it refuses when TCP sockets linger in the sandbox's network namespace, empties its IPC namespace, and
-pivots the sandbox onto a new overlay (fresh upper layer on the same cached lower layers) with fresh /tmp,
-/dev (read-only), /dev/shm and job tmpfs, moving the read-only system binds, /proc and the task's binds over.
-Namespaces, cgroups, bwrap, the daemon and the agent's uid are kept, which is what makes a reset several times
-cheaper than stop + start.
+The daemon first kills every other process in the sandbox; then `evsysd --reset` (native/reset.c) runs on the
+host: it puts back what the daemon passes on to every command (its rlimits, oom_score_adj, coredump_filter,
+autogroup nice) as the daemon reported it at start (native/inherited.c), refuses when TCP sockets linger in
+the sandbox's network namespace, empties its IPC namespace, and pivots the sandbox onto a new overlay (fresh
+upper layer on the same cached lower layers) with fresh /tmp, /dev (read-only), /dev/pts, /dev/shm and job
+tmpfs, moving the read-only system binds, /proc and the task's binds over. Namespaces, cgroups, bwrap, the
+daemon and the agent's uid are kept, which is what makes a reset several times cheaper than stop + start.
 """
 
 from __future__ import annotations
 
 import os
-import signal
 import socket
 from dataclasses import dataclass
 from typing import Any
 
 from evsys.sandbox.base import SandboxError
-from evsys.sandbox.local.pid1 import Pid1State
 from evsys.sandbox.local.spawn import start_helper
 from evsys.sandbox.local.waits import wait_exit
 from evsys.util.procfs import children
@@ -51,6 +49,8 @@ class ResetTarget:
     jobs_bytes: int
     agent_uid: int  # the same uid again: the new root's agent files belong to it (native/idmap.c)
     shm_bytes: int
+    # what the daemon passes on to every command, as its ready frame reported it at start (inherited_state)
+    inherited: tuple[str, ...]
 
     @classmethod
     def open(cls, bwrap_pid: int, daemon_pid: int, **fields: Any) -> ResetTarget:
@@ -83,6 +83,7 @@ class ResetTarget:
             str(self.agent_uid),
             str(self.shm_bytes),
             str(USERNS_FD) if kept_userns else "-",
+            *self.inherited,
         ]
 
 
@@ -101,16 +102,19 @@ def daemon_pid(bwrap_pid: int) -> int:
     return found[0]
 
 
-async def run_reset_helper(target: ResetTarget, started: Pid1State) -> None:
-    """Put the daemon's state back to `started` (what it was when the sandbox started), then run `evsysd
-    --reset` (started by the sandbox spawner, awaited through a pidfd); SandboxError with its report unless it
-    reported success. The report comes back over a unix datagram socket: its error text, or the mapping
-    namespace it made and then SUCCESS."""
-    try:
-        signal.pidfd_send_signal(target.daemon_pidfd, 0)  # its pid is still its own: restore by pid is safe
-    except ProcessLookupError:
-        raise SandboxError("the sandbox's daemon is gone") from None
-    started.restore(target.daemon_pid)
+def inherited_state(ready: dict) -> tuple[str, ...]:
+    """What the daemon passes on to every command, from its ready frame (native/inherited.c), as the reset
+    helper takes it: its rlimits, oom_score_adj, coredump_filter and autogroup."""
+    values = tuple(ready.get(key) for key in ("limits", "oom_score_adj", "coredump_filter", "autogroup"))
+    if not all(isinstance(value, str) for value in values) or not values[0]:
+        raise SandboxError("the sandbox's daemon did not report what it passes on to its commands")
+    return values  # type: ignore[return-value]
+
+
+async def run_reset_helper(target: ResetTarget) -> None:
+    """Run `evsysd --reset` (started by the sandbox spawner, awaited through a pidfd); SandboxError with its
+    report unless it reported success. The report comes back over a unix datagram socket: its error text, or
+    the mapping namespace it made and then SUCCESS."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
     fds = {REPORT_FD: theirs.fileno(), BWRAP_PIDFD: target.bwrap_pidfd, DAEMON_PIDFD: target.daemon_pidfd}
     kept = _USERNS.get(target.agent_uid)

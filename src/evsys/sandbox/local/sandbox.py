@@ -33,8 +33,13 @@ from evsys.sandbox.local.commands import USERS, LocalCommandsMixin
 from evsys.sandbox.local.doctor import missing_requirement_once
 from evsys.sandbox.local.files import LocalFilesMixin
 from evsys.sandbox.local.mounts import ChildSetup
-from evsys.sandbox.local.pid1 import Pid1State
-from evsys.sandbox.local.reset import ResetTarget, close_target, daemon_pid, run_reset_helper
+from evsys.sandbox.local.reset import (
+    ResetTarget,
+    close_target,
+    daemon_pid,
+    inherited_state,
+    run_reset_helper,
+)
 from evsys.sandbox.local.seccomp import seccomp_fd
 from evsys.sandbox.local.slirp import SlirpNetwork, slirp_binary
 from evsys.sandbox.local.spawn import CgroupDirsRefused, SpawnedProcess, spawn
@@ -79,7 +84,6 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
         self._network: SlirpNetwork | None = None
         self._allowed: dict[str, list[str]] = {}
         self._daemon: int | None = None
-        self._pid1: Pid1State | None = None  # the daemon's inherited state as it started, for reset()
         self._uid: uids.AgentUid | None = None
         self._pod_owner: int | None = None  # this sandbox's daemon pid when its namespace is its pod's
 
@@ -256,9 +260,9 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
         return ""
 
     async def reset(self) -> None:
-        """Return the running sandbox to its just-started state: every process killed, the daemon's inherited
-        state put back (pid1.py), a fresh root (the cached layers and a new upper layer), fresh /tmp, /dev and
-        /dev/pts, an empty IPC namespace. Refused
+        """Return the running sandbox to its just-started state: every process killed, what the daemon passes
+        on to commands put back (native/inherited.c), a fresh root (the cached layers and a new upper layer),
+        fresh /tmp, /dev and /dev/pts, an empty IPC namespace. Refused
         (SandboxError) when TCP sockets linger in its network namespace, or for public networking; after any
         error the sandbox is no longer usable: stop() it."""
         client = self._running_client()
@@ -269,9 +273,7 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
             killed = await client.request({"op": "kill"})
             if killed.header.get("left"):
                 raise SandboxError(f"{killed.header['left']} processes survived SIGKILL")
-            if self._pid1 is None:  # parsed at the first reset: a start pays nothing for it
-                self._pid1 = Pid1State.from_ready(client.ready)
-            await run_reset_helper(self._target(), self._pid1)
+            await run_reset_helper(self._target())
         except SandboxError as exc:
             self._state = "broken"
             raise SandboxError(f"sandbox {self.spec.name}: {exc}") from None
@@ -330,6 +332,7 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
                 jobs_bytes=JOBS_TMPFS_MB * 1024 * 1024,
                 agent_uid=self._uid.uid if self._uid is not None else uids.LAYER_AGENT_UID,
                 shm_bytes=shm_size_mb(self.spec) * 1024 * 1024,
+                inherited=inherited_state(self._client.ready if self._client is not None else {}),
             )
         return self._reset_target
 

@@ -113,8 +113,8 @@ def seccomp_bpf() -> bytes:
     filt.add_rule(deny, "move_mount", sc.Arg(4, sc.NE, MOVE_MOUNT_EMPTY_PATHS))
     for request in (TIOCSTI, TIOCLINUX):
         filt.add_rule(deny, "ioctl", sc.Arg(1, sc.MASKED_EQ, 0xFFFFFFFF, request))
-    # pid 1 (the daemon) passes its rlimits on to every command: none may lower them (pid1.py); the pid is
-    # compared as the kernel reads it, 32 bits
+    # pid 1 (the daemon) passes its rlimits on to every command: none may lower them (native/inherited.c);
+    # the pid is compared as the kernel reads it, 32 bits
     filt.add_rule(deny, "prlimit64", sc.Arg(0, sc.MASKED_EQ, 0xFFFFFFFF, 1), sc.Arg(2, sc.NE, 0))
     _socket_rules(filt, sc)
     with tempfile.TemporaryFile() as f:

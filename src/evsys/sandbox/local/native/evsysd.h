@@ -221,6 +221,14 @@ int verifier_open(const char *path, int flags);      /* open a path under /logs/
 void mark_caps(int verifier, int root);              /* in a child: the verification mark, or none */
 int extract_tar_at(int root, const char *tar, size_t len); /* files.c */
 
+/* ---- what the daemon passes on to every command: reported at start, put back by a reset (inherited.c) */
+#define INHERITED_N 3 /* /proc entries: oom_score_adj, coredump_filter, autogroup */
+void add_inherited_state(buf_t *h); /* to the ready frame */
+/* from the host: pid `pid`'s limits and entries back to these (the ready frame's values); 0, or -1 with
+ * `problem` naming what could not be put back and errno why */
+int restore_inherited(int proc, const char *pid, const char *limits, char *const files[INHERITED_N],
+                      char *problem, size_t size);
+
 /* ---- `evsysd --reset`: a fresh root for a running sandbox, between two trials (reset.c) */
 int reset_main(int argc, char **argv);
 

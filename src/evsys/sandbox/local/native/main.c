@@ -19,7 +19,7 @@
  *            {"op": "error", "id", "message"}, and once at start {"op": "ready", "pid", "limits",
  *              "oom_score_adj", "coredump_filter", "autogroup"}: what this process passes on to every command
  *              as it starts (its rlimits "soft hard" by resource number, comma-separated, -1 for unlimited;
- *              three /proc/self files, "" when absent), which a reset puts back (sandbox/local/pid1.py)
+ *              three /proc/self files, "" when absent), which a reset puts back (inherited.c)
  * The daemon is the pid namespace's init (bwrap --as-pid-1): nothing inside can kill it, and it reaps every
  * child and orphan (SIGCHLD through a signalfd). Timeouts are the epoll timeout, never polled. */
 #include "evsysd.h"
@@ -30,7 +30,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/uio.h>
 #include <fcntl.h>
@@ -243,32 +242,6 @@ static int read_host(void)
     }
     buf_consume(&inbuf, off);
     return 1;
-}
-
-/* the ready frame's state of this process (see the top) */
-static void add_inherited_state(buf_t *h)
-{
-    char limits[RLIM_NLIMITS * 48] = "", value[128];
-    size_t used = 0;
-    for (int r = 0; r < RLIM_NLIMITS; r++) {
-        struct rlimit l = {RLIM_INFINITY, RLIM_INFINITY};
-        getrlimit(r, &l);
-        used += (size_t)snprintf(limits + used, sizeof limits - used, "%s%lld %lld", r ? "," : "",
-                                 l.rlim_cur == RLIM_INFINITY ? -1LL : (long long)l.rlim_cur,
-                                 l.rlim_max == RLIM_INFINITY ? -1LL : (long long)l.rlim_max);
-    }
-    m_kstr(h, "limits", limits);
-    static const char *const files[] = {"oom_score_adj", "coredump_filter", "autogroup"};
-    for (size_t k = 0; k < sizeof files / sizeof *files; k++) {
-        char path[64];
-        snprintf(path, sizeof path, "/proc/self/%s", files[k]);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        ssize_t n = fd >= 0 ? read(fd, value, sizeof value - 1) : -1;
-        if (fd >= 0)
-            close(fd);
-        value[n > 0 ? n : 0] = 0;
-        m_kstr(h, files[k], value);
-    }
 }
 
 static void serve(void)

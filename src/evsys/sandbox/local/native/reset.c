@@ -2,12 +2,17 @@
  * docs/sandbox.md).
  *
  *   evsysd --reset <report fd> <bwrap pidfd> <daemon pidfd> <daemon pid> <setup mount point> <storage bytes>
- *                  <lowerdirs> <tmp bytes> <jobs bytes> <agent uid> <shm bytes> <userns fd | ->
+ *                  <lowerdirs> <tmp bytes> <jobs bytes> <agent uid> <shm bytes> <userns fd | -> <limits>
+ *                  <oom_score_adj> <coredump_filter> <autogroup>
+ *
+ * The last four are what the daemon passes on to every command as it reported them at start (inherited.c).
  *
  * The user namespace mapping the layers' agent uid to the sandbox's (idmap.c) is given as an open fd when the
  * orchestrator kept one from an earlier reset for this uid; with "-" a new one is made and passed back over the
  * report fd (a unix datagram socket: one byte with the fd as SCM_RIGHTS), for the orchestrator to keep.
  * The daemon has already killed every other process in the sandbox. This then
+ *  0. puts back the daemon's rlimits, oom_score_adj, coredump_filter and autogroup nice where root inside
+ *     changed them (failing when it cannot: a hard limit lowered, without CAP_SYS_RESOURCE);
  *  1. refuses when TCP sockets remain in the sandbox's network namespace (TIME_WAIT would cross trials);
  *  2. builds, detached, a new storage tmpfs + overlay on the same lower layers (idmapped for the same agent
  *     uid, idmap.c), new /tmp, jobs, /dev and /dev/shm tmpfs, and a new devpts instance (root may have changed
@@ -344,7 +349,7 @@ static int sandbox_root(int proc, const char *pid, int pidfd)
 
 int reset_main(int argc, char **argv)
 {
-    if (argc != 14)
+    if (argc != 18)
         return 127;
     report_fd = atoi(argv[2]);
     int bwrap_fd = atoi(argv[3]), daemon_fd = atoi(argv[4]);
@@ -356,6 +361,8 @@ int reset_main(int argc, char **argv)
     int root_fd = sandbox_root(proc, daemon, daemon_fd);
     if (root_fd < 0)
         return fail("the sandbox's daemon is gone or not in a sandbox:", daemon);
+    if (restore_inherited(proc, daemon, argv[14], argv + 15, path, sizeof path) != 0)
+        return fail("cannot put back the sandbox daemon's", path);
     int sockets = tcp_sockets(proc, daemon);
     if (sockets > 0) {
         errno = 0;
