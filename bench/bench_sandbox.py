@@ -8,8 +8,8 @@ between two trials instead of a stop and a start. Then CONCURRENT_N sandboxes st
 once: starts per second, and this process's own CPU (user + system, from getrusage: the orchestrator's share,
 without the spawner and the sandboxes) per start and per stop, with the load average when it began.
 Run: `.venv/bin/python bench/bench_sandbox.py` (as root), or through bench/run_all.py;
-`bench/bench_sandbox.py --starts` measures only the concurrent starts (to alternate two trees quickly,
-PYTHONPATH=<tree>/src).
+`bench/bench_sandbox.py --starts` measures only the concurrent starts, `--reset` only the reset (to alternate
+two trees quickly, PYTHONPATH=<tree>/src).
 """
 
 from __future__ import annotations
@@ -241,5 +241,9 @@ async def main() -> dict:
 if __name__ == "__main__":
     if sys.argv[1:] == ["--starts"]:
         print_concurrent(asyncio.run(concurrent_starts()))
+    elif sys.argv[1:] == ["--reset"]:
+        figures = asyncio.run(reset_cost())
+        print(f"{'sandbox reset, median (ms)':34} {figures['median_ms']:12.2f}")
+        print(f"{'sandbox reset, p95 (ms)':34} {figures['p95_ms']:12.2f}")
     else:
         asyncio.run(main())

@@ -89,3 +89,37 @@ async def test_a_pool_the_job_cannot_use_is_refused_before_anything_starts(tmp_p
     with pytest.raises(ValueError, match="starts 'docker' sandboxes; the job runs on 'local'"):
         await Job(config(data, "other"), sandboxes=SlotPool.for_backend("docker", max_idle=1)).run()
     assert sandboxes_of_this_process() - before == set()
+
+
+# Root in a trial of the first step tries to lower the file size limit of the sandbox's pid 1 (which every
+# later command inherits) and raise its oom_score_adj; its test passes when both tries ran and prlimit works
+# on another process (the positive control).
+LOWER_PID1 = (
+    "#!/bin/bash\nsleep 100 </dev/null >/dev/null 2>&1 & prlimit --pid $! --fsize=4096:4096; other=$?\n"
+    "prlimit --pid 1 --fsize=4096:4096; pid1=$?; echo 1000 > /proc/1/oom_score_adj; oom=$?\n"
+    "echo ok > /app/out.txt; echo $other $pid1 $oom > /app/attack.txt\n"
+)
+ATTACK_RAN = (
+    '#!/bin/bash\nread other pid1 oom < /app/attack.txt\nif [ "$other" = 0 ] && [ -n "$pid1" ] '
+    '&& [ "$oom" = 0 ]; then r=1; else r=0; fi\necho $r > /logs/verifier/reward.txt\n'
+)
+WRITE_A_FILE = "#!/bin/bash\nhead -c 1000000 /dev/zero > /app/data && echo ok > /app/out.txt\n"
+WROTE_IT = (
+    '#!/bin/bash\nif [ "$(stat -c %s /app/data)" = 1000000 ] && [ "$(cat /proc/1/oom_score_adj)" != 1000 ]\n'
+    "then r=1; else r=0; fi\necho $r > /logs/verifier/reward.txt\n"
+)
+
+
+async def test_a_trial_cannot_lower_the_limits_the_next_steps_trial_inherits(tmp_path, eventually):
+    step1 = dataset(tmp_path / "step1", ["attack"], solve=LOWER_PID1, test=ATTACK_RAN)
+    step2 = dataset(tmp_path / "step2", ["innocent"], solve=WRITE_A_FILE, test=WROTE_IT)
+    pool = SlotPool.for_backend("local", max_idle=1)
+    try:
+        first = await Job(config(step1, "attack"), sandboxes=pool).run()
+        assert [t.reward for t in first.trials] == [1.0], first.trials[0].failure  # the attack ran
+        await eventually(lambda: pool.idle_count == 1, "the attacker's sandbox idle in the pool")
+        second = await Job(config(step2, "innocent"), sandboxes=pool).run()
+        assert [t.sandbox_reused for t in second.trials] == [True]
+        assert [t.reward for t in second.trials] == [1.0], second.trials[0].failure
+    finally:
+        await pool.close()

@@ -1,10 +1,21 @@
 """A reset sandbox (a slot reused by the next trial) keeps nothing of the previous trial: files anywhere,
-/tmp and /dev, processes, IPC objects, lingering connections; and the sandbox's limits still hold. Each test
-runs twice: the sandbox reset in place, and handed to the next trial through a warm pool."""
+/tmp and /dev, processes, IPC objects, lingering connections, what pid 1 passes on to every command; its
+fingerprint (sandbox_fingerprint.py) is a fresh sandbox's; and the sandbox's limits still hold. Each test runs
+twice: the sandbox reset in place, and handed to the next trial through a warm pool."""
 
 from __future__ import annotations
 
+import resource
+
 import pytest
+from sandbox_fingerprint import (
+    CHANGED_BY_HOSTILE,
+    HOSTILE_AGENT,
+    HOSTILE_ROOT,
+    PARTS,
+    differences,
+    fingerprint,
+)
 
 from evsys.records import FileCopy, SandboxSpec
 from evsys.sandbox import LocalSandbox, SandboxError
@@ -164,3 +175,48 @@ async def test_limits_still_hold_after_resets(handover):
     assert "pids" in forks.limits_hit
     box = await handover.next(box)
     assert (await box.exec("df -m /app | tail -1 | awk '{print $2}'")).stdout.strip() == "64"
+
+
+async def test_after_a_hostile_trial_a_reset_sandbox_is_indistinguishable_from_a_fresh_one(sb, handover):
+    fresh = await fingerprint(sb)
+    async with LocalSandbox(handover.spec.model_copy(update={"name": f"{sb.spec.name}-other"})) as other:
+        assert differences(fresh, await fingerprint(other)) == {}  # it tells no two fresh sandboxes apart
+    attempts = await root(sb, HOSTILE_ROOT)
+    await sb.exec(HOSTILE_AGENT, user="agent")
+    changed = differences(fresh, await fingerprint(sb))
+    # positive controls: each part the trial can change did change, prlimit works on any process but pid 1
+    assert set(changed) == CHANGED_BY_HOSTILE, changed
+    assert "oom_score_adj 1000" in changed["pid1"] and "autogroup nice 19" in changed["pid1"]
+    assert "prlimit another: 0" in attempts and "prlimit pid 1: 1" in attempts
+    assert "prlimit64 pid 1 + 2**32: -1" in attempts
+    assert set(PARTS) - CHANGED_BY_HOSTILE >= {"mounts", "names", "inherited", "agent"}
+    sb = await handover.next(sb)
+    assert differences(fresh, await fingerprint(sb)) == {}
+
+
+async def test_the_next_trials_agent_can_open_a_pty(sb, handover):
+    openpty = "python3 -c 'import os; os.openpty(); print(\"pty\")'"
+    await root(sb, "chmod 600 /dev/pts/ptmx")
+    denied = await sb.exec(openpty, user="agent")
+    assert "Permission denied" in denied.stderr  # positive control: root took the ptys from the agent
+    sb = await handover.next(sb)
+    assert (await sb.exec(openpty, user="agent")).stdout == "pty\n"
+
+
+@pytest.mark.parametrize("lowered", ["soft", "hard"])
+async def test_pid_1s_limits_changed_anyway_are_restored_or_the_sandbox_is_not_reused(sandbox, lowered):
+    """As if root inside had lowered pid 1's file size limit past the seccomp filter (here: from the host).
+    A soft limit is always put back; a hard one only with CAP_SYS_RESOURCE, else the reset fails."""
+    write = "head -c 10000 /dev/zero > /tmp/f && echo wrote"
+    limit = (4096, 4096 if lowered == "hard" else resource.RLIM_INFINITY)
+    resource.prlimit(sandbox._daemon_pid(), resource.RLIMIT_FSIZE, limit)
+    denied = await sandbox.exec(write)
+    assert "File size limit exceeded" in denied.stderr  # positive control: pid 1's commands inherit it
+    try:
+        await sandbox.reset()
+    except SandboxError as exc:
+        assert lowered == "hard" and "RLIMIT_FSIZE" in str(exc)
+        with pytest.raises(SandboxError, match="not running"):
+            await sandbox.exec("true")
+    else:
+        assert (await sandbox.exec(write)).stdout == "wrote\n"

@@ -101,6 +101,7 @@ class DaemonClient:
         self.writer = writer
         self.name = name
         self.daemon_pid: int | None = None
+        self.ready: dict = {}
         self._next_id = 0
         self._pending: dict[int, _Pending] = {}
         self._task: asyncio.Task | None = None
@@ -118,6 +119,7 @@ class DaemonClient:
         if header.get("op") != "ready":
             raise SandboxError(f"sandbox {self.name}: unexpected first message from the daemon: {header}")
         self.daemon_pid = header.get("pid")
+        self.ready = header  # with what the daemon passes on to its commands (native/inherited.c)
         self._task = asyncio.get_running_loop().create_task(
             self._read_loop(), name=f"evsys-sandbox-{self.name}"
         )

@@ -1,11 +1,12 @@
 """Resetting a running local sandbox to its just-started state, for reuse by the next trial (a "slot").
 
 The daemon first kills every other process in the sandbox; then `evsysd --reset` (native/reset.c) runs on the
-host: it refuses when TCP sockets linger in the sandbox's network namespace, empties its IPC namespace, and
-pivots the sandbox onto a new overlay (fresh upper layer on the same cached lower layers) with fresh /tmp,
-/dev (read-only), /dev/shm and job tmpfs, moving the read-only system binds, /proc and the task's binds over.
-Namespaces, cgroups, bwrap, the daemon and the agent's uid are kept, which is what makes a reset several times
-cheaper than stop + start.
+host: it puts back what the daemon passes on to every command (its rlimits, oom_score_adj, coredump_filter,
+autogroup nice) as the daemon reported it at start (native/inherited.c), refuses when TCP sockets linger in
+the sandbox's network namespace, empties its IPC namespace, and pivots the sandbox onto a new overlay (fresh
+upper layer on the same cached lower layers) with fresh /tmp, /dev (read-only), /dev/pts, /dev/shm and job
+tmpfs, moving the read-only system binds, /proc and the task's binds over. Namespaces, cgroups, bwrap, the
+daemon and the agent's uid are kept, which is what makes a reset several times cheaper than stop + start.
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ class ResetTarget:
     jobs_bytes: int
     agent_uid: int  # the same uid again: the new root's agent files belong to it (native/idmap.c)
     shm_bytes: int
+    # what the daemon passes on to every command, as its ready frame reported it at start (inherited_state)
+    inherited: tuple[str, ...]
 
     @classmethod
     def open(cls, bwrap_pid: int, daemon_pid: int, **fields: Any) -> ResetTarget:
@@ -80,6 +83,7 @@ class ResetTarget:
             str(self.agent_uid),
             str(self.shm_bytes),
             str(USERNS_FD) if kept_userns else "-",
+            *self.inherited,
         ]
 
 
@@ -96,6 +100,15 @@ def daemon_pid(bwrap_pid: int) -> int:
     if len(found) != 1:
         raise SandboxError(f"bwrap {bwrap_pid} has {len(found)} children, expected the daemon alone")
     return found[0]
+
+
+def inherited_state(ready: dict) -> tuple[str, ...]:
+    """What the daemon passes on to every command, from its ready frame (native/inherited.c), as the reset
+    helper takes it: its rlimits, oom_score_adj, coredump_filter and autogroup."""
+    values = tuple(ready.get(key) for key in ("limits", "oom_score_adj", "coredump_filter", "autogroup"))
+    if not all(isinstance(value, str) for value in values) or not values[0]:
+        raise SandboxError("the sandbox's daemon did not report what it passes on to its commands")
+    return values  # type: ignore[return-value]
 
 
 async def run_reset_helper(target: ResetTarget) -> None:

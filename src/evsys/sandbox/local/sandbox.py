@@ -33,7 +33,13 @@ from evsys.sandbox.local.commands import USERS, LocalCommandsMixin
 from evsys.sandbox.local.doctor import missing_requirement_once
 from evsys.sandbox.local.files import LocalFilesMixin
 from evsys.sandbox.local.mounts import ChildSetup
-from evsys.sandbox.local.reset import ResetTarget, close_target, daemon_pid, run_reset_helper
+from evsys.sandbox.local.reset import (
+    ResetTarget,
+    close_target,
+    daemon_pid,
+    inherited_state,
+    run_reset_helper,
+)
 from evsys.sandbox.local.seccomp import seccomp_fd
 from evsys.sandbox.local.slirp import SlirpNetwork, slirp_binary
 from evsys.sandbox.local.spawn import CgroupDirsRefused, SpawnedProcess, spawn
@@ -255,8 +261,9 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
         return ""
 
     async def reset(self) -> None:
-        """Return the running sandbox to its just-started state: every process killed, a fresh root (the
-        cached layers and a new upper layer), fresh /tmp and /dev, an empty IPC namespace. Refused
+        """Return the running sandbox to its just-started state: every process killed, what the daemon passes
+        on to commands put back (native/inherited.c), a fresh root (the cached layers and a new upper layer),
+        fresh /tmp, /dev and /dev/pts, an empty IPC namespace. Refused
         (SandboxError) when TCP sockets linger in its network namespace, or for public networking; after any
         error the sandbox is no longer usable: stop() it."""
         client = self._running_client()
@@ -267,8 +274,7 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
             killed = await client.request({"op": "kill"})
             if killed.header.get("left"):
                 raise SandboxError(f"{killed.header['left']} processes survived SIGKILL")
-            target = self._target()
-            await run_reset_helper(target)
+            await run_reset_helper(self._target())
             self._fresh_since = time.time()
         except SandboxError as exc:
             self._state = "broken"
@@ -328,6 +334,7 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
                 jobs_bytes=JOBS_TMPFS_MB * 1024 * 1024,
                 agent_uid=self._uid.uid if self._uid is not None else uids.LAYER_AGENT_UID,
                 shm_bytes=shm_size_mb(self.spec) * 1024 * 1024,
+                inherited=inherited_state(self._client.ready if self._client is not None else {}),
             )
         return self._reset_target
 

@@ -11,6 +11,8 @@ cloning one mount (not recursively: the verifier's /etc/ld.so.preload) and `move
 onto an fd. Each also needs CAP_SYS_ADMIN, which only the daemon holds (it is in no
 process's bounding set), so for every other process they fail with EPERM as before.
 
+`prlimit64` setting a limit of pid 1 (the daemon, whose limits every command inherits) fails with EPERM.
+
 Ahead of this program, `uidfilter.py` puts the per-sandbox filter on the set*id calls.
 
 socket(2) is allowed only for the address families a task needs: AF_UNIX, AF_INET, AF_INET6 and AF_NETLINK
@@ -113,6 +115,9 @@ def seccomp_bpf() -> bytes:
     filt.add_rule(deny, "open_tree", sc.Arg(2, sc.NE, OPEN_TREE_CLONE_CLOEXEC))  # never recursive
     for request in (TIOCSTI, TIOCLINUX):
         filt.add_rule(deny, "ioctl", sc.Arg(1, sc.MASKED_EQ, 0xFFFFFFFF, request))
+    # pid 1 (the daemon) passes its rlimits on to every command: none may lower them (native/inherited.c);
+    # the pid is compared as the kernel reads it, 32 bits
+    filt.add_rule(deny, "prlimit64", sc.Arg(0, sc.MASKED_EQ, 0xFFFFFFFF, 1), sc.Arg(2, sc.NE, 0))
     _socket_rules(filt, sc)
     with tempfile.TemporaryFile() as f:
         filt.export_bpf(f)

@@ -227,6 +227,14 @@ int places_copy_tmp(int fresh_tmp);      /* the agent's /tmp, without links, int
 int places_cover_preload(double since, int tmp); /* an /etc/ld.so.preload of its own (tmp: the
                                                 * verifier's attached /tmp, where the file is made) */
 
+/* ---- what the daemon passes on to every command: reported at start, put back by a reset (inherited.c) */
+#define INHERITED_N 3 /* /proc entries: oom_score_adj, coredump_filter, autogroup */
+void add_inherited_state(buf_t *h); /* to the ready frame */
+/* from the host: pid `pid`'s limits and entries back to these (the ready frame's values); 0, or -1 with
+ * `problem` naming what could not be put back and errno why */
+int restore_inherited(int proc, const char *pid, const char *limits, char *const files[INHERITED_N],
+                      char *problem, size_t size);
+
 /* ---- `evsysd --reset`: a fresh root for a running sandbox, between two trials (reset.c) */
 int reset_main(int argc, char **argv);
 

@@ -16,7 +16,10 @@
  *              "out": n, "free": bytes}  payload = rest of stdout ([:n]) + rest of stderr; a stream whose total
  *              exceeds what arrived lost its middle, after its first `*_head` bytes
  *            {"op": "started", "id", "pid"}, {"op": "killed", "id", "count", "left"}, {"op": "pong", "id"},
- *            {"op": "error", "id", "message"}, and once at start {"op": "ready", "pid"}
+ *            {"op": "error", "id", "message"}, and once at start {"op": "ready", "pid", "limits",
+ *              "oom_score_adj", "coredump_filter", "autogroup"}: what this process passes on to every command
+ *              as it starts (its rlimits "soft hard" by resource number, comma-separated, -1 for unlimited;
+ *              three /proc/self files, "" when absent), which a reset puts back (inherited.c)
  * The daemon is the pid namespace's init (bwrap --as-pid-1): nothing inside can kill it, and it reaps every
  * child and orphan (SIGCHLD through a signalfd). Timeouts are the epoll timeout, never polled. */
 #include "evsysd.h"
@@ -250,6 +253,7 @@ static void serve(void)
     m_begin(&h);
     m_kstr(&h, "op", "ready");
     m_kint(&h, "pid", getpid());
+    add_inherited_state(&h);
     m_end(&h);
     send_frame(&h, NULL, 0);
     buf_free(&h);

@@ -2,18 +2,24 @@
  * docs/sandbox.md).
  *
  *   evsysd --reset <report fd> <bwrap pidfd> <daemon pidfd> <daemon pid> <setup mount point> <storage bytes>
- *                  <lowerdirs> <tmp bytes> <jobs bytes> <agent uid> <shm bytes> <userns fd | ->
+ *                  <lowerdirs> <tmp bytes> <jobs bytes> <agent uid> <shm bytes> <userns fd | -> <limits>
+ *                  <oom_score_adj> <coredump_filter> <autogroup>
+ *
+ * The last four are what the daemon passes on to every command as it reported them at start (inherited.c).
  *
  * The user namespace mapping the layers' agent uid to the sandbox's (idmap.c) is given as an open fd when the
  * orchestrator kept one from an earlier reset for this uid; with "-" a new one is made and passed back over the
  * report fd (a unix datagram socket: one byte with the fd as SCM_RIGHTS), for the orchestrator to keep.
  * The daemon has already killed every other process in the sandbox. This then
+ *  0. puts back the daemon's rlimits, oom_score_adj, coredump_filter and autogroup nice where root inside
+ *     changed them (failing when it cannot: a hard limit lowered, without CAP_SYS_RESOURCE);
  *  1. refuses when TCP sockets remain in the sandbox's network namespace (TIME_WAIT would cross trials);
  *  2. builds, detached, a new storage tmpfs + overlay on the same lower layers (idmapped for the same agent
- *     uid, idmap.c), and new /tmp, jobs, /dev and /dev/shm tmpfs;
+ *     uid, idmap.c), new /tmp, jobs, /dev and /dev/shm tmpfs, and a new devpts instance (root may have changed
+ *     the old one's ptmx node, which every pty of the next trial would go through);
  *  3. empties the sandbox's IPC namespace (SysV segments, semaphores, queues; POSIX message queues);
  *  4. enters the sandbox's mount namespace and root, attaches the new overlay, moves the sandbox's own mounts
- *     (/proc, /usr, the daemon, binds, the device nodes and devpts) into it, mounts the fresh tmpfs, and
+ *     (/proc, /usr, the daemon, binds, the device nodes) into it, mounts the fresh tmpfs and devpts, and
  *     pivot_roots: the daemon's root becomes the new overlay and the old root is detached; /dev is read-only
  *     again (like bwrap's `--remount-ro /dev` at start), its /dev/shm a fresh size-limited 1777 tmpfs;
  *  5. unmounts the old storage in the setup namespace (bwrap's), so its memory is freed.
@@ -183,6 +189,11 @@ typedef struct {
     char point[512];
 } mnt_t;
 
+/* the new filesystems of the sandbox (detached mounts): its /tmp, jobs dir, /dev, /dev/shm and /dev/pts */
+typedef struct {
+    int tmp, jobs, dev, shm, pts;
+} fresh_t;
+
 static void unescape(char *s)
 {
     char *o = s;
@@ -258,15 +269,15 @@ static int attach(int mfd, const char *target, mode_t mode)
     return 0;
 }
 
-/* a fresh /dev like bwrap's --dev: the old device-node binds and devpts moved over (not the old /dev/shm: a new
- * one), the links recreated, then read-only */
-static int rebuild_dev(int devfs, int shmfs, const mnt_t *mounts, int n, int dev_id)
+/* a fresh /dev like bwrap's --dev: the old device-node binds moved over (not the old /dev/shm and devpts: new
+ * ones), the links recreated, then read-only */
+static int rebuild_dev(const fresh_t *fs, const mnt_t *mounts, int n, int dev_id)
 {
-    if (attach(devfs, NEW_ROOT "/dev", 0) != 0)
+    if (attach(fs->dev, NEW_ROOT "/dev", 0) != 0 || attach(fs->pts, NEW_ROOT "/dev/pts", 0) != 0)
         return 127;
     for (int k = 0; k < n; k++)
         if (mounts[k].parent == dev_id && strcmp(mounts[k].point, "/dev/shm") != 0 &&
-            move_into_new_root(mounts[k].point) != 0)
+            strcmp(mounts[k].point, "/dev/pts") != 0 && move_into_new_root(mounts[k].point) != 0)
             return 127;
     static const char *const links[][2] = {{"/proc/self/fd", "fd"},     {"/proc/self/fd/0", "stdin"},
                                            {"/proc/self/fd/1", "stdout"}, {"/proc/self/fd/2", "stderr"},
@@ -277,7 +288,7 @@ static int rebuild_dev(int devfs, int shmfs, const mnt_t *mounts, int n, int dev
         if (symlink(links[k][0], path) != 0 && errno != EEXIST)
             return fail("cannot create", path);
     }
-    if (attach(shmfs, NEW_ROOT "/dev/shm", 01777) != 0)
+    if (attach(fs->shm, NEW_ROOT "/dev/shm", 01777) != 0)
         return 127;
     struct mount_attr ro = {.attr_set = MOUNT_ATTR_RDONLY};
     if (syscall(SYS_mount_setattr, AT_FDCWD, NEW_ROOT "/dev", 0, &ro, sizeof ro) != 0)
@@ -286,7 +297,7 @@ static int rebuild_dev(int devfs, int shmfs, const mnt_t *mounts, int n, int dev
 }
 
 /* move the old root's mounts into the new root (fresh tmpfs for /tmp, the jobs dir and /dev), then pivot */
-static int switch_root(int proc, int tmpfs, int jobsfs, int devfs, int shmfs)
+static int switch_root(int proc, const fresh_t *fs)
 {
     static mnt_t mounts[MAX_MOUNTS];
     int n = read_mounts(proc, mounts, MAX_MOUNTS), root_id = -1, dev_id = -1;
@@ -305,9 +316,9 @@ static int switch_root(int proc, int tmpfs, int jobsfs, int devfs, int shmfs)
         if (move_into_new_root(p) != 0)
             return 127;
     }
-    if (dev_id < 0 || rebuild_dev(devfs, shmfs, mounts, n, dev_id) != 0)
+    if (dev_id < 0 || rebuild_dev(fs, mounts, n, dev_id) != 0)
         return dev_id < 0 ? fail("no /dev mount in", "the sandbox") : 127;
-    if (attach(tmpfs, NEW_ROOT "/tmp", 01777) != 0 || attach(jobsfs, NEW_ROOT JOB_DIR, 0711) != 0)
+    if (attach(fs->tmp, NEW_ROOT "/tmp", 01777) != 0 || attach(fs->jobs, NEW_ROOT JOB_DIR, 0711) != 0)
         return 127;
     if (chdir(NEW_ROOT) != 0 || syscall(SYS_pivot_root, ".", ".") != 0)
         return fail("pivot_root to", "the new root");
@@ -338,7 +349,7 @@ static int sandbox_root(int proc, const char *pid, int pidfd)
 
 int reset_main(int argc, char **argv)
 {
-    if (argc != 14)
+    if (argc != 18)
         return 127;
     report_fd = atoi(argv[2]);
     int bwrap_fd = atoi(argv[3]), daemon_fd = atoi(argv[4]);
@@ -350,6 +361,8 @@ int reset_main(int argc, char **argv)
     int root_fd = sandbox_root(proc, daemon, daemon_fd);
     if (root_fd < 0)
         return fail("the sandbox's daemon is gone or not in a sandbox:", daemon);
+    if (restore_inherited(proc, daemon, argv[14], argv + 15, path, sizeof path) != 0)
+        return fail("cannot put back the sandbox daemon's", path);
     int sockets = tcp_sockets(proc, daemon);
     if (sockets > 0) {
         errno = 0;
@@ -358,14 +371,18 @@ int reset_main(int argc, char **argv)
     }
     int userns = strcmp(argv[13], "-") == 0 ? -1 : atoi(argv[13]);
     int root = new_overlay(argv[7], argv[8], (uid_t)strtoul(argv[11], NULL, 10), userns);
+    fresh_t fs;
     snprintf(opts, sizeof opts, "source=tmpfs,size=%s,mode=755", argv[9]);
-    int tmpfs = detached("tmpfs", opts, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
+    fs.tmp = detached("tmpfs", opts, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
     snprintf(opts, sizeof opts, "source=tmpfs,size=%s,mode=711", argv[10]);
-    int jobsfs = detached("tmpfs", opts, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
-    int devfs = detached("tmpfs", "source=tmpfs,size=65536,mode=755", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
+    fs.jobs = detached("tmpfs", opts, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
+    /* no size, like bwrap's --dev: it is read-only once its links are made */
+    fs.dev = detached("tmpfs", "source=tmpfs,mode=755", MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
     snprintf(opts, sizeof opts, "source=tmpfs,size=%s,mode=1777", argv[12]);
-    int shmfs = detached("tmpfs", opts, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
-    if (root < 0 || tmpfs < 0 || jobsfs < 0 || devfs < 0 || shmfs < 0)
+    fs.shm = detached("tmpfs", opts, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
+    fs.pts = detached("devpts", "source=devpts,newinstance,ptmxmode=0666,mode=620",
+                      MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC);
+    if (root < 0 || fs.tmp < 0 || fs.jobs < 0 || fs.dev < 0 || fs.shm < 0 || fs.pts < 0)
         return fail("cannot build the new root from", argv[8]);
     /* namespaces through the pidfds: never another process that got a reused pid */
     if (setns(daemon_fd, CLONE_NEWIPC) != 0)
@@ -375,7 +392,7 @@ int reset_main(int argc, char **argv)
         return fail("cannot enter the mount namespace of", daemon);
     if (sys_move_mount(root, "", AT_FDCWD, NEW_ROOT, MOVE_MOUNT_F_EMPTY_PATH) != 0)
         return fail("cannot attach the new root on", NEW_ROOT);
-    int rc = switch_root(proc, tmpfs, jobsfs, devfs, shmfs);
+    int rc = switch_root(proc, &fs);
     if (rc != 0)
         return rc;
     if (setns(bwrap_fd, CLONE_NEWNS) != 0)
