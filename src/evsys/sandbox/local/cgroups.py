@@ -30,6 +30,7 @@ V1_CONTROLLERS = ("memory", "pids", "cpu", "freezer")
 _NAME_OK = re.compile(r"[^A-Za-z0-9_.-]")
 NAME_CHARS = 64  # how much of the sandbox's name a cgroup name keeps (readability only; never uniqueness)
 _SEQUENCE = itertools.count(1)
+PEAK_SLACK = 1 << 16  # a v1 usage watermark this close to the limit means the limit was reached
 
 
 @dataclass
@@ -74,6 +75,33 @@ def detect_layout(root: Path = CGROUP_ROOT) -> CgroupLayout:
                 continue
         layout.missing[ctrl] = f"no cgroup v1 {ctrl} hierarchy of this process under {root}"
     return layout
+
+
+def counter_files(version: int) -> dict[str, tuple[str, str, str]]:
+    """counter -> (controller, file, key in it; "" for a file holding one number), for cgroup `version`."""
+    if version == 2:
+        memory = {
+            "memory": ("memory", "memory.events", "oom_kill"),
+            "memory_limit": ("memory", "memory.events", "oom"),
+        }
+    else:
+        memory = {
+            "memory": ("memory", "memory.oom_control", "oom_kill"),
+            # v1 on recent kernels keeps memory.failcnt at 0: the usage watermark against the limit says
+            # whether the limit was reached (read_counters; `reset_peak` at each reset)
+            "memory_limit": ("memory", "memory.max_usage_in_bytes", ""),
+            "memory_max": ("memory", "memory.limit_in_bytes", ""),
+        }
+    return memory | {"pids": ("pids", "pids.events", "max")}
+
+
+def parse_counter(text: str, key: str) -> int:
+    """The value of `key` in a flat-keyed cgroup file ("oom_kill 3" lines), or the file's one number when
+    `key` is ""; 0 when absent."""
+    if not key:
+        return int(text.split()[0]) if text.split() else 0
+    match = re.search(rf"^{key} (\d+)$", text, re.M)
+    return int(match.group(1)) if match else 0
 
 
 def cgroup_name(name: str, owner: int | None = None) -> str:
@@ -135,27 +163,35 @@ class SandboxCgroup:
         return out
 
     def _open_counters(self) -> None:
-        """Open the files that count OOM kills and pids-cap hits once, so each later reading is one pread."""
+        """Open the files that count OOM kills, memory-limit hits and pids-cap hits once, so each later
+        reading is one pread per file."""
         self._counters_open = True
-        files = {"memory": "memory.events" if self.layout.version == 2 else "memory.oom_control"}
-        files["pids"] = "pids.events"
-        for kind, filename in files.items():
-            if kind in self.dirs:
+        for kind, (ctrl, filename, _) in counter_files(self.layout.version).items():
+            if ctrl in self.dirs:
                 with contextlib.suppress(FileNotFoundError):
-                    self._counter_fds[kind] = os.open(self.dirs[kind] / filename, os.O_RDONLY | os.O_CLOEXEC)
+                    self._counter_fds[kind] = os.open(self.dirs[ctrl] / filename, os.O_RDONLY | os.O_CLOEXEC)
 
     def read_counters(self) -> dict[str, int]:
-        """Current totals: 'memory' = OOM kills, 'pids' = fork attempts refused by pids.max (a new cgroup's
-        are zero: `counters` starts empty)."""
+        """Current totals (a new cgroup's are zero: `counters` starts empty): 'memory' = OOM kills,
+        'memory_limit' = times the memory limit was reached (v2 memory.events `oom`; v1: 1 when the usage
+        watermark reached the limit, else 0),
+        'pids' = fork attempts refused by pids.max. A counter whose cgroup is gone reads as missing."""
         if not self._counters_open:
             self._open_counters()
+        files = counter_files(self.layout.version)
         out: dict[str, int] = {}
         for kind, fd in self._counter_fds.items():
-            text = os.pread(fd, 4096, 0).decode()
-            key = "oom_kill" if kind == "memory" else "max"
-            match = re.search(rf"^{key} (\d+)$", text, re.M)
-            out[kind] = int(match.group(1)) if match else 0
+            with contextlib.suppress(OSError):
+                out[kind] = parse_counter(os.pread(fd, 4096, 0).decode(), files[kind][2])
+        if "memory_max" in out:
+            out["memory_limit"] = int(out.get("memory_limit", 0) >= out.pop("memory_max") - PEAK_SLACK)
         return out
+
+    def reset_peak(self) -> None:
+        """Start the v1 memory usage watermark afresh (a reset sandbox: `memory_limit` reads 0 again)."""
+        if self.layout.version == 1 and "memory" in self.dirs:
+            with contextlib.suppress(OSError):
+                (self.dirs["memory"] / "memory.max_usage_in_bytes").write_text("0")
 
     def pids(self) -> list[int]:
         """Every process currently in the sandbox's cgroup."""

@@ -80,6 +80,7 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
         self._daemon: int | None = None
         self._uid: uids.AgentUid | None = None
         self._pod_owner: int | None = None  # this sandbox's daemon pid when its namespace is its pod's
+        self._limit_mark: dict[str, int] = {}  # a new cgroup's counters are zero
 
     @property
     def agent_uid(self) -> int | None:
@@ -272,6 +273,7 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
             self._state = "broken"
             raise SandboxError(f"sandbox {self.spec.name}: {exc}") from None
         self._state = "running"
+        self._mark_limits()
         await self._run_image_entrypoint()
 
     async def _run_image_entrypoint(self) -> None:
@@ -311,6 +313,13 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
             assert self._proc is not None
             self._daemon = daemon_pid(self._proc.pid)
         return self._daemon
+
+    def _live_daemon_pid(self) -> int | None:
+        if self._proc is None or self._proc.returncode is not None:
+            return None
+        with contextlib.suppress(SandboxError, OSError):
+            return self._daemon_pid()
+        return None
 
     def _target(self) -> ResetTarget:
         if self._reset_target is None:
