@@ -3,8 +3,10 @@ sandbox (every pid held by a survivor, /tmp and /dev/shm filled up to the memory
 OOM-killed by a dd during its phase) scores 0 as `agent_exhausted_resources` in one attempt, with the
 kernel's counters as evidence, and its siblings in the group keep their rewards.
 
-The positive control runs the same group with the sandbox's counters unread (what evsys did before): each
-attack then ends as an error (verifier_error, sandbox_failed), and the OOM-killed one is retried."""
+The positive control runs the same group as evsys did before (one flat cgroup per sandbox, its counters
+unread): each attack then ends as an error (verifier_error, sandbox_failed), and the OOM-killed one is
+retried. With the nested cgroups alone (cgsetup.py) the daemon, bubblewrap and the verifier keep their
+headroom: each attack's wrong answer is verified as 0."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from evsys.engine import AgentSpec, Job, JobConfig
 from evsys.records import FailureCause, TrialResult
 from evsys.records.integrity import IntegrityKind
 from evsys.sandbox import LocalSandbox
+from evsys.sandbox.local import cgsetup
 from evsys.sandbox.local.cgroups import parse_counter
 from evsys.sandbox.local.exhaustion import counter_evidence
 from evsys.trajectory.groups import TrajectoryGroup, rollout_from_trial
@@ -44,12 +47,21 @@ async def _group(tmp_path: Path, name: str) -> dict[str, TrialResult]:
 async def test_an_agent_exhausting_its_sandbox_scores_zero_once_and_spares_its_siblings(
     tmp_path, monkeypatch
 ):
-    with monkeypatch.context() as before:  # positive control: the counters unread, as before this change
+    with monkeypatch.context() as before:  # positive control: one flat cgroup, the counters unread (before)
+        before.setattr(cgsetup, "NESTED", ())
         before.setattr(LocalSandbox, "exhausted_limits", _no_evidence)
         control = await _group(tmp_path, "control")
     for mode in ("pids", "tmpfs", "dd"):
         assert control[mode].cause in ERRORS_BEFORE, (mode, control[mode].failure)
     assert control["dd"].cause == FailureCause.SANDBOX_FAILED and len(control["dd"].retries) == 2
+
+    with (
+        monkeypatch.context() as headroom_only
+    ):  # the nested cgroups alone: the machinery survives each attack
+        headroom_only.setattr(LocalSandbox, "exhausted_limits", _no_evidence)
+        spared = await _group(tmp_path, "headroom")
+    for mode in ("pids", "tmpfs", "dd"):
+        assert (spared[mode].reward, spared[mode].failure) == (0.0, None), mode  # verified: the wrong answer
 
     trials = await _group(tmp_path, "judged")
     assert (trials["right"].reward, trials["right"].failure) == (1.0, None)

@@ -149,7 +149,8 @@ class LocalCommandsMixin(LocalSandboxCore):
         if cg is not None:
             after = cg.read_counters()
             cg.counters = after
-            hits += [kind for kind in ("memory", "pids") if after.get(kind, 0) > before.get(kind, 0)]
+            rose = {key.rpartition(".")[2] for key, value in after.items() if value > before.get(key, 0)}
+            hits += [kind for kind in ("memory", "pids") if kind in rose]
         if free is not None and free < STORAGE_FULL_BYTES:
             hits.append("storage")
         return hits

@@ -15,6 +15,7 @@ import contextlib
 import os
 
 from evsys.sandbox.local.cgroups import SandboxCgroup
+from evsys.sandbox.local.cgsetup import AGENT
 
 FULL_BYTES = 1 << 20  # a tmpfs with less left than this is full
 TMPFS_PLACES = ("/tmp", "/dev/shm")
@@ -61,12 +62,31 @@ def full_tmpfs(daemon_pid: int | None) -> list[str]:
     return evidence
 
 
+def _scope(counters: dict[str, int], prefix: str) -> dict[str, int]:
+    return {key.removeprefix(prefix): value for key, value in counters.items() if key.startswith(prefix)}
+
+
 def exhaustion_evidence(
     cg: SandboxCgroup | None, baseline: dict[str, int], daemon_pid: int | None
 ) -> list[str]:
-    """Every limit the sandbox hit since `baseline` (a `read_counters()` reading), with the counters."""
+    """Every limit the sandbox hit since `baseline` (a `read_counters()` reading), with the counters. With
+    the nested layout (cgsetup.py) the agent's cgroup counts, and the sandbox's own cgroup's memory limit
+    only while the agent's cgroup had reached its own: a verification run that outgrows its own limits is
+    the task's, not the agent's."""
     evidence = full_tmpfs(daemon_pid)
-    if cg is not None:
+    if cg is None:
+        return evidence
+    now = cg.read_counters()
+    if not cg.nested:
         where = {ctrl: str(path) for ctrl, path in cg.dirs.items()}
-        evidence = counter_evidence(baseline, cg.read_counters(), where) + evidence
-    return evidence
+        return counter_evidence(baseline, now, where) + evidence
+    agent = {ctrl: str(cg.dirs[ctrl] / AGENT) for ctrl in cg.nested}
+    own = counter_evidence(_scope(baseline, f"{AGENT}."), _scope(now, f"{AGENT}."), agent)
+    if now.get(f"{AGENT}.memory_limit", 0) > baseline.get(f"{AGENT}.memory_limit", 0):
+        outer = {"memory": str(cg.dirs.get("memory"))}
+        own += [e for e in counter_evidence(_flat(baseline), _flat(now), outer) if e.startswith("memory")]
+    return own + evidence
+
+
+def _flat(counters: dict[str, int]) -> dict[str, int]:
+    return {key: value for key, value in counters.items() if "." not in key}

@@ -28,6 +28,7 @@ from evsys.sandbox.local.bwrap import (
     storage_size_mb,
     tmp_size_mb,
 )
+from evsys.sandbox.local.cgsetup import daemon_arguments
 from evsys.sandbox.local.client import DaemonClient
 from evsys.sandbox.local.commands import USERS, LocalCommandsMixin
 from evsys.sandbox.local.doctor import missing_requirement_once
@@ -190,7 +191,10 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
         )
         sfd = seccomp_fd(range(self._uid.uid, self._uid.uid + uids.UID_BLOCK))
         try:
-            argv = bwrap_argv(spec, setup.root, str(daemon_file), "@fd0", agent_uid=self._uid.uid)
+            extra = daemon_arguments(self._cgroup)  # the cgroup files of its children's scopes
+            argv = bwrap_argv(
+                spec, setup.root, str(daemon_file), "@fd0", agent_uid=self._uid.uid, daemon_args=extra
+            )
             argv = argv if joined is None else pods.join_argv(argv, joined)
             async with asyncio.timeout(START_TIMEOUT):
                 self._proc = await spawn(argv, setup=setup.params, pass_fds=(sfd,), limit=1 << 22)
