@@ -104,6 +104,10 @@ async def test_limits_are_written_to_the_sandbox_cgroups():
         assert len(in_cgroup) >= 2  # the daemon and at least one worker are inside the limits
         machinery = (dirs["pids"] / "machinery" / "cgroup.procs").read_text().split()
         assert len(machinery) == 2  # bubblewrap and the daemon, outside the agent's limits
+        out = "/logs/verifier/cgroup.txt"  # a verification run is in cgroups of its own
+        await sb.run_verifier(["cat", "/proc/self/cgroup"], tests=b"", output_file=out, user="root")
+        [pids_line] = [line for line in (await sb.read_file(out)).decode().splitlines() if ":pids:" in line]
+        assert pids_line.endswith("/verifier")
 
 
 async def test_public_network_has_its_own_namespace_behind_slirp_and_no_network_has_only_lo():

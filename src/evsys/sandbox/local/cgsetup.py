@@ -87,7 +87,9 @@ def setup_items(cg: SandboxCgroup, memory_mb: int | None, pids_max: int, cpus: f
             items.append(f"{'try' if optional else 'set'}={value}:{directory}/{filename}")
     for fd, path in enumerate(daemon_files(cg), FD_BASE):
         items.append(f"fd={fd}:{path}")
-    joins = [cg.dirs[ctrl] / MACHINERY if ctrl in cg.nested else cg.dirs[ctrl] for ctrl in cg.dirs]
+    # v2 has one directory for every controller: with children, its processes all live in `machinery`
+    every = nested and cg.layout.version == 2
+    joins = [cg.dirs[ctrl] / MACHINERY if every or ctrl in cg.nested else cg.dirs[ctrl] for ctrl in cg.dirs]
     return items + [f"join={path}/cgroup.procs" for path in dict.fromkeys(map(str, joins))]
 
 
