@@ -3,6 +3,9 @@ right, one wrong, the others answer wrong and then exhaust their own sandbox one
 
 from __future__ import annotations
 
+import os
+import signal
+
 from evsys.agent import Agent, AgentResult
 
 # a survivor (agent user, its own session) that takes every free pid of the sandbox, and keeps taking them
@@ -32,6 +35,8 @@ class ExhaustingAgent(Agent):
         return None
 
     async def run(self, instruction, sandbox, ctx) -> AgentResult:
+        if self.mode == "crash":  # evsys's own failure: its daemon dies (killed from the host), no limit hit
+            os.kill(sandbox._daemon_pid(), signal.SIGKILL)
         await sandbox.exec(f"echo {'ok' if self.mode == 'right' else 'no'} > /app/out.txt")
         if self.mode in ATTACKS:
             await sandbox.exec(ATTACKS[self.mode], timeout=60)
@@ -45,3 +50,4 @@ def _agent(mode: str) -> type[ExhaustingAgent]:
 
 RightAgent, WrongAgent = _agent("right"), _agent("wrong")
 PidsAgent, TmpfsAgent, DdAgent = _agent("pids"), _agent("tmpfs"), _agent("dd")
+CrashAgent = _agent("crash")

@@ -32,13 +32,13 @@ MODES = ("right", "wrong", "pids", "tmpfs", "dd")
 ERRORS_BEFORE = {FailureCause.VERIFIER_ERROR, FailureCause.SANDBOX_FAILED, FailureCause.REWARD_MISSING}
 
 
-async def _group(tmp_path: Path, name: str) -> dict[str, TrialResult]:
+async def _group(tmp_path: Path, name: str, modes: tuple[str, ...] = MODES) -> dict[str, TrialResult]:
     dataset = tmp_path / name
     make_task(dataset, "t", test=CHECK_OUT, toml=TOML)
-    agents = [AgentSpec(name=f"exhaustion_agents:{m.capitalize()}Agent") for m in MODES]
+    agents = [AgentSpec(name=f"exhaustion_agents:{m.capitalize()}Agent") for m in modes]
     config = JobConfig(
         datasets=[dataset], agents=agents, jobs_dir=tmp_path / "jobs", job_name=name,
-        max_retries=2, retry_min_wait_sec=0.01, n_concurrent=len(MODES),
+        max_retries=2, retry_min_wait_sec=0.01, n_concurrent=len(modes),
     )  # fmt: skip
     trials = (await Job(config).run()).trials
     return {t.agent.removeprefix("exhaustion_agents:").removesuffix("Agent").lower(): t for t in trials}
@@ -80,6 +80,12 @@ async def test_an_agent_exhausting_its_sandbox_scores_zero_once_and_spares_its_s
     rewards = dict(zip(MODES, group.rewards, strict=True))
     assert rewards == {"right": 1.0, "wrong": 0.0, "pids": 0.0, "tmpfs": 0.0, "dd": 0.0}
     assert group.errors_by_cause == {"agent_exhausted_resources": 3}
+
+
+async def test_a_failure_of_evsys_itself_stays_retryable(tmp_path):
+    [crash] = (await _group(tmp_path, "crash", ("crash",))).values()
+    assert crash.cause == FailureCause.SANDBOX_FAILED and len(crash.retries) == 2  # no limit hit: retried
+    assert crash.integrity == []
 
 
 async def _no_evidence(self) -> list[str]:
