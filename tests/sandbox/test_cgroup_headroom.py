@@ -9,6 +9,7 @@ from pathlib import Path
 
 from evsys.sandbox.local.cgroups import CgroupLayout, SandboxCgroup
 from evsys.sandbox.local.cgsetup import PIDS_RESERVE, daemon_arguments
+from evsys.sandbox.local.exhaustion import exhaustion_evidence
 
 MB = 1024 * 1024
 
@@ -59,3 +60,33 @@ def test_without_memory_and_pids_controllers_the_sandbox_stays_flat():
     assert cg.nested == () and daemon_arguments(cg) == []
     assert cg.dir_paths() == ["/sys/fs/cgroup/evsys/sb"]
     assert _items(layout, memory_mb=None) == ["join=/sys/fs/cgroup/evsys/sb/cgroup.procs"]
+
+
+class _Counters:
+    """A nested sandbox cgroup whose counters read as given."""
+
+    nested = ("memory", "pids")
+    dirs = {"memory": Path("/cg/memory/sb"), "pids": Path("/cg/pids/sb")}
+
+    def __init__(self, now: dict[str, int]) -> None:
+        self.now = now
+
+    def read_counters(self) -> dict[str, int]:
+        return self.now
+
+
+def _evidence(now: dict[str, int]) -> list[str]:
+    return exhaustion_evidence(_Counters(now), {}, None)  # type: ignore[arg-type]
+
+
+def test_the_agents_own_cgroup_decides_not_the_verifiers():
+    [agent] = _evidence({"agent.memory": 1, "agent.memory_limit": 1, "memory": 1, "memory_limit": 1})
+    assert agent.startswith("memory: 1 OOM kill") and agent.endswith("/cg/memory/sb/agent)")
+    [pids] = _evidence({"agent.pids": 3, "verifier.pids": 2})
+    assert pids.startswith("pids: 3 fork(s)") and "/cg/pids/sb/agent" in pids
+    # a verification run that outgrows its own limit is the task's
+    assert _evidence({"verifier.memory": 1, "verifier.memory_limit": 1, "verifier.pids": 5}) == []
+    # the sandbox's limit reached with the agent at its own (its files fill it): the agent's
+    [outer] = _evidence({"memory": 1, "memory_limit": 1, "agent.memory_limit": 1})
+    assert outer.endswith("/cg/memory/sb)")
+    assert _evidence({"memory": 1, "memory_limit": 1}) == []  # the agent below its limit: not the agent's

@@ -82,7 +82,8 @@ def exhaustion_evidence(
         return counter_evidence(baseline, now, where) + evidence
     agent = {ctrl: str(cg.dirs[ctrl] / AGENT) for ctrl in cg.nested}
     own = counter_evidence(_scope(baseline, f"{AGENT}."), _scope(now, f"{AGENT}."), agent)
-    if now.get(f"{AGENT}.memory_limit", 0) > baseline.get(f"{AGENT}.memory_limit", 0):
+    reached = now.get(f"{AGENT}.memory_limit", 0) > baseline.get(f"{AGENT}.memory_limit", 0)
+    if reached and not any(e.startswith("memory") for e in own):  # (v2 counts the agent's in the outer too)
         outer = {"memory": str(cg.dirs.get("memory"))}
         own += [e for e in counter_evidence(_flat(baseline), _flat(now), outer) if e.startswith("memory")]
     return own + evidence
