@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import typer
 from typer.testing import CliRunner
 
 from evsys.cli.doctor import doctor
 from evsys.sandbox.local import doctor as checks
+from evsys.sandbox.local.cgroups import CgroupLayout
 
 
 def _app() -> typer.Typer:
@@ -21,6 +24,15 @@ def test_checks_find_what_this_machine_has():
     assert found["memory_mb limit"].ok and found["pids_max limit"].ok  # cgroup v1 on this machine
     assert "enforced by cgroup v1 memory" in found["memory_mb limit"].detail
     assert found["seccomp"].ok and "syscalls denied" in found["seccomp"].detail
+    assert found["machinery headroom"].ok  # memory and pids cgroups: the nested layout
+    score = found["daemon oom_score_adj -1000"]  # no CAP_SYS_RESOURCE in this container: said, and harmless
+    assert score.ok and score.detail.startswith("NOT SET (no CAP_SYS_RESOURCE); the nested cgroups keep")
+
+
+def test_doctor_says_when_the_machinery_has_no_headroom():
+    layout = CgroupLayout(2, {"pids": Path("/sys/fs/cgroup/x")}, {"memory": "not delegated to evsys"})
+    [headroom, _] = checks.check_headroom(layout)
+    assert not headroom.ok and "NOT SET: no nested memory cgroups (not delegated" in headroom.detail
 
 
 def test_doctor_prints_a_table_and_exits_0_when_everything_works(monkeypatch):

@@ -11,6 +11,7 @@ import pytest
 from sandbox_helpers import note_preexisting, own_cgroup_dirs, sandbox_mounts, sandbox_processes, spec
 
 from evsys.sandbox import LocalSandbox, SandboxError, SandboxUnsupported, create_sandbox
+from evsys.sandbox.local import cgsetup
 from evsys.sandbox.local.cgroups import detect_layout
 
 
@@ -87,14 +88,26 @@ def test_cleanup_stale_removes_cgroups_of_dead_owners():
 async def test_limits_are_written_to_the_sandbox_cgroups():
     async with LocalSandbox(spec(cpus=0.5, memory_mb=256, pids_max=77)) as sb:
         dirs = sb._cgroup.dirs
+        mb = 1024 * 1024
         if sb._cgroup.layout.version == 1:
             assert (dirs["cpu"] / "cpu.cfs_quota_us").read_text().strip() == "50000"
-            assert (dirs["memory"] / "memory.limit_in_bytes").read_text().strip() == str(256 * 1024 * 1024)
-        assert (dirs["pids"] / "pids.max").read_text().strip() == "77"
+            # the agent's processes get the asked limit; the sandbox's cgroup holds the reserve too
+            assert (dirs["memory"] / "agent" / "memory.limit_in_bytes").read_text().strip() == str(256 * mb)
+            assert (dirs["memory"] / "memory.limit_in_bytes").read_text().strip() == str((256 + 128) * mb)
+        assert (dirs["pids"] / "agent" / "pids.max").read_text().strip() == "77"
+        assert (dirs["pids"] / "pids.max").read_text().strip() == str(77 + cgsetup.PIDS_RESERVE)
         r = await sb.exec("cat /proc/self/cgroup")
         assert r.exit_code == 0
+        [pids_line] = [line for line in r.stdout.splitlines() if ":pids:" in line]
+        assert pids_line.endswith("/agent"), r.stdout  # the command runs in the agent's cgroup
         in_cgroup = set(sb._cgroup.pids())
         assert len(in_cgroup) >= 2  # the daemon and at least one worker are inside the limits
+        machinery = (dirs["pids"] / "machinery" / "cgroup.procs").read_text().split()
+        assert len(machinery) == 2  # bubblewrap and the daemon, outside the agent's limits
+        out = "/logs/verifier/cgroup.txt"  # a verification run is in cgroups of its own
+        await sb.run_verifier(["cat", "/proc/self/cgroup"], tests=b"", output_file=out, user="root")
+        [pids_line] = [line for line in (await sb.read_file(out)).decode().splitlines() if ":pids:" in line]
+        assert pids_line.endswith("/verifier")
 
 
 async def test_public_network_has_its_own_namespace_behind_slirp_and_no_network_has_only_lo():

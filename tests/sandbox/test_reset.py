@@ -11,6 +11,7 @@ from sandbox_helpers import note_preexisting, own_cgroup_dirs, sandbox_mounts, s
 
 from evsys.records import Bind
 from evsys.sandbox import LocalSandbox, SandboxError
+from evsys.sandbox.local import cgsetup
 from evsys.sandbox.pool import SandboxPool, reuse_key
 
 
@@ -63,9 +64,9 @@ async def test_100_resets_leave_no_mount_or_process_behind():
             await sb.exec(f"echo {i} > /app/f; sleep 100 & setsid sleep 100 &")
             await sb.reset()
         assert len(ns_mounts.read_bytes().splitlines()) == after_first  # noqa: ASYNC240
-        assert (
-            await sb.exec("ls -A /app; ps -eo args=")
-        ).stdout == f"/.evsys/daemon/evsysd {sb.agent_uid}\nps -eo args=\n"
+        scopes = cgsetup.daemon_arguments(sb._cgroup)  # its cgroup files (the agent's, the verifier's)
+        daemon = " ".join([f"/.evsys/daemon/evsysd {sb.agent_uid}", *scopes])
+        assert (await sb.exec("ls -A /app; ps -eo args=")).stdout == f"{daemon}\nps -eo args=\n"
     finally:
         await sb.stop()
     assert sandbox_mounts() == []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import threading
@@ -176,3 +177,24 @@ async def test_disk_fill_stops_at_storage_limit(make_sandbox):
     await sb.exec("rm /app/fill /app/more")
     assert "storage" not in (await sb.exec("echo ok > /app/small")).limits_hit
     await sb.stop()
+
+
+# root in the sandbox aims at the daemon's cgroup files (the only handles on the machinery's cgroups inside)
+# and at a cgroup mount of its own, then reports where it is
+LEAVE_THE_AGENTS_CGROUPS = """for fd in 200 201 202 203; do
+  (echo 0 > /proc/1/fd/$fd) 2>/dev/null && echo joined-$fd
+done
+mkdir -p /tmp/cg && mount -t cgroup -o pids none /tmp/cg 2>/dev/null && echo mounted
+echo tried; grep -E ':(pids|memory):' /proc/self/cgroup"""
+
+
+async def test_root_in_the_sandbox_cannot_leave_the_agents_cgroups(make_sandbox):
+    sb = await make_sandbox(pids_max=64, memory_mb=128)
+    daemon = sb._daemon_pid()
+    # positive control: the files the attack aims at are there, held by the daemon (its children's scopes)
+    held = [os.readlink(f"/proc/{daemon}/fd/{fd}") for fd in (200, 201, 202, 203)]
+    assert [path.rsplit("/", 2)[-2] for path in held] == ["agent", "agent", "verifier", "verifier"]
+    r = await sb.exec(LEAVE_THE_AGENTS_CGROUPS, user="root")
+    lines = r.stdout.splitlines()
+    assert lines[0] == "tried", r.stdout + r.stderr  # it ran, and nothing joined or mounted
+    assert sorted(line.split(":", 1)[1] for line in lines[1:]) == ["memory:/../agent", "pids:/../agent"]

@@ -206,6 +206,12 @@ class Sandbox(ABC):
         (Capability.SWITCH_NETWORK; the engine starts a sandbox with its trial's broadest phase)."""
         raise SandboxUnsupported(f"sandbox {self.spec.name}: this backend cannot switch a sandbox's network")
 
+    async def exhausted_limits(self) -> list[str]:
+        """Which of the sandbox's own limits its processes hit since it started or was last reset (memory
+        at its limit with an OOM kill, forks refused at its pids limit, a full tmpfs), each with the
+        kernel's counters as evidence; [] when none, or when the backend cannot tell (this default)."""
+        return []
+
     def extra_uid(self, index: int) -> int:
         """The uid of the sandbox's `index`-th extra user (a shared slot's). This default is EXTRA_UID_BASE +
         index, the same in every sandbox; a backend that gives each sandbox uids of its own overrides it."""

@@ -9,8 +9,10 @@
    phase, evsys.engine.trial.verifier / separate), or evsys.engine.trial.multi_step for a task with
    `[[steps]]`. A single-step agent that `starts_before_sandbox` begins its first steps (the loop agent's
    first model call) together with the sandbox's start, so the start hides behind inference;
-4. the slot's release — always, in `finally` — then the sidecars'; trajectory.json and result.json (and
-   exception.txt when something raised) are written atomically.
+4. the judgement of the sandbox's own limits (evsys.engine.trial.exhaustion: a trial whose sandbox hit them
+   is `agent_exhausted_resources`, reward 0), then the slot's release — always, in `finally` — then the
+   sidecars'; trajectory.json and result.json (and exception.txt when something raised) are written
+   atomically.
 Everything the phases know and decide is on one `TrialState` (evsys.engine.trial.state). The first failure
 is the trial's primary cause; later ones are appended to its message. An unexpected error still ends in a
 result.json (`sandbox_failed`), never a crashed job.
@@ -31,6 +33,7 @@ from evsys.engine.spec import TrialSpec
 from evsys.engine.store import JobStore
 from evsys.engine.trial.agent import agent_info, begin_early, end_early, prepare_sandbox, trial_agent
 from evsys.engine.trial.environment import environment_spec, start_sandbox, stop_sandbox
+from evsys.engine.trial.exhaustion import judge_exhaustion
 from evsys.engine.trial.fresh import release_grading_preparation, start_grading_preparation
 from evsys.engine.trial.multi_step import run_steps
 from evsys.engine.trial.sidecars import stop_sidecars
@@ -107,7 +110,10 @@ class Trial:
             state.keep_traceback(exc)
         finally:
             try:
-                await stop_sandbox(state)
+                try:
+                    await judge_exhaustion(state)  # before the release: the counters go with the sandbox
+                finally:
+                    await stop_sandbox(state)
             finally:
                 await stop_sidecars(state)  # after the main sandbox, which shares their network
             state.result.timing.total = time.perf_counter() - started

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Sequence
 from pathlib import PurePosixPath
 
 from evsys.records import SandboxSpec
@@ -57,7 +58,13 @@ def shm_size_mb(spec: SandboxSpec) -> int:
 
 
 def bwrap_argv(
-    spec: SandboxSpec, root: str, daemon_file: str, seccomp_fd_arg: str, *, agent_uid: int
+    spec: SandboxSpec,
+    root: str,
+    daemon_file: str,
+    seccomp_fd_arg: str,
+    *,
+    agent_uid: int,
+    daemon_args: Sequence[str] = (),
 ) -> list[str]:
     """The bwrap command line of a sandbox for `spec` whose root (the overlay) is mounted at `root`; its
     daemon runs commands as `agent_uid` for the agent user. /dev is read-only (nothing can fill it) but for
@@ -92,5 +99,5 @@ def bwrap_argv(
     argv += ["--cap-drop", "ALL"]
     for cap in ROOT_CAPS + DAEMON_EXTRA_CAPS:
         argv += ["--cap-add", cap]
-    argv += ["--seccomp", seccomp_fd_arg, "--chdir", "/", DAEMON_PATH, str(agent_uid)]
+    argv += ["--seccomp", seccomp_fd_arg, "--chdir", "/", DAEMON_PATH, str(agent_uid), *daemon_args]
     return argv

@@ -22,7 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from evsys.sandbox.local import delegation
+from evsys.sandbox.local import cgsetup, delegation
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PREFIX = "evsys-"
@@ -30,6 +30,7 @@ V1_CONTROLLERS = ("memory", "pids", "cpu", "freezer")
 _NAME_OK = re.compile(r"[^A-Za-z0-9_.-]")
 NAME_CHARS = 64  # how much of the sandbox's name a cgroup name keeps (readability only; never uniqueness)
 _SEQUENCE = itertools.count(1)
+PEAK_SLACK = 1 << 16  # a v1 usage watermark this close to the limit means the limit was reached
 
 
 @dataclass
@@ -76,6 +77,33 @@ def detect_layout(root: Path = CGROUP_ROOT) -> CgroupLayout:
     return layout
 
 
+def counter_files(version: int) -> dict[str, tuple[str, str, str]]:
+    """counter -> (controller, file, key in it; "" for a file holding one number), for cgroup `version`."""
+    if version == 2:
+        memory = {
+            "memory": ("memory", "memory.events", "oom_kill"),
+            "memory_limit": ("memory", "memory.events", "oom"),
+        }
+    else:
+        memory = {
+            "memory": ("memory", "memory.oom_control", "oom_kill"),
+            # v1 on recent kernels keeps memory.failcnt at 0: the usage watermark against the limit says
+            # whether the limit was reached (read_counters; `reset_peak` at each reset)
+            "memory_limit": ("memory", "memory.max_usage_in_bytes", ""),
+            "memory_max": ("memory", "memory.limit_in_bytes", ""),
+        }
+    return memory | {"pids": ("pids", "pids.events", "max")}
+
+
+def parse_counter(text: str, key: str) -> int:
+    """The value of `key` in a flat-keyed cgroup file ("oom_kill 3" lines), or the file's one number when
+    `key` is ""; 0 when absent."""
+    if not key:
+        return int(text.split()[0]) if text.split() else 0
+    match = re.search(rf"^{key} (\d+)$", text, re.M)
+    return int(match.group(1)) if match else 0
+
+
 def cgroup_name(name: str, owner: int | None = None) -> str:
     """A fresh directory name for a sandbox: prefix, owning pid, a sequence number unique in this process,
     the sanitized sandbox name cut to NAME_CHARS (two sandboxes never share one, whatever their names)."""
@@ -85,9 +113,13 @@ def cgroup_name(name: str, owner: int | None = None) -> str:
 class SandboxCgroup:
     """The cgroup directories of one sandbox, with its limits and limit-hit counters."""
 
-    def __init__(self, layout: CgroupLayout, name: str, *, skip: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self, layout: CgroupLayout, name: str, *, skip: tuple[str, ...] = (), flat: bool = False
+    ) -> None:
         self.layout = layout
         self.dirs = {ctrl: parent / name for ctrl, parent in layout.parents.items() if ctrl not in skip}
+        # the controllers whose cgroup has the machinery / agent / verifier children (cgsetup.py)
+        self.nested = () if flat else tuple(c for c in cgsetup.NESTED if c in self.dirs)
         self._counter_fds: dict[str, int] = {}
         self._counters_open = False
         self.counters: dict[str, int] = {}  # the totals at the last reading (none yet: all zero)
@@ -95,8 +127,13 @@ class SandboxCgroup:
     def dir_paths(self) -> list[str]:
         """The directories to create, each once. The spawner makes them before the setup step
         (spawner.make_dirs), so a setup step orphaned by a dying spawner can never create one after this
-        sandbox's teardown removed them."""
-        return list(dict.fromkeys(map(str, self.dirs.values())))
+        sandbox's teardown removed them; parents first)."""
+        children = [d for scope in cgsetup.SCOPES for d in self.scope_dirs(scope)]
+        return list(dict.fromkeys(map(str, [*self.dirs.values(), *children])))
+
+    def scope_dirs(self, scope: str) -> list[Path]:
+        """The directories of one scope (cgsetup.SCOPES) below the nested controllers' cgroups, each once."""
+        return list(dict.fromkeys(self.dirs[ctrl] / scope for ctrl in self.nested if ctrl in self.dirs))
 
     def forget_dirs(self) -> None:
         """Forget every directory (none was made: tearing this sandbox down must never touch another's)."""
@@ -104,77 +141,65 @@ class SandboxCgroup:
 
     def setup_items(self, *, memory_mb: int | None, pids_max: int, cpus: float | None) -> list[str]:
         """What `evsysd --setup` does with the directories the spawner made, before bwrap (native/setup.c):
-        write the limits, join them; off the orchestrator's event loop."""
-        items = []
-        for ctrl, filename, value, optional in self._limits(memory_mb, pids_max, cpus):
-            if ctrl in self.dirs:
-                items.append(f"{'try' if optional else 'set'}={value}:{self.dirs[ctrl]}/{filename}")
-        return items + [f"join={path}/cgroup.procs" for path in dict.fromkeys(map(str, self.dirs.values()))]
-
-    def _limits(
-        self, memory_mb: int | None, pids_max: int, cpus: float | None
-    ) -> list[tuple[str, str, str, bool]]:
-        """(controller, file, value, optional) of every limit to write."""
-        v2 = self.layout.version == 2
-        out = [("pids", "pids.max", str(pids_max), False)]
-        if memory_mb is not None:
-            limit = str(memory_mb * 1024 * 1024)
-            if v2:
-                out += [("memory", "memory.max", limit, False), ("memory", "memory.swap.max", "0", True)]
-            else:
-                out.append(("memory", "memory.limit_in_bytes", limit, False))
-                out.append(("memory", "memory.memsw.limit_in_bytes", limit, True))
-        if cpus is not None:
-            period = 100_000
-            quota = max(1000, int(cpus * period))
-            if v2:
-                out.append(("cpu", "cpu.max", f"{quota} {period}", False))
-            else:
-                out.append(("cpu", "cpu.cfs_period_us", str(period), False))
-                out.append(("cpu", "cpu.cfs_quota_us", str(quota), False))
-        return out
+        write the limits, open the daemon's cgroup files, join; off the orchestrator's event loop."""
+        return cgsetup.setup_items(self, memory_mb, pids_max, cpus)
 
     def _open_counters(self) -> None:
-        """Open the files that count OOM kills and pids-cap hits once, so each later reading is one pread."""
+        """Open the files that count OOM kills, memory-limit hits and pids-cap hits once, so each later
+        reading is one pread per file."""
         self._counters_open = True
-        files = {"memory": "memory.events" if self.layout.version == 2 else "memory.oom_control"}
-        files["pids"] = "pids.events"
-        for kind, filename in files.items():
-            if kind in self.dirs:
+        for kind, (ctrl, filename, _) in counter_files(self.layout.version).items():
+            if ctrl not in self.dirs:
+                continue
+            places = {"": self.dirs[ctrl]}
+            if ctrl in self.nested:
+                places |= {
+                    f"{scope}.": self.dirs[ctrl] / scope for scope in (cgsetup.AGENT, cgsetup.VERIFIER)
+                }
+            for prefix, directory in places.items():
                 with contextlib.suppress(FileNotFoundError):
-                    self._counter_fds[kind] = os.open(self.dirs[kind] / filename, os.O_RDONLY | os.O_CLOEXEC)
+                    fd = os.open(directory / filename, os.O_RDONLY | os.O_CLOEXEC)
+                    self._counter_fds[prefix + kind] = fd
 
     def read_counters(self) -> dict[str, int]:
-        """Current totals: 'memory' = OOM kills, 'pids' = fork attempts refused by pids.max (a new cgroup's
-        are zero: `counters` starts empty)."""
+        """Current totals (a new cgroup's are zero: `counters` starts empty): 'memory' = OOM kills,
+        'memory_limit' = times the memory limit was reached (v2 memory.events `oom`; v1: 1 when the usage
+        watermark reached the limit, else 0),
+        'pids' = fork attempts refused by pids.max. A counter whose cgroup is gone reads as missing."""
         if not self._counters_open:
             self._open_counters()
+        files = counter_files(self.layout.version)
         out: dict[str, int] = {}
-        for kind, fd in self._counter_fds.items():
-            text = os.pread(fd, 4096, 0).decode()
-            key = "oom_kill" if kind == "memory" else "max"
-            match = re.search(rf"^{key} (\d+)$", text, re.M)
-            out[kind] = int(match.group(1)) if match else 0
+        for key, fd in self._counter_fds.items():
+            with contextlib.suppress(OSError):
+                out[key] = parse_counter(os.pread(fd, 4096, 0).decode(), files[key.rpartition(".")[2]][2])
+        for prefix in ("", f"{cgsetup.AGENT}.", f"{cgsetup.VERIFIER}."):
+            if prefix + "memory_max" in out:
+                peak = out.get(prefix + "memory_limit", 0)
+                out[prefix + "memory_limit"] = int(peak >= out.pop(prefix + "memory_max") - PEAK_SLACK)
         return out
 
+    def reset_peak(self) -> None:
+        """Start the v1 memory usage watermark afresh (a reset sandbox: `memory_limit` reads 0 again)."""
+        if self.layout.version == 1 and "memory" in self.dirs:
+            for directory in [
+                self.dirs["memory"],
+                *self.scope_dirs(cgsetup.AGENT),
+                *self.scope_dirs(cgsetup.VERIFIER),
+            ]:
+                with contextlib.suppress(OSError):
+                    (directory / "memory.max_usage_in_bytes").write_text("0")
+
     def pids(self) -> list[int]:
-        """Every process currently in the sandbox's cgroup."""
+        """Every process currently in the sandbox's cgroup (its children's included)."""
         anchor = self.dirs.get("pids") or self.dirs.get("memory")
         if anchor is None:
             return []
-        try:
-            fd = os.open(f"{anchor}/cgroup.procs", os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
-            return []
-        try:
-            data = b""
-            while chunk := os.read(fd, 65536):
-                data += chunk
-        except OSError:
-            return []
-        finally:
-            os.close(fd)
-        return [int(x) for x in data.split()]
+        found = _procs(anchor)
+        if "pids" in self.nested or "memory" in self.nested:
+            for scope in cgsetup.SCOPES:
+                found += _procs(anchor / scope)
+        return found
 
     def kill_all(self, *, freeze: bool = True) -> None:
         """SIGKILL every process in the cgroup (freezing first on v1 so nothing forks in between;
@@ -201,7 +226,7 @@ class SandboxCgroup:
             os.close(fd)
         self._counter_fds.clear()
         done = True
-        for path in dict.fromkeys(map(str, self.dirs.values())):
+        for path in reversed(self.dir_paths()):  # children first
             try:
                 os.rmdir(path)
             except FileNotFoundError:
@@ -209,6 +234,23 @@ class SandboxCgroup:
             except OSError:
                 done = False
         return done
+
+
+def _procs(directory: Path) -> list[int]:
+    """The pids in one cgroup directory's cgroup.procs (none when it cannot be read)."""
+    try:
+        fd = os.open(f"{directory}/cgroup.procs", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return []
+    try:
+        data = b""
+        while chunk := os.read(fd, 65536):
+            data += chunk
+    except OSError:
+        return []
+    finally:
+        os.close(fd)
+    return [int(x) for x in data.split()]
 
 
 def remove_cgroup_dirs(cg: SandboxCgroup, timeout: float = 5.0) -> bool:

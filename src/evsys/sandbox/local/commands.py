@@ -12,6 +12,7 @@ from evsys.sandbox.base import SandboxError
 from evsys.sandbox.local import rootfs
 from evsys.sandbox.local.bwrap import tmp_size_mb
 from evsys.sandbox.local.core import LocalSandboxCore
+from evsys.sandbox.local.exhaustion import exhaustion_evidence
 from evsys.sandbox.local.process import SandboxProcess
 from evsys.sandbox.shell import ExecShellSession
 
@@ -151,10 +152,24 @@ class LocalCommandsMixin(LocalSandboxCore):
         if cg is not None:
             after = cg.read_counters()
             cg.counters = after
-            hits += [kind for kind in ("memory", "pids") if after.get(kind, 0) > before.get(kind, 0)]
+            rose = {key.rpartition(".")[2] for key, value in after.items() if value > before.get(key, 0)}
+            hits += [kind for kind in ("memory", "pids") if kind in rose]
         if free is not None and free < STORAGE_FULL_BYTES:
             hits.append("storage")
         return hits
+
+    def _mark_limits(self) -> None:
+        """Remember the limit counters now (a reset): `exhausted_limits` reports what was hit after this."""
+        cg = self._cgroup
+        if cg is not None:
+            cg.reset_peak()
+        self._limit_mark = cg.read_counters() if cg is not None else {}
+
+    async def exhausted_limits(self) -> list[str]:
+        """The sandbox's own limits hit since it started or was last reset (OOM kills at its memory limit,
+        forks refused at its pids limit, a full /tmp or /dev/shm), each with the kernel's counters; also
+        after its daemon died (until stop)."""
+        return exhaustion_evidence(self._cgroup, self._limit_mark, self._live_daemon_pid())
 
     async def spawn(
         self,

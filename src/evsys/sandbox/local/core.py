@@ -22,7 +22,12 @@ class LocalSandboxCore(Sandbox):
     _cgroup: SandboxCgroup | None  # the sandbox's cgroup (its memory/pids counters), None before start
     _shells: int  # shell sessions opened so far (each one's id)
     _fresh_since: float = 0.0  # when its root was last fresh (start, reset): newer files are the trial's
+    _limit_mark: dict[str, int]  # the cgroup's limit counters when it started or was last reset
 
     @abstractmethod
     def _running_client(self) -> DaemonClient:
         """The daemon client; `SandboxError` unless the sandbox is running."""
+
+    @abstractmethod
+    def _live_daemon_pid(self) -> int | None:
+        """The host pid of the sandbox's daemon while it runs, else None."""

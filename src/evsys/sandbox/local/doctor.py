@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evsys.records import SandboxSpec
-from evsys.sandbox.local import cgroups, limits, native
+from evsys.sandbox.local import cgroups, cgsetup, limits, native
 
 
 @dataclass
@@ -141,12 +141,40 @@ def check_cgroups() -> list[Check]:
         detail = "; ".join(part for part in (detail, hold.note) if part)
         ctrl = {"memory_mb": "memory", "pids_max": "pids", "cpus": "cpu"}[hold.limit]
         checks.append(Check(f"{hold.limit} limit", hold.by_cgroup, detail, fix.format(ctrl), required=False))
+    checks += check_headroom(layout)
     if layout.version == 1:
         ok = "freezer" in layout.parents
         effect = "freezing before kill" if ok else "missing: kills still work, without freezing first"
         hint = "" if ok else fix.format("freezer")
         checks.append(Check("cgroup freezer", ok, effect, hint, required=False))
     return checks
+
+
+CAP_SYS_RESOURCE = 24
+
+
+def check_headroom(layout: cgroups.CgroupLayout) -> list[Check]:
+    """Whether bubblewrap, the daemon and a verification run keep headroom the agent cannot take: the nested
+    memory and pids cgroups (cgsetup.py), and whether the daemon's oom_score_adj -1000 can be set at all."""
+    missing = [c for c in cgsetup.NESTED if c not in layout.parents]
+    if missing:
+        why = "; ".join(layout.missing.get(c, f"no {c} controller") for c in missing)
+        detail = f"NOT SET: no nested {'/'.join(missing)} cgroups ({why}): an agent at its limit can starve "
+        detail += "the verifier or get the sandbox OOM-killed"
+        headroom = Check("machinery headroom", False, detail, "make the memory and pids controllers usable")
+    else:
+        detail = "bubblewrap and the daemon outside the agent's memory and pids limits; verifier apart"
+        headroom = Check("machinery headroom", True, detail)
+    status = Path("/proc/self/status").read_text()
+    effective = int(next(line.split()[1] for line in status.splitlines() if line.startswith("CapEff:")), 16)
+    settable = bool(effective >> CAP_SYS_RESOURCE & 1)
+    note = "set" if settable else "NOT SET (no CAP_SYS_RESOURCE)"
+    note += "; the nested cgroups keep the daemon from the agent's OOM kills" if headroom.ok else ""
+    fix = "" if settable else "--cap-add SYS_RESOURCE, or make the memory and pids controllers usable"
+    score = Check("daemon oom_score_adj -1000", settable or headroom.ok, note, fix)
+    for check in (headroom, score):
+        check.required = False
+    return [headroom, score]
 
 
 def check_seccomp() -> Check:

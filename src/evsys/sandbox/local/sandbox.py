@@ -28,6 +28,7 @@ from evsys.sandbox.local.bwrap import (
     storage_size_mb,
     tmp_size_mb,
 )
+from evsys.sandbox.local.cgsetup import daemon_arguments
 from evsys.sandbox.local.client import DaemonClient
 from evsys.sandbox.local.commands import USERS, LocalCommandsMixin
 from evsys.sandbox.local.doctor import missing_requirement_once
@@ -86,6 +87,7 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
         self._daemon: int | None = None
         self._uid: uids.AgentUid | None = None
         self._pod_owner: int | None = None  # this sandbox's daemon pid when its namespace is its pod's
+        self._limit_mark: dict[str, int] = {}  # a new cgroup's counters are zero
 
     @property
     def agent_uid(self) -> int | None:
@@ -195,7 +197,10 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
         )
         sfd = seccomp_fd(range(self._uid.uid, self._uid.uid + uids.UID_BLOCK))
         try:
-            argv = bwrap_argv(spec, setup.root, str(daemon_file), "@fd0", agent_uid=self._uid.uid)
+            extra = daemon_arguments(self._cgroup)  # the cgroup files of its children's scopes
+            argv = bwrap_argv(
+                spec, setup.root, str(daemon_file), "@fd0", agent_uid=self._uid.uid, daemon_args=extra
+            )
             argv = argv if joined is None else pods.join_argv(argv, joined)
             async with asyncio.timeout(START_TIMEOUT):
                 self._proc = await spawn(argv, setup=setup.params, pass_fds=(sfd,), limit=1 << 22)
@@ -280,6 +285,7 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
             self._state = "broken"
             raise SandboxError(f"sandbox {self.spec.name}: {exc}") from None
         self._state = "running"
+        self._mark_limits()
         await self._run_image_entrypoint()
 
     async def _run_image_entrypoint(self) -> None:
@@ -319,6 +325,13 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
             assert self._proc is not None
             self._daemon = daemon_pid(self._proc.pid)
         return self._daemon
+
+    def _live_daemon_pid(self) -> int | None:
+        if self._proc is None or self._proc.returncode is not None:
+            return None
+        with contextlib.suppress(SandboxError, OSError):
+            return self._daemon_pid()
+        return None
 
     def _target(self) -> ResetTarget:
         if self._reset_target is None:

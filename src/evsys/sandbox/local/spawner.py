@@ -57,8 +57,9 @@ def make_dirs(paths: list[str]) -> None:
 
 
 def remove_dirs(paths: list[str]) -> None:
-    """Remove directories this process made for a request that then failed (nothing joined them)."""
-    for path in paths:
+    """Remove directories this process made for a request that then failed (nothing joined them; children
+    first)."""
+    for path in reversed(paths):
         try:
             os.rmdir(path)
         except OSError:

@@ -244,5 +244,7 @@ int kill_all(int *left);
 void kill_tree(pid_t root);
 void killpg_quiet(pid_t pgid);
 unsigned long long free_bytes(const char *path);
+void cgroup_scopes(const char *arg); /* "<agent fds>/<verifier fds>", from the daemon's command line */
+int join_scope(int verifier);        /* in a child: into the agent's (0) or verifier's (1) cgroups */
 
 #endif

@@ -120,6 +120,10 @@ void exec_child(const req_t *r, int in_fd, int out_fd, int err_fd, char **argv)
     setsid();
     if (dup2(in_fd, 0) < 0 || dup2(out_fd, 1) < 0 || dup2(err_fd, 2) < 0 || (r->fd3 > 0 && dup2(r->fd3, 3) < 0))
         _exit(127);
+    if (join_scope(r->verifier > 0) != 0) { /* never run outside the scope's limits */
+        dprintf(2, "evsys: cannot start command: cannot join its cgroup: %s\n", strerror(errno));
+        _exit(127);
+    }
     int fd = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
     if (fd >= 0) {
         if (write(fd, "0", 1) < 0) { /* best effort */ }

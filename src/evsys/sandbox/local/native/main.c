@@ -301,6 +301,8 @@ int main(int argc, char **argv)
             die("the agent uid must be a positive number");
         agent_uid = (uid_t)uid;
     }
+    if (argc > 2) /* the cgroup files of its children's scopes (cgsetup.py) */
+        cgroup_scopes(argv[2]);
     harden();
     rfd = fcntl(0, F_DUPFD_CLOEXEC, 3);
     wfd = fcntl(1, F_DUPFD_CLOEXEC, 3);

@@ -175,3 +175,35 @@ void kill_tree(pid_t root)
         sleep_ms();
     }
 }
+
+/* ---- the cgroup scopes of the daemon's children (cgsetup.py): cgroup.procs files the setup step opened as
+ * host root, inherited through bwrap; [0] the agent's, [1] the verifier's (one per nested hierarchy) */
+static int scope_fds[2][4];
+static int scope_n[2];
+
+void cgroup_scopes(const char *arg)
+{
+    int scope = 0;
+    for (const char *p = arg; *p;) {
+        if (*p == '/' || *p == ',') {
+            scope += *p == '/';
+            p++;
+            continue;
+        }
+        char *end;
+        long fd = strtol(p, &end, 10);
+        if (end == p || fd < 3 || scope > 1 || scope_n[scope] >= 4 || fcntl((int)fd, F_SETFD, FD_CLOEXEC) != 0)
+            die("malformed cgroup scopes");
+        scope_fds[scope][scope_n[scope]++] = (int)fd;
+        p = end;
+    }
+}
+
+/* in a child before it execs: move it into the agent's or the verifier's cgroups; 0, or -1 with errno */
+int join_scope(int verifier)
+{
+    for (int k = 0; k < scope_n[verifier]; k++)
+        if (write(scope_fds[verifier][k], "0", 1) != 1)
+            return -1;
+    return 0;
+}

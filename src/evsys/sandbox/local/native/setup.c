@@ -7,6 +7,8 @@
  *                         orchestrator created; try=<value>:<file> the same, where a refusal is not an error
  *                         (memory.swap.max without swap accounting);
  *   join=<file>           join a cgroup (its cgroup.procs);
+ *   fd=<n>:<file>         open a cgroup's cgroup.procs for writing as fd <n>, inherited through bwrap by the
+ *                         daemon, which moves its children into their scope with it (cgsetup.py);
  *   nproc=<n>             set RLIMIT_NPROC, soft and hard: the process-count limit where no pids cgroup is
  *                         available (limits.py);
  *   netns                 a new network namespace whose loopback is up and whose unprivileged port start is 0
@@ -103,6 +105,14 @@ static int setup_item(const char *item)
 {
     if (strncmp(item, "set=", 4) == 0 || strncmp(item, "try=", 4) == 0)
         return set_limit(item + 4, item[0] == 't');
+    if (strncmp(item, "fd=", 3) == 0) {
+        char *colon;
+        long n = strtol(item + 3, &colon, 10);
+        int fd = *colon == ':' ? open(colon + 1, O_WRONLY) : -1;
+        if (fd < 0 || n < 3 || (fd != n && (dup2(fd, (int)n) < 0 || close(fd) != 0)))
+            return report("cannot open the cgroup file", item + 3);
+        return 0;
+    }
     if (strncmp(item, "join=", 5) == 0)
         return write_file(item + 5, "0") == 0 ? 0 : report("cannot join cgroup", item + 5);
     if (strncmp(item, "nproc=", 6) == 0) {
