@@ -79,7 +79,7 @@ class BodyLimit:
         try:
             body = await self.read(scope, receive)
         except BodyRefused as refused:
-            await self.refuse(scope, refused.status, refused.reason)(scope, _no_body, send)
+            await self.refuse(scope, refused.status, refused.reason)(scope, no_body, send)
             return
         if body is not None:  # else the client left mid-body: nobody to answer
             await self.app(scope, _replay(body, receive), send)
@@ -113,7 +113,8 @@ def _content_length(scope: Scope) -> int | None:
     return None
 
 
-async def _no_body() -> Message:
+async def no_body() -> Message:
+    """An ASGI `receive` for a request whose body is not read: one empty body message."""
     return {"type": "http.request", "body": b"", "more_body": False}
 
 
