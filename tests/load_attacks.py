@@ -176,34 +176,53 @@ def empty_objects(size: int) -> bytes:
 
 @dataclass
 class Reply:
-    """One request's answer: its status (None: no answer) and when it came (time.monotonic())."""
+    """One request's answer: its status (None: no answer), when it came (time.monotonic()), its bytes."""
 
     status: int | None
     at: float
+    raw: bytes = b""
+
+    @property
+    def text(self) -> str:
+        """The response (head and body) as text."""
+        return self.raw.decode(errors="replace")
 
 
 def post_raw(address: str | tuple[str, int], path: str, body: bytes, headers: dict[str, str]) -> Reply:
     """POST `body` (with its Content-Length) and read the answer until the server closes; never raises for
     a refused or reset connection (the status is then whatever arrived, or None)."""
-    lines = [
-        f"POST {path} HTTP/1.1",
-        "Host: localhost",
-        "Content-Type: application/json",
-        "Connection: close",
-    ]
-    lines += [f"{k}: {v}" for k, v in headers.items()] + [f"Content-Length: {len(body)}"]
-    sock = connect(address)
-    response = b""
-    try:
-        sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode() + body)
-    except OSError:
-        pass  # refused mid-body: the answer may still be waiting
-    try:
-        sock.setblocking(False)
-        response = _read_all(sock, limit=600.0)
-    finally:
-        sock.close()
-    return Reply(BodyFlood(response=response).status, time.monotonic())
+    return HeldPost(address, path, body, headers, len(body)).finish()
+
+
+class HeldPost:
+    """A POST (with its Content-Length) of which only the headers and the first `send` bytes of the body
+    have been sent: the server holds it open, waiting for the rest, until `finish()`."""
+
+    def __init__(
+        self, address: str | tuple[str, int], path: str, body: bytes, headers: dict[str, str], send: int
+    ) -> None:
+        lines = [f"POST {path} HTTP/1.1", "Host: localhost", "Content-Type: application/json"]
+        lines.append("Connection: close")
+        lines += [f"{k}: {v}" for k, v in headers.items()] + [f"Content-Length: {len(body)}"]
+        self.rest = body[send:]
+        self.sock = connect(address)
+        self._send(("\r\n".join(lines) + "\r\n\r\n").encode() + body[:send])
+
+    def _send(self, data: bytes) -> None:
+        try:
+            self.sock.sendall(data)
+        except OSError:
+            pass  # refused mid-body: the answer may still be waiting
+
+    def finish(self) -> Reply:
+        """Send the rest of the body and read the answer until the server closes."""
+        self._send(self.rest)
+        try:
+            self.sock.setblocking(False)
+            response = _read_all(self.sock, limit=600.0)
+        finally:
+            self.sock.close()
+        return Reply(BodyFlood(response=response).status, time.monotonic(), response)
 
 
 def vm_status(pid: int) -> dict[str, int]:

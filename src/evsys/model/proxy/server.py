@@ -248,7 +248,7 @@ class ModelProxy:
                 Route("/v1/chat/completions", self._openai, methods=["POST"]),
                 Route("/v1/messages", self._anthropic, methods=["POST"]),
                 Route("/v1/responses", self._responses, methods=["POST"]),
-                Route("/{version:str}/models/{target:str}", self._google, methods=["POST"]),
+                Route("/{version:str}/models/{target:path}", self._google, methods=["POST"]),
                 Route("/mcp", _RawAsgi(self._mcp), methods=["GET", "POST", "DELETE"]),
             ]
         )
