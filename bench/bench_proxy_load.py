@@ -1,6 +1,7 @@
 """The recording model proxy under a JSON flood (issue 38): one session sends eight bodies at once, each just
 under the 32 MiB body limit, of `[{},{},...]` (the most Python objects a body that size can make), while
-another session's harness keeps making small chat calls.
+another session's harness keeps making small chat calls; then the same with eight valid chat requests at the
+JSON value limit (what an attacker can still send within the limits).
 
 The proxy runs in its own process (tests/model/proxy_process.py, a fixed-reply model), measured twice in the
 same run: with its limits (a session's bodies in flight, bytes in flight, JSON values per body) and without
@@ -31,9 +32,16 @@ sys.path.insert(0, str(TESTS))
 from load_attacks import Reply, empty_objects, flood_beside, post_raw  # noqa: E402
 
 MIB = 1 << 20
-BODY = empty_objects(32 * MIB - 1022)  # just under the proxy's 32 MiB limit
 ATTACKERS = 8
 CHAT = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode()
+# the two floods: the most objects under the 32 MiB body limit, and the most a valid request may hold within
+# the JSON value limit (83,000 messages: ~249,000 values, 2.8 MB), which is parsed, recorded and answered
+FLOODS = {
+    "[{},...] 32 MiB": empty_objects(32 * MIB - 1022),
+    "valid, 249k values": json.dumps(
+        {"model": "m", "messages": json.loads(CHAT)["messages"] * 83_000}
+    ).encode(),
+}
 
 
 def _start(tmp: str, *flags: str) -> tuple[subprocess.Popen, dict]:
@@ -56,13 +64,13 @@ def _timed(call) -> float:
     return call().at - sent
 
 
-def _measure(*flags: str) -> dict:
+def _measure(body: bytes, *flags: str) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         proc, info = _start(tmp, *flags)
         try:
             alone_waits = [_timed(lambda: _call(info, 1, CHAT)) for _ in range(50)]
             flood = flood_beside(
-                lambda: _call(info, 0, BODY), ATTACKERS, lambda: _call(info, 1, CHAT), info["pid"]
+                lambda: _call(info, 0, body), ATTACKERS, lambda: _call(info, 1, CHAT), info["pid"]
             )
         finally:
             proc.stdin.write("quit\n")
@@ -83,13 +91,15 @@ def _measure(*flags: str) -> dict:
 
 
 async def main() -> dict:
-    """Measure the flood with the proxy's limits and without them; print both side by side."""
+    """Measure each flood with the proxy's limits and without them; print them side by side."""
     results = {}
-    for name, flags in (("limits", ()), ("unbounded (before)", ("--unbounded",))):
-        results[name] = await asyncio.to_thread(_measure, *flags)
-    print(f"{'figure':28} " + " ".join(f"{n:>22}" for n in results))
-    for key in results["limits"]:
-        print(f"{key:28} " + " ".join(f"{r[key]!s:>22}" for r in results.values()))
+    for flood, body in FLOODS.items():
+        for name, flags in (("limits", ()), ("unbounded", ("--unbounded",))):
+            results[f"{flood}, {name}"] = await asyncio.to_thread(_measure, body, *flags)
+    columns = list(results)
+    print(f"{'figure':26} " + " ".join(f"{n:>28}" for n in columns))
+    for key in results[columns[0]]:
+        print(f"{key:26} " + " ".join(f"{results[c][key]!s:>28}" for c in columns))
     return results
 
 

@@ -42,7 +42,7 @@ from evsys.model.proxy.replies import (
 )
 from evsys.model.proxy.session import Dialect, ProxySession, new_session_key
 from evsys.model.proxy.wire import completion_reply, decode_request, prepare_call
-from evsys.util.bodylimit import BodyLimit
+from evsys.util.bodylimit import BodyLimit, Scope
 from evsys.util.httpserver import ConnectionLimits, GuardedServer
 from evsys.util.jsonparse import JsonTooLargeError
 from evsys.util.net import listening_socket
@@ -255,7 +255,7 @@ class ModelProxy:
         limited = BodyLimit(routes, self.max_body_bytes, refuse=refusal)
         return SessionIntake(limited, self.body_budget, key_of=self._key_of, refuse=refusal)
 
-    def _key_of(self, scope: dict) -> str | None:
+    def _key_of(self, scope: Scope) -> str | None:
         from starlette.requests import Request
 
         session = self._authorise(Request(scope))
