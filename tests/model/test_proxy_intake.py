@@ -107,3 +107,8 @@ async def test_a_body_of_too_many_json_values_gets_413_before_it_is_parsed(proxy
     refused = await post(address, json.dumps(anthropic).encode(), a, "/v1/messages")
     assert refused.status == 413 and '"type":"request_too_large"' in refused.text.replace(" ", "")
     assert len(a.calls) == 1  # neither refused body reached the model
+    # /mcp parses its bodies itself: the same count refuses them first (control: a small one reaches it)
+    rpc = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"pad": [{}] * 1000}}
+    assert "serves no environment tools" in (await post(address, b'{"jsonrpc": "2.0"}', a, "/mcp")).text
+    mcp = await post(address, json.dumps(rpc).encode(), a, "/mcp")
+    assert mcp.status == 413 and '"jsonrpc":"2.0"' in mcp.text.replace(" ", "") and "2,006 values" in mcp.text

@@ -1,8 +1,8 @@
 """Parsing JSON that came from someone else: nesting is bounded, and a message nested too deeply is a
 `ValueError` like any other invalid JSON (never a `RecursionError` that ends the caller's session). The
-number of values can be bounded too (`max_values`), checked on the raw text before anything is parsed: a body
-of `[{},{},...]` makes a Python object of ~70 bytes from every 3 bytes of text, so a size limit alone lets
-32 MiB of text become ~800 MiB of objects."""
+number of values matters too: a body of `[{},{},...]` makes a Python object of ~70 bytes from every 3 bytes
+of text, so a size limit alone lets 32 MiB of text become ~800 MiB of objects; `value_count` measures it
+before anything is parsed."""
 
 from __future__ import annotations
 
@@ -11,17 +11,11 @@ import re
 from typing import Any
 
 MAX_JSON_DEPTH = 128  # far deeper than any real request, far below the interpreter's recursion limit
-
-
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')  # a JSON string, escapes included
 
 
 class JsonTooDeepError(ValueError):
     """The JSON nests arrays and objects deeper than allowed."""
-
-
-class JsonTooLargeError(ValueError):
-    """The JSON holds more values (array elements, object members) than allowed."""
 
 
 def value_count(data: str | bytes | bytearray, stop_after: int) -> int:
@@ -37,14 +31,9 @@ def _structural(raw: bytes) -> int:
     return 1 + raw.count(b",") + raw.count(b"[") + raw.count(b"{")
 
 
-def loads_bounded(
-    data: str | bytes | bytearray, *, max_depth: int = MAX_JSON_DEPTH, max_values: int | None = None
-) -> Any:
+def loads_bounded(data: str | bytes | bytearray, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
     """`json.loads(data)`, refusing documents nested deeper than `max_depth` arrays/objects with
-    `JsonTooDeepError`, and (with `max_values`) documents of more values with `JsonTooLargeError`, checked
-    before parsing; both are `ValueError`s, and other invalid JSON raises `json.JSONDecodeError` as usual."""
-    if max_values is not None and (count := value_count(data, max_values)) > max_values:
-        raise JsonTooLargeError(f"JSON of about {count:,} values, over the limit of {max_values:,}")
+    `JsonTooDeepError` (a `ValueError`); other invalid JSON raises `json.JSONDecodeError` as usual."""
     too_deep = JsonTooDeepError(f"JSON nested deeper than {max_depth} levels")
     try:
         value = json.loads(data)

@@ -9,7 +9,8 @@ for a minute, and every other trial's model calls waited. So, per session (`Body
 - at most `max_bodies` bodies are being received at once; the next request gets 429 before its body is read;
 - the bodies of its requests still being served hold at most `max_bytes` in all; a body that would go over
   gets 429 while it is read (one body over the proxy's own limit gets 413, from `BodyLimit`);
-- a body of more than `max_json_values` JSON values gets 413, counted on its text before it is parsed;
+- a body of more than `max_json_values` JSON values gets 413, counted on its text (in a worker thread) before
+  any route parses it, `/mcp` included;
 - bodies are parsed (and validated) in worker threads, one at a time per session and `parse_workers` at a
   time in all, so one session's bodies never queue ahead of another's more than one at a time.
 """
@@ -25,6 +26,7 @@ from evsys.model.proxy.replies import UNKNOWN_KEY
 from evsys.util.bodylimit import (
     AsgiApp,
     BodyRefused,
+    Inspect,
     Message,
     Receive,
     Refusal,
@@ -32,6 +34,7 @@ from evsys.util.bodylimit import (
     Send,
     no_body,
 )
+from evsys.util.jsonparse import value_count
 
 T = TypeVar("T")
 MIB = 1 << 20
@@ -146,6 +149,21 @@ class _Metered:
 class _Lane:
     lock: asyncio.Lock
     users: int = 0
+
+
+def json_value_check(max_values: int) -> Inspect:
+    """A `BodyLimit` inspection refusing (413) a body of more than `max_values` JSON values, counted on its
+    text in a worker thread, before any route parses it (the model endpoints and `/mcp` alike)."""
+
+    async def check(body: bytes) -> None:
+        count = await asyncio.to_thread(value_count, body, max_values)
+        if count > max_values:
+            reason = (
+                f"request body too large: JSON of about {count:,} values, over the limit of {max_values:,}"
+            )
+            raise BodyRefused(413, reason)
+
+    return check
 
 
 class ParseQueue:

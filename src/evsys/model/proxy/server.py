@@ -14,7 +14,8 @@ Endpoints: `POST /v1/chat/completions`, `POST /v1/messages`, `POST /v1/responses
 session with `evsys.agent.harness.mcp_server.serve_tools`; same key rules). Streaming responses are
 produced from the finished completion (the `ModelClient` contract is request/response), so
 time-to-first-token equals the full latency. This module holds the listeners, the sessions and the routes;
-each dialect's request model and reply shapes are in `wire.py`."""
+each dialect's request model and reply shapes are in `wire.py`; what one session's request bodies may cost
+(`BodyBudget`: bodies at once, bytes, JSON values; parsing in worker threads) is in `intake.py`."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ from typing import Any
 
 from evsys.model.base import ModelClient
 from evsys.model.proxy import google_dialect
-from evsys.model.proxy.intake import BodyBudget, ParseQueue, SessionIntake
+from evsys.model.proxy.intake import BodyBudget, ParseQueue, SessionIntake, json_value_check
 from evsys.model.proxy.replies import (
     NO_TOOLS,
     UNKNOWN_KEY,
@@ -44,7 +45,6 @@ from evsys.model.proxy.session import Dialect, ProxySession, new_session_key
 from evsys.model.proxy.wire import completion_reply, decode_request, prepare_call
 from evsys.util.bodylimit import BodyLimit, Scope
 from evsys.util.httpserver import ConnectionLimits, GuardedServer
-from evsys.util.jsonparse import JsonTooLargeError
 from evsys.util.net import listening_socket
 
 log = logging.getLogger(__name__)
@@ -252,7 +252,8 @@ class ModelProxy:
                 Route("/mcp", _RawAsgi(self._mcp), methods=["GET", "POST", "DELETE"]),
             ]
         )
-        limited = BodyLimit(routes, self.max_body_bytes, refuse=refusal)
+        values = json_value_check(self.body_budget.max_json_values)
+        limited = BodyLimit(routes, self.max_body_bytes, refuse=refusal, inspect=values)
         return SessionIntake(limited, self.body_budget, key_of=self._key_of, refuse=refusal)
 
     def _key_of(self, scope: Scope) -> str | None:
@@ -360,15 +361,10 @@ class ModelProxy:
     async def _decode(
         self, request: Any, session: ProxySession, dialect: Dialect, job: Callable[..., Any]
     ) -> tuple[Any, Any]:
-        """`job(body, dialect, max_values=...)` (`decode_request` or `prepare_call`) in a worker thread, in
-        the session's `ParseQueue` lane: (its result, None), or (None, the error response: 413 for too many
-        JSON values, 400 for an invalid request)."""
-        limit = self.body_budget.max_json_values
-        try:
-            body = await request.body()
-            done, problem = await self._parses.run(session.key, job, body, dialect, max_values=limit)
-        except JsonTooLargeError as exc:
-            return None, error_response(dialect, 413, f"request body too large: {exc}")
+        """`job(body, dialect)` (`decode_request` or `prepare_call`) in a worker thread, in the session's
+        `ParseQueue` lane: (its result, None), or (None, the 400 response naming what is wrong)."""
+        body = await request.body()
+        done, problem = await self._parses.run(session.key, job, body, dialect)
         return done, None if problem is None else error_response(dialect, 400, problem)
 
 

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ValidationError
 from evsys.model.base import Completion, Message, SamplingParams, ToolSchema
 from evsys.model.proxy import anthropic_dialect, google_dialect, openai_dialect, responses_dialect
 from evsys.model.proxy.session import Dialect
-from evsys.util.jsonparse import JsonTooLargeError, loads_bounded
+from evsys.util.jsonparse import loads_bounded
 
 SSE = "text/event-stream"
 # A reply renderer: the parsed request, the completion and the proxy's max_tokens cap (None: no cap).
@@ -70,18 +70,13 @@ WIRES: dict[Dialect, DialectWire] = {
 }
 
 
-def decode_request(
-    raw: bytes, dialect: Dialect, *, max_values: int | None = None, unwrap: str | None = None
-) -> tuple[Any, str | None]:
-    """Parse the JSON body `raw` (at most `max_values` values) and validate it (the object under `unwrap`,
+def decode_request(raw: bytes, dialect: Dialect, *, unwrap: str | None = None) -> tuple[Any, str | None]:
+    """Parse the JSON body `raw` and validate it (the object under `unwrap`,
     when the body has it) with `dialect`'s request model; on failure return a message naming the offending
-    fields. `JsonTooLargeError` when the body holds too many values. Blocking: the proxy runs it in a worker
-    thread."""
+    fields. Blocking: the proxy runs it in a worker thread."""
     model = WIRES[dialect].request
     try:
-        body = loads_bounded(raw, max_values=max_values)
-    except JsonTooLargeError:
-        raise
+        body = loads_bounded(raw)
     except ValueError as exc:
         return None, f"request body is not valid JSON: {exc}"
     if unwrap is not None and isinstance(body, dict) and isinstance(body.get(unwrap), dict):
@@ -105,12 +100,12 @@ class PreparedCall:
 
 
 def prepare_call(
-    raw: bytes, dialect: Dialect, *, max_values: int | None, max_tokens_cap: int | None, **from_path: Any
+    raw: bytes, dialect: Dialect, *, max_tokens_cap: int | None, **from_path: Any
 ) -> tuple[PreparedCall | None, str | None]:
     """`decode_request`, with the fields its path names (`from_path`: the Google model and streaming) set,
     turned into the chat in OpenAI shape: (the call, None) or (None, what is wrong with the request).
     Blocking, like `decode_request`."""
-    request, problem = decode_request(raw, dialect, max_values=max_values)
+    request, problem = decode_request(raw, dialect)
     if request is None:
         return None, problem
     for name, value in from_path.items():
