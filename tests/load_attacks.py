@@ -225,6 +225,13 @@ class HeldPost:
         return Reply(BodyFlood(response=response).status, time.monotonic(), response)
 
 
+def reset_peak_memory(pid: int) -> None:
+    """Reset process `pid`'s `VmHWM` to its resident memory now (Linux `clear_refs`), so a later
+    `vm_status` reports the peak since this call."""
+    with open(f"/proc/{pid}/clear_refs", "w") as clear:
+        clear.write("5")
+
+
 def vm_status(pid: int) -> dict[str, int]:
     """Process `pid`'s resident memory now (`VmRSS`) and at its peak so far (`VmHWM`), in bytes."""
     fields = {}
@@ -264,6 +271,7 @@ class Flood:
 def flood_beside(attack: Callable[[], Reply], count: int, innocent: Callable[[], Reply], pid: int) -> Flood:
     """Run `count` copies of `attack` at once and, until they are all answered, `innocent` calls one after
     another; measure server process `pid`'s memory around it."""
+    reset_peak_memory(pid)
     rss_before = vm_status(pid)["VmRSS"]
     started = time.monotonic()
     calls: list[tuple[float, Reply]] = []
