@@ -145,12 +145,6 @@ class _Metered:
         self.counted = 0
 
 
-@dataclass
-class _Lane:
-    lock: asyncio.Lock
-    users: int = 0
-
-
 def json_value_check(max_values: int) -> Inspect:
     """A `BodyLimit` inspection refusing (413) a body of more than `max_values` JSON values, counted on its
     text in a worker thread, before any route parses it (the model endpoints and `/mcp` alike)."""
@@ -164,6 +158,12 @@ def json_value_check(max_values: int) -> Inspect:
             raise BodyRefused(413, reason)
 
     return check
+
+
+@dataclass
+class _Lane:
+    lock: asyncio.Lock
+    users: int = 0
 
 
 class ParseQueue:
