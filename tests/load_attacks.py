@@ -9,6 +9,8 @@ import errno
 import select
 import socket
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import psutil
@@ -164,3 +166,119 @@ def half_open(path: str, count: int, *, patience: float = 0.0) -> HalfOpen:
 def open_descriptors(pid: int) -> int:
     """How many descriptors process `pid` has open."""
     return psutil.Process(pid).num_fds()
+
+
+def empty_objects(size: int) -> bytes:
+    """A JSON array of empty objects, `[{},{},...]`, exactly `size` bytes long (size >= 4, size % 3 == 1):
+    the most Python objects a body of that size can make."""
+    return b"[" + b"{}," * ((size - 4) // 3) + b"{}]"
+
+
+@dataclass
+class Reply:
+    """One request's answer: its status (None: no answer), when it came (time.monotonic()), its bytes."""
+
+    status: int | None
+    at: float
+    raw: bytes = b""
+
+    @property
+    def text(self) -> str:
+        """The response (head and body) as text."""
+        return self.raw.decode(errors="replace")
+
+
+def post_raw(address: str | tuple[str, int], path: str, body: bytes, headers: dict[str, str]) -> Reply:
+    """POST `body` (with its Content-Length) and read the answer until the server closes; never raises for
+    a refused or reset connection (the status is then whatever arrived, or None)."""
+    return HeldPost(address, path, body, headers, len(body)).finish()
+
+
+class HeldPost:
+    """A POST (with its Content-Length) of which only the headers and the first `send` bytes of the body
+    have been sent: the server holds it open, waiting for the rest, until `finish()`."""
+
+    def __init__(
+        self, address: str | tuple[str, int], path: str, body: bytes, headers: dict[str, str], send: int
+    ) -> None:
+        lines = [f"POST {path} HTTP/1.1", "Host: localhost", "Content-Type: application/json"]
+        lines.append("Connection: close")
+        lines += [f"{k}: {v}" for k, v in headers.items()] + [f"Content-Length: {len(body)}"]
+        self.rest = body[send:]
+        self.sock = connect(address)
+        self._send(("\r\n".join(lines) + "\r\n\r\n").encode() + body[:send])
+
+    def _send(self, data: bytes) -> None:
+        try:
+            self.sock.sendall(data)
+        except OSError:
+            pass  # refused mid-body: the answer may still be waiting
+
+    def finish(self) -> Reply:
+        """Send the rest of the body and read the answer until the server closes."""
+        self._send(self.rest)
+        try:
+            self.sock.setblocking(False)
+            response = _read_all(self.sock, limit=600.0)
+        finally:
+            self.sock.close()
+        return Reply(BodyFlood(response=response).status, time.monotonic(), response)
+
+
+def reset_peak_memory(pid: int) -> None:
+    """Reset process `pid`'s `VmHWM` to its resident memory now (Linux `clear_refs`), so a later
+    `vm_status` reports the peak since this call."""
+    with open(f"/proc/{pid}/clear_refs", "w") as clear:
+        clear.write("5")
+
+
+def vm_status(pid: int) -> dict[str, int]:
+    """Process `pid`'s resident memory now (`VmRSS`) and at its peak so far (`VmHWM`), in bytes."""
+    fields = {}
+    for line in open(f"/proc/{pid}/status").read().splitlines():
+        name, _, value = line.partition(":")
+        if name in ("VmRSS", "VmHWM"):
+            fields[name] = int(value.split()[0]) * 1024
+    return fields
+
+
+@dataclass
+class Flood:
+    """What `flood_beside` saw: the attack's replies, an innocent client's calls made meanwhile (each as
+    (sent at, reply)), the server's resident memory before and its peak after, all times time.monotonic()."""
+
+    started: float
+    attack: list[Reply]
+    innocent: list[tuple[float, Reply]]
+    rss_before: int
+    peak_after: int
+
+    @property
+    def last_attack_reply(self) -> float:
+        """When the attack's last answer came."""
+        return max(r.at for r in self.attack)
+
+    @property
+    def rss_growth(self) -> int:
+        """How far the server's peak resident memory rose above where it stood before the attack."""
+        return self.peak_after - self.rss_before
+
+    def innocent_waits(self) -> list[float]:
+        """How long each innocent call waited for its answer, in seconds."""
+        return [reply.at - sent for sent, reply in self.innocent]
+
+
+def flood_beside(attack: Callable[[], Reply], count: int, innocent: Callable[[], Reply], pid: int) -> Flood:
+    """Run `count` copies of `attack` at once and, until they are all answered, `innocent` calls one after
+    another; measure server process `pid`'s memory around it."""
+    reset_peak_memory(pid)
+    rss_before = vm_status(pid)["VmRSS"]
+    started = time.monotonic()
+    calls: list[tuple[float, Reply]] = []
+    with ThreadPoolExecutor(count) as pool:
+        attacks = [pool.submit(attack) for _ in range(count)]
+        while not all(a.done() for a in attacks) or not calls:
+            sent = time.monotonic()
+            calls.append((sent, innocent()))
+        replies = [a.result() for a in attacks]
+    return Flood(started, replies, calls, rss_before, vm_status(pid)["VmHWM"])

@@ -1,6 +1,7 @@
 """A harness sandbox attacking its own proxy session from inside a real no-network sandbox, as the agent user:
-thousands of connections that never finish a request, a 1 GiB request body. The orchestrator (this process)
-keeps its descriptors and memory, and another session and a result write still work."""
+thousands of connections that never finish a request, a 1 GiB request body, a flood of JSON bodies. The
+orchestrator (this process) keeps its descriptors and memory, and another session and a result write still
+work."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ import pytest
 from harness_sandbox import HarnessSandbox
 
 from evsys.engine import JobStore
+from evsys.model.proxy.intake import BodyBudget
 from evsys.model.proxy.server import SESSION_LIMITS
 from evsys.records import PhaseTimings, SandboxSpec, TrialResult
+from load_attacks import reset_peak_memory, vm_status
 
 pytestmark = [pytest.mark.slow, pytest.mark.security]
 
@@ -58,6 +61,34 @@ try:
 except OSError:
     pass
 print(json.dumps({{"sent": sent, "status": reply.split(b" ")[1].decode() if reply else None}}))
+"""
+
+# eight requests at once, each a body just under the 32 MiB limit of `[{},{},...]`
+JSON_FLOOD = f"""
+import json, socket, sys, threading
+body = b"[" + b"{{}}," * ((32 * 2**20 - 1026) // 3) + b"{{}}]"
+head = "POST /v1/chat/completions HTTP/1.1\\r\\nHost: x\\r\\nConnection: close\\r\\nAuthorization: Bearer "
+head = (head + sys.argv[1] + "\\r\\nContent-Length: " + str(len(body)) + "\\r\\n\\r\\n").encode()
+out = [None] * 8
+def post(i):
+    s, sent, reply = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM), 0, b""
+    s.connect("{SOCKET}")
+    try:
+        s.sendall(head)
+        while sent < len(body):
+            sent += s.send(memoryview(body)[sent : sent + 2**20])
+    except OSError:
+        pass
+    try:
+        while data := s.recv(65536):
+            reply += data
+    except OSError:
+        pass
+    out[i] = {{"sent": sent, "status": reply.split(b" ")[1].decode() if reply else None}}
+threads = [threading.Thread(target=post, args=(i,)) for i in range(8)]
+[t.start() for t in threads]
+[t.join() for t in threads]
+print(json.dumps(out))
 """
 
 
@@ -119,3 +150,39 @@ async def test_a_huge_body_from_a_sandbox_is_refused_and_memory_stays_bounded(at
     assert report["sent"] >= 32 << 20  # the attack ran: the proxy read up to its limit before refusing
     assert report["status"] == "413" and report["sent"] < 1 << 30
     assert peak < 200 << 20
+
+
+async def test_a_json_flood_from_a_sandbox_is_refused_while_another_session_is_answered(proxy, attacked):
+    other, answers = proxy.open_session(), []
+    chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+
+    async def innocent() -> None:
+        async with httpx.AsyncClient(base_url=proxy.url, timeout=120) as http:
+            while True:
+                answer = await http.post("/v1/chat/completions", json=chat, headers={"x-api-key": other.key})
+                answers.append(answer.status_code)
+
+    await innocent_once(proxy, other.key, chat)  # the model is loaded before memory is measured
+    reset_peak_memory(os.getpid())
+    before = vm_status(os.getpid())["VmRSS"]
+    bystander = asyncio.create_task(innocent())
+    try:
+        done = await attacked.sandbox.exec(
+            f"/usr/bin/python3 -I -c '{JSON_FLOOD}' {attacked.session.key}", user="agent", timeout=300
+        )
+        answered_during = len(answers)
+    finally:
+        bystander.cancel()
+    growth = vm_status(os.getpid())["VmHWM"] - before
+    report = json.loads(done.stdout)
+    # the attack ran: every request was answered, and the proxy read bodies up to the session's budget
+    assert len(report) == 8 and sum(r["sent"] for r in report) >= BodyBudget().max_bytes, report
+    assert {r["status"] for r in report} <= {"413", "429"}, report
+    assert answered_during >= 1 and set(answers) == {200}, answers  # the other session, answered meanwhile
+    assert growth < 3 * BodyBudget().max_bytes and not attacked.session.calls, growth
+
+
+async def innocent_once(proxy, key: str, chat: dict) -> None:
+    async with httpx.AsyncClient(base_url=proxy.url, timeout=120) as http:
+        answer = await http.post("/v1/chat/completions", json=chat, headers={"x-api-key": key})
+    assert answer.status_code == 200

@@ -1,6 +1,6 @@
-"""A sandbox loading the recording model proxy: a huge request body, thousands of connections that never
-finish a request, descriptors run nearly out. The proxy runs in its own process, so its memory and
-descriptors are measured as they are."""
+"""A sandbox loading the recording model proxy: a huge request body, a flood of JSON bodies, thousands of
+connections that never finish a request, descriptors run nearly out. The proxy runs in its own process, so
+its memory and descriptors are measured as they are."""
 
 from __future__ import annotations
 
@@ -13,13 +13,27 @@ from pathlib import Path
 import httpx
 import pytest
 
-from load_attacks import connect, half_open, open_descriptors, stream_body
+from evsys.model.proxy.intake import BodyBudget
+from load_attacks import (
+    connect,
+    empty_objects,
+    flood_beside,
+    half_open,
+    open_descriptors,
+    post_raw,
+    stream_body,
+)
 
 PROXY_PROCESS = Path(__file__).with_name("proxy_process.py")
 GIB = 1 << 30
 MIB = 1 << 20
 BODY_LIMIT = 32 * MIB  # the proxy's default
 RSS_BOUND = 200 * MIB
+# a JSON flood from one session: its bodies in flight (at most its byte budget, 64 MiB) are held twice while
+# they are assembled (the bytes read, with a bytearray's slack, and the joined body): ~140 MiB; plus one parse
+# at the JSON value limit (~20 MiB), thread stacks and the allocator's slack. Measured: +67 to +116 MiB.
+FLOOD_RSS_BOUND = 3 * BodyBudget().max_bytes
+CHAT_BODY = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]}).encode()
 
 pytestmark = pytest.mark.slow
 
@@ -93,9 +107,10 @@ def wait_until(predicate, what: str, limit: float = 60.0) -> None:
 def test_a_huge_body_is_refused_while_it_is_read_and_memory_stays_bounded(proxy_process, where, path):
     address = proxy_process.tcp if where == "tcp" else proxy_process.sockets[0]
     auth = proxy_process.auth(0)
-    # control: a body under the limit is read and parsed (answered, not refused as too large)
+    # control: a body under the limit is read whole (answered as invalid JSON, or as too many JSON values: a
+    # MiB of `[`), not refused as too large while it is read
     under = stream_body(address, path, MIB, pid=proxy_process.pid, headers=auth)
-    assert under.status in (400, 404), under.response[:300]
+    assert under.status in (400, 404) or b"JSON of about 1,048,577 values" in under.response, under.response
     chunked = stream_body(address, path, GIB, pid=proxy_process.pid, headers=auth)
     assert chunked.sent >= BODY_LIMIT  # the attack ran: the proxy read past its limit before refusing
     assert chunked.status == 413, chunked.response[:300]
@@ -104,6 +119,29 @@ def test_a_huge_body_is_refused_while_it_is_read_and_memory_stays_bounded(proxy_
     assert declared.status == 413 and declared.sent < GIB and declared.rss_growth < RSS_BOUND
     assert b"over the limit of 33,554,432 bytes" in chunked.response + declared.response
     assert proxy_process.chat(0).status_code == 200
+
+
+@pytest.mark.parametrize("proxy_process", [(), ("--unbounded",)], indirect=True, ids=["budget", "unbounded"])
+def test_a_json_flood_is_refused_while_another_session_is_answered(proxy_process):
+    """Eight bodies at once from one session, each just under the body limit, of `[{},{},...]`."""
+    flood_body = empty_objects(BODY_LIMIT - 1022)
+    path, auth = "/v1/chat/completions", proxy_process.auth
+
+    def attack():
+        return post_raw(proxy_process.sockets[0], path, flood_body, auth(0))
+
+    def innocent():
+        return post_raw(proxy_process.sockets[1], path, CHAT_BODY, auth(1))
+
+    flood = flood_beside(attack, 8, innocent, proxy_process.pid)
+    # both ways, the other session's calls are answered, and some while the attack is still running
+    assert {reply.status for _, reply in flood.innocent} == {200}
+    assert min(reply.at for _, reply in flood.innocent) < flood.last_attack_reply
+    statuses = {reply.status for reply in flood.attack}
+    if "--unbounded" in proxy_process.process.args:  # the control: every body is parsed whole
+        assert statuses == {400} and flood.rss_growth > 4 * FLOOD_RSS_BOUND, flood.rss_growth
+        return
+    assert statuses <= {413, 429} and flood.rss_growth < FLOOD_RSS_BOUND, (statuses, flood.rss_growth)
 
 
 @pytest.mark.parametrize(

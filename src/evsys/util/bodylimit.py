@@ -3,7 +3,8 @@
 A body declared (`Content-Length`) or streamed (chunked) past the limit is refused with 413 as soon as the
 limit is crossed, and the connection is closed: the rest is never read, so a client streaming a gigabyte costs
 the server at most `limit` bytes of memory. A client that stops sending in the middle of its body for
-`idle_timeout` seconds gets 408. The app below sees the body (at most `limit` bytes) replayed as one message.
+`idle_timeout` seconds gets 408. An `inspect` hook may refuse a whole body before the app sees it (raising
+`BodyRefused`). The app below sees the body (at most `limit` bytes) replayed as one message.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ Send = Callable[[Message], Awaitable[None]]
 AsgiApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 # the answer to a refused request: (scope, status, reason) -> an ASGI app that sends it
 Refusal = Callable[[Scope, int, str], AsgiApp]
+# a look at a whole body before the app sees it: raises BodyRefused to refuse it
+Inspect = Callable[[bytes], Awaitable[None]]
 
 BODY_IDLE_TIMEOUT_SEC = 60.0
 
@@ -56,7 +59,8 @@ def raw_response(status: int, body: bytes, content_type: bytes = b"application/j
 class BodyLimit:
     """Wraps an ASGI app: HTTP bodies over `limit` bytes get 413, stalled bodies 408, before the app runs.
 
-    `refuse` builds the answer (default: a JSON error); other scope types (WebSocket, lifespan) pass through.
+    `refuse` builds the answer (default: a JSON error); `inspect`, when given, sees each whole body first and
+    may refuse it; other scope types (WebSocket, lifespan) pass through.
     """
 
     def __init__(
@@ -66,11 +70,13 @@ class BodyLimit:
         *,
         refuse: Refusal = json_refusal,
         idle_timeout: float = BODY_IDLE_TIMEOUT_SEC,
+        inspect: Inspect | None = None,
     ) -> None:
         self.app = app
         self.limit = limit
         self.refuse = refuse
         self.idle_timeout = idle_timeout
+        self.inspect = inspect
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -78,8 +84,10 @@ class BodyLimit:
             return
         try:
             body = await self.read(scope, receive)
+            if body and self.inspect is not None:
+                await self.inspect(body)
         except BodyRefused as refused:
-            await self.refuse(scope, refused.status, refused.reason)(scope, _no_body, send)
+            await self.refuse(scope, refused.status, refused.reason)(scope, no_body, send)
             return
         if body is not None:  # else the client left mid-body: nobody to answer
             await self.app(scope, _replay(body, receive), send)
@@ -113,7 +121,8 @@ def _content_length(scope: Scope) -> int | None:
     return None
 
 
-async def _no_body() -> Message:
+async def no_body() -> Message:
+    """An ASGI `receive` for a request whose body is not read: one empty body message."""
     return {"type": "http.request", "body": b"", "more_body": False}
 
 

@@ -67,12 +67,21 @@ def error_response(dialect: Dialect, status: int, message: str) -> Any:
 
 
 def refusal(scope: Scope, status: int, reason: str) -> Any:
-    """A body refused by `BodyLimit` (413 too large, 408 stalled), in the shape the endpoint's clients read;
-    the connection is closed after it."""
+    """A request refused before its body is parsed (401 unknown key, 413 too large, 408 stalled, 429 over
+    its session's budget), in the shape the endpoint's clients read; the connection is closed after it, and
+    a 429 says when to retry."""
     path = scope.get("path", "")
     if path == "/mcp":
         response = mcp_error(status, reason)
     else:
-        response = error_response("anthropic" if path == "/v1/messages" else "openai", status, reason)
+        response = error_response(_dialect_of(path), status, reason)
     response.headers["connection"] = "close"
+    if status == 429:
+        response.headers["retry-after"] = "1"
     return response
+
+
+def _dialect_of(path: str) -> Dialect:
+    if path == "/v1/messages":
+        return "anthropic"
+    return "google" if "/models/" in path else "openai"

@@ -14,12 +14,14 @@ Endpoints: `POST /v1/chat/completions`, `POST /v1/messages`, `POST /v1/responses
 session with `evsys.agent.harness.mcp_server.serve_tools`; same key rules). Streaming responses are
 produced from the finished completion (the `ModelClient` contract is request/response), so
 time-to-first-token equals the full latency. This module holds the listeners, the sessions and the routes;
-each dialect's request model and reply shapes are in `wire.py`."""
+each dialect's request model and reply shapes are in `wire.py`; what one session's request bodies may cost
+(`BodyBudget`: bodies at once, bytes, JSON values; parsing in worker threads) is in `intake.py`."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import socket
@@ -28,10 +30,9 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from evsys.model.base import ModelClient
 from evsys.model.proxy import google_dialect
+from evsys.model.proxy.intake import BodyBudget, ParseQueue, SessionIntake, json_value_check
 from evsys.model.proxy.replies import (
     NO_TOOLS,
     UNKNOWN_KEY,
@@ -41,8 +42,8 @@ from evsys.model.proxy.replies import (
     status_for,
 )
 from evsys.model.proxy.session import Dialect, ProxySession, new_session_key
-from evsys.model.proxy.wire import completion_reply, parse_request, request_notes
-from evsys.util.bodylimit import BodyLimit
+from evsys.model.proxy.wire import completion_reply, decode_request, prepare_call
+from evsys.util.bodylimit import BodyLimit, Scope
 from evsys.util.httpserver import ConnectionLimits, GuardedServer
 from evsys.util.net import listening_socket
 
@@ -102,12 +103,15 @@ class ModelProxy:
         max_body_bytes: int = MAX_BODY_BYTES,
         session_limits: ConnectionLimits = SESSION_LIMITS,
         shared_limits: ConnectionLimits = SHARED_LIMITS,
+        body_budget: BodyBudget = BodyBudget(),
     ) -> None:
         self._client_source = client
         self.max_tokens_cap = max_tokens_cap
         self.max_body_bytes = max_body_bytes
         self.session_limits = session_limits
         self.shared_limits = shared_limits
+        self.body_budget = body_budget
+        self._parses = ParseQueue(body_budget.parse_workers)
         self._sessions: dict[str, ProxySession] = {}
         self._made_clients: dict[str, ModelClient] = {}  # by session key: what the client factory made
         self._session_listeners: dict[str, GuardedServer] = {}
@@ -244,11 +248,19 @@ class ModelProxy:
                 Route("/v1/chat/completions", self._openai, methods=["POST"]),
                 Route("/v1/messages", self._anthropic, methods=["POST"]),
                 Route("/v1/responses", self._responses, methods=["POST"]),
-                Route("/{version:str}/models/{target:str}", self._google, methods=["POST"]),
+                Route("/{version:str}/models/{target:path}", self._google, methods=["POST"]),
                 Route("/mcp", _RawAsgi(self._mcp), methods=["GET", "POST", "DELETE"]),
             ]
         )
-        return BodyLimit(routes, self.max_body_bytes, refuse=refusal)
+        values = json_value_check(self.body_budget.max_json_values)
+        limited = BodyLimit(routes, self.max_body_bytes, refuse=refusal, inspect=values)
+        return SessionIntake(limited, self.body_budget, key_of=self._key_of, refuse=refusal)
+
+    def _key_of(self, scope: Scope) -> str | None:
+        from starlette.requests import Request
+
+        session = self._authorise(Request(scope))
+        return None if session is None else session.key
 
     def _authorise(self, request: Any) -> ProxySession | None:
         key = request.headers.get("x-api-key", "") or request.headers.get("x-goog-api-key", "")
@@ -312,11 +324,13 @@ class ModelProxy:
         except ValueError as exc:
             return error_response("google", 404, str(exc))
         if method == "countTokens":
-            if self._authorise(request) is None:
+            session = self._authorise(request)
+            if session is None:
                 return error_response("google", 401, UNKNOWN_KEY)
-            parsed, problem = await parse_request(request, "google", unwrap="generateContentRequest")
-            if problem is not None:
-                return error_response("google", 400, problem)
+            count = functools.partial(decode_request, unwrap="generateContentRequest")
+            parsed, refused = await self._decode(request, session, "google", count)
+            if refused is not None:
+                return refused
             return JSONResponse(google_dialect.count_tokens_response(parsed))
         if method not in ("generateContent", "streamGenerateContent"):
             return error_response("google", 404, f"method {method!r} is not served by the evsys proxy")
@@ -326,19 +340,14 @@ class ModelProxy:
         session = self._authorise(request)
         if session is None:
             return error_response(dialect, 401, UNKNOWN_KEY)
-        parsed, problem = await parse_request(request, dialect)
-        if problem is not None:
-            return error_response(dialect, 400, problem)
-        for name, value in from_path.items():
-            setattr(parsed, name, value)
-        try:
-            messages, tools = parsed.chat()
-            params = parsed.sampling(self.max_tokens_cap)
-        except (ValueError, ValidationError) as exc:
-            return error_response(dialect, 400, f"invalid request: {exc}")
-        notes = request_notes(dialect, parsed)
+        prepare = functools.partial(prepare_call, max_tokens_cap=self.max_tokens_cap, **from_path)
+        ready, refused = await self._decode(request, session, dialect, prepare)
+        if refused is not None:
+            return refused
+        messages, tools, params = ready.messages, ready.tools, ready.params
+        parsed = ready.request
         call = session.begin_call(
-            dialect, parsed.model, messages, tools, params, stream=parsed.stream, notes=notes
+            dialect, parsed.model, messages, tools, params, stream=parsed.stream, notes=ready.notes
         )
         started = time.perf_counter()
         try:
@@ -348,6 +357,15 @@ class ModelProxy:
             return error_response(dialect, status_for(exc), str(exc) or type(exc).__name__)
         session.finish_call(call, completion, None, time.perf_counter() - started)
         return completion_reply(dialect, parsed, completion, self.max_tokens_cap)
+
+    async def _decode(
+        self, request: Any, session: ProxySession, dialect: Dialect, job: Callable[..., Any]
+    ) -> tuple[Any, Any]:
+        """`job(body, dialect)` (`decode_request` or `prepare_call`) in a worker thread, in the session's
+        `ParseQueue` lane: (its result, None), or (None, the 400 response naming what is wrong)."""
+        body = await request.body()
+        done, problem = await self._parses.run(session.key, job, body, dialect)
+        return done, None if problem is None else error_response(dialect, 400, problem)
 
 
 class _RawAsgi:

@@ -1,5 +1,5 @@
 """The proxy's model endpoints on the wire, per dialect: the request model a JSON body is validated with
-(`parse_request`) and the reply a finished completion is answered with (`completion_reply`: one JSON body, or
+(`decode_request`) and the reply a finished completion is answered with (`completion_reply`: one JSON body, or
 server-sent events when the request streams). `server.py` routes requests here after checking their key."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from evsys.model.base import Completion
+from evsys.model.base import Completion, Message, SamplingParams, ToolSchema
 from evsys.model.proxy import anthropic_dialect, google_dialect, openai_dialect, responses_dialect
 from evsys.model.proxy.session import Dialect
 from evsys.util.jsonparse import loads_bounded
@@ -70,14 +70,13 @@ WIRES: dict[Dialect, DialectWire] = {
 }
 
 
-async def parse_request(
-    request: Any, dialect: Dialect, *, unwrap: str | None = None
-) -> tuple[Any, str | None]:
-    """Validate the JSON body (the object under `unwrap`, when the body has it) with `dialect`'s request
-    model; on failure return a message naming the offending fields."""
+def decode_request(raw: bytes, dialect: Dialect, *, unwrap: str | None = None) -> tuple[Any, str | None]:
+    """Parse the JSON body `raw` and validate it (the object under `unwrap`,
+    when the body has it) with `dialect`'s request model; on failure return a message naming the offending
+    fields. Blocking: the proxy runs it in a worker thread."""
     model = WIRES[dialect].request
     try:
-        body = loads_bounded(await request.body())
+        body = loads_bounded(raw)
     except ValueError as exc:
         return None, f"request body is not valid JSON: {exc}"
     if unwrap is not None and isinstance(body, dict) and isinstance(body.get(unwrap), dict):
@@ -89,9 +88,34 @@ async def parse_request(
         return None, f"invalid request: {detail}"
 
 
-def request_notes(dialect: Dialect, request: Any) -> list[str]:
-    """What of `request` the model never saw (tools or input items the dialect could not carry over)."""
-    return WIRES[dialect].notes(request)
+@dataclass(frozen=True)
+class PreparedCall:
+    """A validated request and the chat it becomes: what `ModelProxy` records and gives its model client."""
+
+    request: Any
+    messages: list[Message]
+    tools: list[ToolSchema] | None
+    params: SamplingParams
+    notes: list[str]  # what of the request the model never saw (tools or items the dialect cannot carry)
+
+
+def prepare_call(
+    raw: bytes, dialect: Dialect, *, max_tokens_cap: int | None, **from_path: Any
+) -> tuple[PreparedCall | None, str | None]:
+    """`decode_request`, with the fields its path names (`from_path`: the Google model and streaming) set,
+    turned into the chat in OpenAI shape: (the call, None) or (None, what is wrong with the request).
+    Blocking, like `decode_request`."""
+    request, problem = decode_request(raw, dialect)
+    if request is None:
+        return None, problem
+    for name, value in from_path.items():
+        setattr(request, name, value)
+    try:
+        messages, tools = request.chat()
+        params = request.sampling(max_tokens_cap)
+    except (ValueError, ValidationError) as exc:
+        return None, f"invalid request: {exc}"
+    return PreparedCall(request, messages, tools, params, WIRES[dialect].notes(request)), None
 
 
 def completion_reply(
