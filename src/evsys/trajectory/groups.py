@@ -30,6 +30,7 @@ from evsys.records import (
     FailureCause,
     IntegrityFinding,
     IntegrityPolicy,
+    PhaseTimings,
     StepMetrics,
     Trajectory,
     TrialResult,
@@ -90,6 +91,7 @@ class RolloutTrajectory(BaseModel):
         False, description="Left out of its group's baseline for its findings (integrity='screen')."
     )
     usage: Usage = Field(default_factory=Usage)
+    timing: PhaseTimings | None = Field(None, description="Seconds per phase of the sample's trial.")
     trajectory: Trajectory | None = Field(None, description="The full ATIF trajectory (per-turn tokens).")
 
     @property
@@ -252,5 +254,6 @@ def rollout_from_trial(
         zeroed=judged.zeroed,
         screened=judged.screened,
         usage=result.usage,
+        timing=result.timing,
         trajectory=trajectory,
     )
