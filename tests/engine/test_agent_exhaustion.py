@@ -80,6 +80,10 @@ async def test_an_agent_exhausting_its_sandbox_scores_zero_once_and_spares_its_s
     rewards = dict(zip(MODES, group.rewards, strict=True))
     assert rewards == {"right": 1.0, "wrong": 0.0, "pids": 0.0, "tmpfs": 0.0, "dd": 0.0}
     assert group.errors_by_cause == {"agent_exhausted_resources": 3}
+    advantages = dict(zip(MODES, group.advantages, strict=True))  # in the baseline, each one a wrong answer
+    assert advantages["right"] > 0 and advantages["right"] == pytest.approx(0.8)
+    for mode in ("pids", "tmpfs", "dd"):
+        assert advantages[mode] == pytest.approx(advantages["wrong"]) == pytest.approx(-0.2), mode
 
 
 async def test_a_failure_of_evsys_itself_stays_retryable(tmp_path):
