@@ -6,8 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from evsys.agent import AgentContext, AgentError, NopAgent, OracleAgent
-from evsys.records import AgentInfo, SandboxSpec, TrajectoryRecorder
+from evsys.agent import AgentContext, NopAgent, OracleAgent
+from evsys.agent.oracle import MissingSolutionError
+from evsys.engine.retries import is_retryable
+from evsys.records import AgentInfo, FailureCause, SandboxSpec, TrajectoryRecorder
 from evsys.sandbox import create_sandbox
 from evsys.task import load_task
 
@@ -55,9 +57,12 @@ async def test_oracle_runs_solve_as_root_in_workdir_with_solution_env(tmp_path):
     assert "solved" in recorder.steps[1].message and "exited with 4" in recorder.steps[1].message
 
 
-async def test_oracle_without_a_solution_is_an_agent_error(tmp_path):
-    with pytest.raises(AgentError, match=r"has no solution/solve\.sh"):
+async def test_oracle_without_a_solution_is_the_tasks_defect(tmp_path):
+    """A task that ships no solution fails under the oracle as `task_invalid` (its defect, never retried)."""
+    with pytest.raises(MissingSolutionError, match=r"ships no solution/solve\.sh") as caught:
         await run_agent(OracleAgent(), make_task(tmp_path, None), tmp_path)
+    assert caught.value.failure_cause == FailureCause.TASK_INVALID
+    assert not is_retryable(caught.value.failure_cause)
 
 
 async def test_nop_leaves_the_sandbox_untouched(tmp_path):

@@ -32,7 +32,11 @@ def test_check_shows_warnings_but_exits_0(tmp_path, make_task):
         f"{task}/task.toml:agent.flavour: warning: unknown key (kept, but neither evsys nor Harbor uses it)"
         in result.output
     )
-    assert f"{task}/solution/solve.sh: warning: missing (the oracle agent needs it)" in result.output
+    assert (
+        f"{task}/solution/solve.sh: warning: missing: the oracle agent needs it "
+        "(its trials fail as task_invalid)"
+        in result.output
+    )
     assert "1 ok, 0 with errors; 0 error(s), 2 warning(s)" in result.output
 
 
@@ -40,7 +44,10 @@ def test_check_with_oracle_makes_a_missing_solution_an_error(make_task):
     task = make_task("nosol", solve_sh=None)
     result = runner.invoke(tasks_app, ["check", str(task), "--oracle"])
     assert result.exit_code == 1
-    assert f"{task}/solution/solve.sh: missing (the oracle agent needs it)" in result.output
+    assert (
+        f"{task}/solution/solve.sh: missing: the oracle agent needs it (its trials fail as task_invalid)"
+        in result.output
+    )
 
 
 def test_check_on_a_missing_path_exits_2_with_a_message(tmp_path):

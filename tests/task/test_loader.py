@@ -47,8 +47,13 @@ def test_missing_solution_is_a_warning_unless_the_oracle_needs_it(make_task):
     path = make_task(solve_sh=None)
     task = load_task(path)
     assert task.solution_dir is None
-    assert task.warnings == ["solution/solve.sh: missing (the oracle agent needs it)"]
-    with pytest.raises(TaskLoadError, match=r"^solution/solve.sh: missing \(the oracle agent needs it\)$"):
+    assert task.warnings == [
+        "solution/solve.sh: missing: the oracle agent needs it (its trials fail as task_invalid)"
+    ]
+    with pytest.raises(
+        TaskLoadError,
+        match=r"^solution/solve.sh: missing: the oracle agent needs it \(its trials fail as task_invalid\)$",
+    ):
         load_task(path, require_solution=True)
 
 

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 
 from evsys.agent.base import Agent, AgentContext, AgentError, AgentResult, AgentTimeoutError
-from evsys.records import StepMetrics, Usage
+from evsys.records import FailureCause, StepMetrics, Usage
 from evsys.sandbox.base import (
     AGENT_LOGS_DIR,
     SHELL,
@@ -18,6 +18,12 @@ from evsys.util.packing import pack_directory
 
 _OUTPUT = f"{AGENT_LOGS_DIR}/oracle.txt"  # all of solve.sh's output; the trajectory gets its last 64 KiB
 _MESSAGE_BYTES = 65536
+
+
+class MissingSolutionError(AgentError):
+    """The task ships no `solution/solve.sh`: the task's defect, not the agent's (`task_invalid`)."""
+
+    failure_cause = FailureCause.TASK_INVALID
 
 
 class OracleAgent(Agent):
@@ -37,7 +43,10 @@ class OracleAgent(Agent):
         """Upload and run the reference solution; record the instruction and the solution's output."""
         solution = ctx.task.solution_dir
         if solution is None or not (solution / "solve.sh").is_file():
-            raise AgentError(f"task '{ctx.task.name}' has no solution/solve.sh for the oracle agent")
+            raise MissingSolutionError(
+                f"task '{ctx.task.name}' ships no solution/solve.sh, so the oracle agent cannot run it "
+                "(`evsys tasks check --oracle` lists such tasks)"
+            )
         ctx.trajectory.add("user", instruction)
         files = await asyncio.to_thread(pack_directory, solution)
         try:

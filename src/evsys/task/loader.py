@@ -132,7 +132,9 @@ def _check_scripts(task_dir: Path, problems: list[Problem], *, require_solution:
         severity: Severity = "error" if require_solution else "warning"
         problems.append(
             Problem(
-                file="solution/solve.sh", message="missing (the oracle agent needs it)", severity=severity
+                file="solution/solve.sh",
+                message="missing: the oracle agent needs it (its trials fail as task_invalid)",
+                severity=severity,
             )
         )
 
