@@ -10,6 +10,7 @@ import pytest
 from parity_jobs import PARITY_TASKS, run_parity_job
 
 from evsys.records import FailureCause
+from evsys.sandbox import entrypoint
 
 # The oracle's reward on every parity task, as Harbor 0.25 scores it.
 ORACLE_REWARDS = {
@@ -17,6 +18,7 @@ ORACLE_REWARDS = {
     "low-port-service": 1.0,
     "healthcheck-awaited": 1.0,
     "entrypoint-service": 1.0,
+    "entrypoint-late-service": 1.0,
     "compose-sidecars": 1.0,
     "separate-verifier": 1.0,
     "network-default-public": 1.0,
@@ -75,6 +77,17 @@ async def test_a_cheating_trial_scores_0_with_findings_and_an_honest_one_1_witho
     assert {(k, s) for k, _, s in seen} == {("verifier_place_written", "verifier")}
     # the RL export carries them
     assert cheat.model_dump(mode="json")["integrity"]
+
+
+@pytest.mark.parametrize("backend", ["local"], indirect=True)
+async def test_a_service_the_entrypoint_left_starting_is_up_before_the_agent(tmp_path, backend, monkeypatch):
+    """The entrypoint hands over while its service is still starting; the sandbox waits for it to settle."""
+    with monkeypatch.context() as no_wait:  # positive control: without the settling, the agent is too early
+        no_wait.setattr(entrypoint, "SETTLE_MAX_SEC", 0.0)
+        early = await run_parity_job(tmp_path / "early", backend, ["entrypoint-late-service"])
+    assert early["entrypoint-late-service"].reward == 0.0
+    settled = await run_parity_job(tmp_path / "settled", backend, ["entrypoint-late-service"])
+    assert settled["entrypoint-late-service"].reward == 1.0, settled["entrypoint-late-service"].failure
 
 
 @pytest.mark.parametrize("backend", ["local"], indirect=True)

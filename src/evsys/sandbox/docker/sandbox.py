@@ -25,6 +25,7 @@ from typing import Any, ClassVar
 from evsys.records import ExecResult, NetworkMode, SandboxSpec
 from evsys.sandbox.base import Capability, Sandbox, SandboxError, SandboxUnsupported
 from evsys.sandbox.docker import api, pods, scripts
+from evsys.sandbox.entrypoint import settle_script
 from evsys.util.tarsafe import tar_of
 
 DEFAULT_BASE_IMAGE = "debian:bookworm-slim"
@@ -121,6 +122,8 @@ class DockerSandbox(Sandbox):
                 await self._put(copy.src, copy.dst, exclude=copy.exclude)
             await self._root(scripts.prepare(self.spec.workdir), "preparing the container")
             await self._run_plain(scripts.find_keep_alive(), user="root")
+            if self.spec.run_entrypoint and self.spec.image is not None and self.spec.image.config.entrypoint:
+                await self._run_plain(["/bin/sh", "-c", settle_script()], user="root")  # its services up
         except BaseException:
             await self.stop()
             raise
