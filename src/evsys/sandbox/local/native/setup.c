@@ -14,8 +14,9 @@
  *   keep-sys              keep the host's /sys in the private mount namespace (a bind's source is below it).
  * Then it makes a private mount namespace (without the host's /sys), mounts a tmpfs of the storage size on the mount point and the overlay
  * (lower = idmapped clones of the cached layers showing the agent's files as <agent uid>, idmap.c; upper = that
- * tmpfs) at <mount point>/merged, and execs argv (bwrap). A failure is written to the report fd (closed on
- * exec, so the spawner reads EOF on success) and the exit code is 127. The spawner starts this with
+ * tmpfs) at <mount point>/merged, joins a user namespace owned by <agent uid> that maps every id to itself (so
+ * per-user kernel quotas are counted per sandbox, idmap.c), and execs argv (bwrap). A failure is written to
+ * the report fd (closed on exec, so the spawner reads EOF on success) and the exit code is 127. The spawner starts this with
  * posix_spawn, which on a VM costs a fraction of forking a Python process (~1.4 ms of CPU plus copy-on-write
  * faults); writing the cgroup limits and making the network namespace here keeps their cost off the
  * orchestrator's event loop. */
@@ -164,6 +165,8 @@ int setup_main(int argc, char **argv)
     }
     if (mount("evsys-root", merged, "overlay", MS_NOSUID | MS_NODEV, opts) != 0)
         return report("mount overlay on", merged);
+    if (enter_owned_userns(uid) != 0)
+        return report("cannot make the user namespace (owned by the agent uid) of", merged);
     fcntl(report_fd, F_SETFD, FD_CLOEXEC);
     execv(argv[k + 1], argv + k + 1);
     return report("cannot exec", argv[k + 1]);
