@@ -87,9 +87,14 @@ async def quota(sandbox, kind: str, uid: int, *, hold: bool = False) -> tuple[in
     return int(count), int(err)
 
 
-@pytest.mark.parametrize("uid", [65534, 33])  # nobody, www-data: allowed to root in every sandbox
-@pytest.mark.parametrize("kind", sorted(QUOTA_ERRNO))
-async def test_a_sandbox_holding_a_system_uids_quota_leaves_every_other_sandbox_the_full_quota(
+# nobody and www-data (allowed to root in every sandbox), and root itself (root's processes are exempt from
+# RLIMIT_NPROC: no process case). Without the sandbox's user namespace root's quota was also the host root's.
+QUOTA_CASES = [(kind, uid) for kind in sorted(QUOTA_ERRNO) for uid in (65534, 33)]
+QUOTA_CASES += [("inotify", 0), ("mqueue", 0)]
+
+
+@pytest.mark.parametrize(("kind", "uid"), QUOTA_CASES)
+async def test_a_sandbox_holding_a_uids_quota_leaves_every_other_sandbox_the_full_quota(
     make_sandbox, kind, uid
 ):
     hog, victim = await make_sandbox(), await make_sandbox()

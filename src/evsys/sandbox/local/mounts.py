@@ -35,7 +35,7 @@ class ChildSetup:
             "lowers": list(lowers),
             "storage_bytes": storage_bytes,
             # in order: cgroups (SandboxCgroup.setup_items), `nproc=<n>` (RLIMIT_NPROC where no pids cgroup
-            # holds the limit), `netns` (a network namespace of its own, unless it joins its pod's)
+            # holds the limit), `netns` (a network namespace of its own) or `joinnet=<path>` (its pod's)
             "items": list(items),
             "helper": helper,
             "agent_uid": agent_uid,

@@ -11,6 +11,8 @@
  *                         available (limits.py);
  *   netns                 a new network namespace whose loopback is up and whose unprivileged port start is 0
  *                         (root inside binds ports below 1024 as in a container: sshd on 22, nginx on 80);
+ *   joinnet=<path>        join the network namespace at path instead (a pod member joins its owner's: here,
+ *                         on the host, since from inside the sandbox's user namespace it could not);
  *   keep-sys              keep the host's /sys in the private mount namespace (a bind's source is below it).
  * Then it makes a private mount namespace (without the host's /sys), mounts a tmpfs of the storage size on the mount point and the overlay
  * (lower = idmapped clones of the cached layers showing the agent's files as <agent uid>, idmap.c; upper = that
@@ -113,6 +115,13 @@ static int setup_item(const char *item)
     }
     if (strcmp(item, "netns") == 0)
         return new_netns();
+    if (strncmp(item, "joinnet=", 8) == 0) {
+        int ns = open(item + 8, O_RDONLY | O_CLOEXEC);
+        int rc = ns >= 0 ? setns(ns, CLONE_NEWNET) : -1;
+        if (ns >= 0)
+            close(ns);
+        return rc == 0 ? 0 : report("cannot join the network namespace", item + 8);
+    }
     if (strcmp(item, "keep-sys") == 0) {
         keep_sys = 1;
         return 0;
