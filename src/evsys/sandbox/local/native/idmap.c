@@ -69,6 +69,26 @@ static int mapping_userns(uid_t uid)
     return ns;
 }
 
+/* Every id this process's user namespace has, mapped to itself ("0 0 4294967295" on a host; the container's
+ * ranges where evsys itself runs in a user namespace), as the text of a uid_map or gid_map. */
+static int identity_map(const char *own, char *out, size_t size)
+{
+    FILE *f = fopen(own, "re");
+    if (!f)
+        return -1;
+    unsigned long inside, outside, count;
+    size_t used = 0;
+    out[0] = 0;
+    while (fscanf(f, "%lu %lu %lu", &inside, &outside, &count) == 3) {
+        int n = snprintf(out + used, size - used, "%lu %lu %lu\n", inside, inside, count);
+        if (n < 0 || (size_t)n >= size - used)
+            break;
+        used += (size_t)n;
+    }
+    fclose(f);
+    return used > 0 ? 0 : -1;
+}
+
 /* Enter a user namespace of the sandbox's own before bubblewrap starts (docs/sandbox.md, uids.py): it maps
  * every id to itself, so uids, file owners and the set*id filter are as without it, but it is owned by the
  * sandbox's agent uid. The kernel keys every ucounts-based per-user counter (inotify instances and watches,
@@ -105,10 +125,12 @@ int enter_owned_userns(uid_t owner)
     int rc = -1;
     char byte, path[64];
     if (child > 0 && read(ready[0], &byte, 1) == 1) {
-        const char *all = "0 0 4294967295\n";
+        char uids[4096], gids[4096];
         snprintf(path, sizeof path, "/proc/%d/ns/user", (int)child);
         int ns = -1;
-        if (write_map(child, "uid_map", all) == 0 && write_map(child, "gid_map", all) == 0)
+        if (identity_map("/proc/self/uid_map", uids, sizeof uids) == 0 &&
+            identity_map("/proc/self/gid_map", gids, sizeof gids) == 0 &&
+            write_map(child, "uid_map", uids) == 0 && write_map(child, "gid_map", gids) == 0)
             ns = open(path, O_RDONLY | O_CLOEXEC);
         rc = ns >= 0 && setns(ns, CLONE_NEWUSER) == 0 ? 0 : -1;
         int saved = errno;
