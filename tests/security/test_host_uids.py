@@ -10,6 +10,9 @@ is aimed at the attacker's own sandbox."""
 
 from __future__ import annotations
 
+import ctypes
+import os
+
 import pytest
 from inotify_hog import HOG, ONE_INOTIFY, QUOTA_ERRNO, QUOTA_HOG, run_hog, run_quota_hog
 
@@ -104,3 +107,16 @@ async def test_a_sandbox_holding_a_uids_quota_leaves_every_other_sandbox_the_ful
     assert await quota(hog, kind, uid) == (0, QUOTA_ERRNO[kind])
     # the same uid in another sandbox, at the same time, still gets all of it
     assert await quota(victim, kind, uid) == (taken, QUOTA_ERRNO[kind])
+
+
+async def test_root_in_a_sandbox_cannot_take_the_host_roots_inotify_instances(make_sandbox):
+    hog = await make_sandbox()
+    taken, err = await quota(hog, "inotify", 0, hold=True)
+    # positive control: root in the sandbox holds every inotify instance it may have
+    assert taken > 0 and err == QUOTA_ERRNO["inotify"], (taken, err)
+    assert await quota(hog, "inotify", 0) == (0, QUOTA_ERRNO["inotify"])
+    # the host's root (this orchestrator) still gets one: sandboxes' roots no longer share its quota
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.inotify_init()
+    assert fd >= 0, os.strerror(ctypes.get_errno())
+    os.close(fd)
