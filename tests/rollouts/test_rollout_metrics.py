@@ -1,5 +1,6 @@
 """Per-step rollout metrics a trainer logs: reward mean/std per task, pass rate, errors by cause, integrity
-findings, tokens, latencies and weights versions as one flat dict; JSONL and TensorBoard loggers write them."""
+findings, tokens, latencies and weights versions as one flat dict; the JSONL and TensorBoard loggers write
+them."""
 
 from __future__ import annotations
 
@@ -28,7 +29,8 @@ def _sample(task: str, attempt: int, reward: float, **extra) -> RolloutTrajector
 
 
 def _groups() -> list[TrajectoryGroup]:
-    finding = IntegrityFinding(kind=IntegrityKind.VERIFIER_PLACE_WRITTEN, evidence="/logs/verifier/reward.txt")
+    place = "/logs/verifier/reward.txt"
+    finding = IntegrityFinding(kind=IntegrityKind.VERIFIER_PLACE_WRITTEN, evidence=place)
     error = RolloutError(cause=FailureCause.AGENT_TIMEOUT, message="timed out")
     a = TrajectoryGroup(
         group_id="j/a",

@@ -226,11 +226,12 @@ def check_capabilities() -> Check:
 
 def check_user_namespaces() -> Check:
     """The host must be able to create user namespaces: each sandbox's idmapped layers use one (its agent's
-    own uid, native/idmap.c). Sandboxes themselves run without one and cannot create any."""
+    own uid, native/idmap.c), and each sandbox runs in one of its own, owned by its agent uid, so per-user
+    kernel quotas are counted per sandbox (uids.py). Sandboxes cannot create any."""
     path = Path("/proc/sys/user/max_user_namespaces")
     value = path.read_text().strip() if path.exists() else "unknown"
     ok = value != "0"
-    detail = f"max_user_namespaces={value}; used on the host to idmap the layers for each sandbox's agent uid"
+    detail = f"max_user_namespaces={value}; each sandbox runs in one and idmaps its layers with another"
     return Check("user namespaces", ok, detail, "sysctl -w user.max_user_namespaces=15000")
 
 

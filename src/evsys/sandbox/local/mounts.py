@@ -5,7 +5,8 @@ itself.
 bubblewrap: create and join the sandbox's cgroups with their limits, give it a network namespace of its own,
 make a private mount namespace, mount a tmpfs (size = storage limit) on the shared mount point, and mount the
 overlay (lower = idmapped views of the cached layers in which the
-agent's files belong to the sandbox's agent uid, upper = that tmpfs) inside it. The
+agent's files belong to the sandbox's agent uid, upper = that tmpfs) inside it, then join a user
+namespace of the sandbox's own (owned by its agent uid, every id mapped to itself: uids.py). The
 host's mount table never sees any of it, and the whole namespace disappears with the sandbox's last process,
 so teardown leaks nothing even after a SIGKILL. Without a pids cgroup, the child starts with RLIMIT_NPROC set
 (limits.py).
@@ -34,7 +35,7 @@ class ChildSetup:
             "lowers": list(lowers),
             "storage_bytes": storage_bytes,
             # in order: cgroups (SandboxCgroup.setup_items), `nproc=<n>` (RLIMIT_NPROC where no pids cgroup
-            # holds the limit), `netns` (a network namespace of its own, unless it joins its pod's)
+            # holds the limit), `netns` (a network namespace of its own) or `joinnet=<path>` (its pod's)
             "items": list(items),
             "helper": helper,
             "agent_uid": agent_uid,

@@ -180,8 +180,7 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
         if "pids" not in layout.parents:  # the fallback (limits.py)
             items.append(f"nproc={spec.pids_max}")
         joined = pods.OWNERS.owner(spec.pod) if spec.pod is not None else None
-        if joined is None:  # its own network namespace (a pod's members join the owner's)
-            items.append("netns")
+        items.append("netns" if joined is None else pods.join_item(joined))  # members join the owner's
         if any(Path("/sys") in (src := bind.src.resolve(), *src.parents) for bind in spec.binds):
             items.append("keep-sys")  # else the setup step drops /sys, which bwrap would re-read per bind
         mount_point = self.scratch_root / "mnt"
@@ -201,7 +200,6 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
             argv = bwrap_argv(
                 spec, setup.root, str(daemon_file), "@fd0", agent_uid=self._uid.uid, daemon_args=extra
             )
-            argv = argv if joined is None else pods.join_argv(argv, joined)
             async with asyncio.timeout(START_TIMEOUT):
                 self._proc = await spawn(argv, setup=setup.params, pass_fds=(sfd,), limit=1 << 22)
         except CgroupDirsRefused as exc:

@@ -50,7 +50,10 @@ class SlirpNetwork:
         ready_r, ready_w = os.pipe()
         exit_r, exit_w = os.pipe()
         argv = [binary, "--configure", "--mtu=65520", "--disable-host-loopback"]
-        argv += [f"--ready-fd={READY_FD}", f"--exit-fd={EXIT_FD}", str(target_pid), "tap0"]
+        argv += [f"--ready-fd={READY_FD}", f"--exit-fd={EXIT_FD}"]
+        # by path: given a pid, slirp4netns would also join the pid's user namespace (the sandbox's own, where
+        # it may not configure a network namespace the host made); it stays in the host's
+        argv += ["--netns-type=path", f"/proc/{target_pid}/ns/net", "tap0"]
         try:
             pid = os.posix_spawn(  # noqa: ASYNC221 - a vfork+exec: returns in microseconds
                 binary,

@@ -1,11 +1,11 @@
 """Which host uids root inside a local sandbox may take: a seccomp argument filter on the set*id calls.
 
-The sandbox has no user namespace for its processes, so a uid inside is the same uid on the host, and every
-kernel per-uid quota (inotify instances and watches, RLIMIT_NPROC, POSIX message queue bytes, pending
-signals) is keyed by it. Root inside keeps CAP_SETUID (images run services as `postgres`, `www-data`,
+The sandbox's user namespace maps every id to itself (uids.py), so a uid inside is the same uid on the host,
+with its file permissions and the counters the kernel keeps per host uid alone (pipe pages, epoll watches).
+Root inside keeps CAP_SETUID (images run services as `postgres`, `www-data`,
 `nobody`...), so without this filter it could become any host uid: a host user's, or another sandbox's
-agent's, and exhaust that uid's quotas. With it, `setuid`, `setgid`, `setreuid`, `setregid`, `setresuid`,
-`setresgid`, `setfsuid` and `setfsgid` fail with EPERM unless every id they are given is
+agent's, and act with that uid's permissions. With it, `setuid`, `setgid`, `setreuid`, `setregid`,
+`setresuid`, `setresgid`, `setfsuid` and `setfsgid` fail with EPERM unless every id they are given is
 
 * 0 (root), one of the sandbox's own uids (its block: the agent's and its extra users', `uids.py`), or -1
   ("unchanged");
@@ -13,7 +13,8 @@ agent's, and exhaust that uid's quotas. With it, `setuid`, `setgid`, `setreuid`,
 
 Host login users (1000 and up) and other sandboxes' agents (evsys allocates them from 100000) are out of
 reach. System ids and `nobody` are still shared with the host's system users and with other sandboxes'
-services: see docs/sandbox.md's threat model. Supplementary groups (`setgroups`, a pointer the filter cannot
+services, though their ucounts quotas (inotify, processes, message queues) are per sandbox: see
+docs/sandbox.md's threat model. Supplementary groups (`setgroups`, a pointer the filter cannot
 read) are not filtered; no kernel quota is kept per group.
 
 The program is classic BPF put ahead of the shared filter (`seccomp.py`): anything it does not refuse falls

@@ -1,6 +1,18 @@
 """Per-sandbox agent uids: every running local sandbox's `agent` is a host uid no other sandbox and no host
-user has, so kernel per-uid quotas (inotify instances and watches, RLIMIT_NPROC, POSIX message queue bytes,
-pending signals...) are never shared.
+user has, and the owner of the sandbox's user namespace.
+
+Why an owner: the kernel keeps its per-user counters (inotify instances and watches, processes against
+RLIMIT_NPROC, POSIX message queue bytes, pending signals, locked memory: kernel/ucount.c) per (user namespace,
+uid) and charges each use up the chain of namespaces, at every level to the owner of the namespace below. A
+sandbox's processes run in a namespace of its own that maps every id to itself (native/idmap.c,
+`enter_owned_userns`: ids, file owners and the set*id filter are as on the host) and is owned by this uid. So
+root, `nobody`, a system uid or the agent in one sandbox is counted in that sandbox's namespace and, on the
+host, against this uid alone: measured, a sandbox holding all 128 inotify instances, all message-queue bytes
+or 63 processes under an RLIMIT_NPROC of 64 as `nobody` leaves another sandbox's `nobody` the full quota,
+where without the namespace it got none. A namespace owned by host root would charge every sandbox to root's
+one count; one owned by a uid two sandboxes share would make them share it. The counters kept per host uid
+alone (pipe pages, epoll watches, fds in flight over unix sockets) stay shared for system uids
+(docs/sandbox.md).
 
 Each sandbox holds a block of UID_BLOCK uids (the agent's is the first; the others are for extra users of the
 sandbox, e.g. shared slots, `LocalSandbox.extra_uid`), the only ones its root may switch to besides root and

@@ -201,6 +201,7 @@ int setup_main(int argc, char **argv);
 
 /* ---- idmapped clones of the lower layers: a ':'-list of /proc/self/fd/N paths in `out`; -1 + errno (idmap.c) */
 int idmapped_lowers(const char *lowers, uid_t uid, char *out, size_t size);
+int enter_owned_userns(uid_t owner);
 /* the same with the mapping user namespace `ns` (an fd; -1: a new one, put in *made for the caller to keep) */
 int idmapped_lowers_in(const char *lowers, uid_t uid, int ns, int *made, char *out, size_t size);
 

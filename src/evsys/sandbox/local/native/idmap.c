@@ -11,6 +11,7 @@
 #include "evsysd.h"
 
 #include <errno.h>
+#include <grp.h>
 #include <fcntl.h>
 #include <linux/mount.h>
 #include <sched.h>
@@ -66,6 +67,84 @@ static int mapping_userns(uid_t uid)
         close(hold[1]);
     }
     return ns;
+}
+
+/* Every id this process's user namespace has, mapped to itself ("0 0 4294967295" on a host; the container's
+ * ranges where evsys itself runs in a user namespace), as the text of a uid_map or gid_map. */
+static int identity_map(const char *own, char *out, size_t size)
+{
+    FILE *f = fopen(own, "re");
+    if (!f)
+        return -1;
+    unsigned long inside, outside, count;
+    size_t used = 0;
+    out[0] = 0;
+    while (fscanf(f, "%lu %lu %lu", &inside, &outside, &count) == 3) {
+        int n = snprintf(out + used, size - used, "%lu %lu %lu\n", inside, inside, count);
+        if (n < 0 || (size_t)n >= size - used)
+            break;
+        used += (size_t)n;
+    }
+    fclose(f);
+    return used > 0 ? 0 : -1;
+}
+
+/* Enter a user namespace of the sandbox's own before bubblewrap starts (docs/sandbox.md, uids.py): it maps
+ * every id to itself, so uids, file owners and the set*id filter are as without it, but it is owned by the
+ * sandbox's agent uid. The kernel keys every ucounts-based per-user counter (inotify instances and watches,
+ * RLIMIT_NPROC, POSIX message queue bytes, pending signals, locked memory) by (user namespace, uid) and charges
+ * it up the chain to the namespace's owner: each sandbox's use of root, `nobody` or a system uid is counted in
+ * its own namespace and, on the host, against its own uid alone, never against another sandbox's or host
+ * root's. The namespace is made by a child that becomes `owner` first (the owner is the creator's euid); this
+ * process, still root on the host, writes its maps and joins it, keeping the full set of ids (root inside is
+ * uid 0 with capabilities in the new namespace only). */
+int enter_owned_userns(uid_t owner)
+{
+    int ready[2], hold[2];
+    if (pipe2(ready, O_CLOEXEC) != 0)
+        return -1;
+    if (pipe2(hold, O_CLOEXEC) != 0) {
+        close(ready[0]);
+        close(ready[1]);
+        return -1;
+    }
+    pid_t child = fork();
+    if (child == 0) {
+        char byte = 0;
+        close(ready[0]);
+        close(hold[1]);
+        if (setgroups(0, NULL) != 0 || setresgid(owner, owner, owner) != 0 ||
+            setresuid(owner, owner, owner) != 0 || unshare(CLONE_NEWUSER) != 0)
+            _exit(1);
+        if (write(ready[1], &byte, 1) != 1)
+            _exit(1);
+        _exit(read(hold[0], &byte, 1) < 0); /* holds the namespace until the parent has joined it */
+    }
+    close(ready[1]);
+    close(hold[0]);
+    int rc = -1;
+    char byte, path[64];
+    if (child > 0 && read(ready[0], &byte, 1) == 1) {
+        char uids[4096], gids[4096];
+        snprintf(path, sizeof path, "/proc/%d/ns/user", (int)child);
+        int ns = -1;
+        if (identity_map("/proc/self/uid_map", uids, sizeof uids) == 0 &&
+            identity_map("/proc/self/gid_map", gids, sizeof gids) == 0 &&
+            write_map(child, "uid_map", uids) == 0 && write_map(child, "gid_map", gids) == 0)
+            ns = open(path, O_RDONLY | O_CLOEXEC);
+        rc = ns >= 0 && setns(ns, CLONE_NEWUSER) == 0 ? 0 : -1;
+        int saved = errno;
+        if (ns >= 0)
+            close(ns);
+        errno = saved;
+    }
+    int saved = errno;
+    close(ready[0]);
+    close(hold[1]);
+    if (child > 0)
+        waitpid(child, NULL, 0);
+    errno = saved;
+    return rc;
 }
 
 int idmapped_lowers(const char *lowers, uid_t uid, char *out, size_t size)

@@ -13,11 +13,14 @@
  *                         available (limits.py);
  *   netns                 a new network namespace whose loopback is up and whose unprivileged port start is 0
  *                         (root inside binds ports below 1024 as in a container: sshd on 22, nginx on 80);
+ *   joinnet=<path>        join the network namespace at path instead (a pod member joins its owner's: here,
+ *                         on the host, since from inside the sandbox's user namespace it could not);
  *   keep-sys              keep the host's /sys in the private mount namespace (a bind's source is below it).
  * Then it makes a private mount namespace (without the host's /sys), mounts a tmpfs of the storage size on the mount point and the overlay
  * (lower = idmapped clones of the cached layers showing the agent's files as <agent uid>, idmap.c; upper = that
- * tmpfs) at <mount point>/merged, and execs argv (bwrap). A failure is written to the report fd (closed on
- * exec, so the spawner reads EOF on success) and the exit code is 127. The spawner starts this with
+ * tmpfs) at <mount point>/merged, joins a user namespace owned by <agent uid> that maps every id to itself (so
+ * per-user kernel quotas are counted per sandbox, idmap.c), and execs argv (bwrap). A failure is written to
+ * the report fd (closed on exec, so the spawner reads EOF on success) and the exit code is 127. The spawner starts this with
  * posix_spawn, which on a VM costs a fraction of forking a Python process (~1.4 ms of CPU plus copy-on-write
  * faults); writing the cgroup limits and making the network namespace here keeps their cost off the
  * orchestrator's event loop. */
@@ -122,6 +125,13 @@ static int setup_item(const char *item)
     }
     if (strcmp(item, "netns") == 0)
         return new_netns();
+    if (strncmp(item, "joinnet=", 8) == 0) {
+        int ns = open(item + 8, O_RDONLY | O_CLOEXEC);
+        int rc = ns >= 0 ? setns(ns, CLONE_NEWNET) : -1;
+        if (ns >= 0)
+            close(ns);
+        return rc == 0 ? 0 : report("cannot join the network namespace", item + 8);
+    }
     if (strcmp(item, "keep-sys") == 0) {
         keep_sys = 1;
         return 0;
@@ -174,6 +184,8 @@ int setup_main(int argc, char **argv)
     }
     if (mount("evsys-root", merged, "overlay", MS_NOSUID | MS_NODEV, opts) != 0)
         return report("mount overlay on", merged);
+    if (enter_owned_userns(uid) != 0)
+        return report("cannot make the user namespace (owned by the agent uid) of", merged);
     fcntl(report_fd, F_SETFD, FD_CLOEXEC);
     execv(argv[k + 1], argv + k + 1);
     return report("cannot exec", argv[k + 1]);
