@@ -34,8 +34,7 @@ def test_check_shows_warnings_but_exits_0(tmp_path, make_task):
     )
     assert (
         f"{task}/solution/solve.sh: warning: missing: the oracle agent needs it "
-        "(its trials fail as task_invalid)"
-        in result.output
+        "(its trials fail as task_invalid)" in result.output
     )
     assert "1 ok, 0 with errors; 0 error(s), 2 warning(s)" in result.output
 
