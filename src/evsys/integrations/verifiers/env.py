@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from pydantic import model_validator
 from verifiers.v1.agent import Agents
 from verifiers.v1.env import Env
 from verifiers.v1.envs.single_agent import SingleAgentEnvConfig
@@ -26,9 +27,21 @@ from evsys.integrations.verifiers.runtime import EvsysConfig, EvsysRuntime
 
 
 class EvsysEnvConfig(SingleAgentEnvConfig):
-    """`SingleAgentEnv`'s config plus the evsys sandbox every episode runs in."""
+    """`SingleAgentEnv`'s config plus the evsys sandbox every episode runs in. The agent's own runtime
+    (`--env.agent.runtime.*`) is refused: every episode runs in the evsys sandbox, so it would be ignored."""
 
     sandbox: EvsysConfig = EvsysConfig()
+
+    @model_validator(mode="after")
+    def _no_agent_runtime(self) -> EvsysEnvConfig:
+        if "runtime" in self.agent.model_fields_set:
+            kind = self.agent.runtime.type
+            raise ValueError(
+                f"--env.agent.runtime ({kind}) is not used by EvsysEnv: every episode runs in an evsys "
+                "sandbox, configured with --env.sandbox.* (drop --env.agent.runtime.*, or export no EvsysEnv "
+                "to run on verifiers' own runtimes)"
+            )
+        return self
 
 
 @asynccontextmanager
