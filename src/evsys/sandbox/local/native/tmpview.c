@@ -106,12 +106,14 @@ static void walk(int from, int to, const char *shown, int depth)
         close(from);
         return;
     }
+    rewinddir(d); /* `from` may be a dup of a directory read before (it shares the offset) */
     for (struct dirent *e; visits < MAX_VISITS && (e = readdir(d)); visits++) {
         struct stat st;
         char sub[600], target[600];
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") ||
+        int wanted = copying || e->d_type == DT_DIR || e->d_type == DT_LNK || e->d_type == DT_UNKNOWN;
+        if (!wanted || !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") ||
             fstatat(from, e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
-            continue;
+            continue; /* the overlay shows the agent's files as they are: only links and directories matter */
         snprintf(sub, sizeof sub, "%s/%s", shown, e->d_name);
         if (S_ISLNK(st.st_mode)) {
             ssize_t n = readlinkat(from, e->d_name, target, sizeof target - 1);
