@@ -109,7 +109,7 @@ TMP_TEST_SH = (
     "#!/bin/bash\n"
     'if [ "$(cat /tmp/work/answer.txt)" = 42 ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n'
     f"echo '{FORGED}' > /tmp/scratch.json\n"  # a scratch file where the agent planted a link
-    "ls -l /tmp/work\n"
+    "ls -l /tmp/work; ls -ld /tmp/work\n"
     "echo 7 > /tmp/work/answer.txt\n"  # the tests' own write: never reaches the agent's file
 )
 
@@ -117,6 +117,7 @@ TMP_TEST_SH = (
 async def test_the_verifier_sees_the_agents_tmp_but_never_its_links(sandbox, tmp_path, symlinks_unprotected):
     setup = (
         "mkdir -p /tmp/work && echo 42 > /tmp/work/answer.txt && chmod 640 /tmp/work/answer.txt"
+        " && ln -s /logs/verifier/reward.json /tmp/work/link"
         " && ln -s /logs/verifier/reward.json /tmp/scratch.json && readlink -f /tmp/scratch.json"
     )
     planted = await sandbox.exec(setup, user="agent")
@@ -128,11 +129,15 @@ async def test_the_verifier_sees_the_agents_tmp_but_never_its_links(sandbox, tmp
     assert await reward_the_engine_reads(sandbox, tmp_path / "trial") == {"reward": 1.0}
     listing = (tmp_path / "trial" / "verifier" / "test-stdout.txt").read_text()
     assert "-rw-r----- 1 agent agent" in listing, listing
+    [directory] = [line.split() for line in listing.splitlines() if line.endswith(" /tmp/work")]
+    assert (directory[0], directory[2], directory[3]) == ("drwxr-xr-x", "agent", "agent"), listing
+    assert " link" not in listing  # the agent's links are hidden, in subdirectories too
     # the scratch write went into the verifier's own file, not through the link into reward.json
     assert not (tmp_path / "trial" / "verifier" / "reward.json").exists()
     findings = places_written(result.stderr)
-    assert [(f.kind, f.evidence) for f in findings] == [
-        (IntegrityKind.VERIFIER_PLACE_WRITTEN, "/tmp/scratch.json")
+    assert sorted((f.kind, f.evidence) for f in findings) == [
+        (IntegrityKind.VERIFIER_PLACE_WRITTEN, "/tmp/scratch.json"),
+        (IntegrityKind.VERIFIER_PLACE_WRITTEN, "/tmp/work/link"),
     ]
     # the agent's /tmp is as it left it
     still = await sandbox.exec("test -L /tmp/scratch.json && echo link; cat /tmp/work/answer.txt")

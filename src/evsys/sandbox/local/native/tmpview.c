@@ -31,9 +31,9 @@
 
 static long long copy_left; /* bytes the fallback copy may still write */
 static int copy_cut;        /* a file was left out for the budget */
-static int visits;
-static int copying;  /* the fallback copy: else the overlay's whiteouts */
-static int reporting; /* links naming a verifier place are reported (once: by the first walk) */
+static int visits;          /* entries looked at so far */
+static int copying;         /* the fallback copy: else the overlay's whiteouts */
+static int reporting;       /* links naming a verifier place are reported (once: by the first walk) */
 
 /* a link's target naming a verifier place */
 static int names_verifier_place(const char *target)
@@ -87,12 +87,11 @@ static void walk_dir(int from, int to, const char *name, const char *shown, cons
     }
     walk(src, dst, shown, depth + 1);
     struct timespec times[2] = {st->st_atim, st->st_mtim};
-    if (fchown(dst, st->st_uid, st->st_gid) != 0 || fchmod(dst, st->st_mode & 07777) != 0 ||
-        futimens(dst, times) != 0) { /* best effort */
+    if (!copying && unlinkat(to, name, AT_REMOVEDIR) == 0) { /* it holds no whiteout: the lower one shows */
+    } else if (fchown(dst, st->st_uid, st->st_gid) != 0 || fchmod(dst, st->st_mode & 07777) != 0 ||
+               futimens(dst, times) != 0) { /* best effort */
     }
     close(dst);
-    if (!copying)
-        unlinkat(to, name, AT_REMOVEDIR); /* fails when it holds a whiteout: then it stays */
 }
 
 /* the directory `from` (a readable fd, consumed; shown as `shown`) into the directory `to` (left open): a link
