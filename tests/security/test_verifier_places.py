@@ -109,13 +109,15 @@ TMP_TEST_SH = (
     "#!/bin/bash\n"
     'if [ "$(cat /tmp/work/answer.txt)" = 42 ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n'
     f"echo '{FORGED}' > /tmp/scratch.json\n"  # a scratch file where the agent planted a link
-    "ls -l /tmp/work\n"
+    "ls -l /tmp/work; ls -ld /tmp/work\n"
+    "echo 7 > /tmp/work/answer.txt\n"  # the tests' own write: never reaches the agent's file
 )
 
 
 async def test_the_verifier_sees_the_agents_tmp_but_never_its_links(sandbox, tmp_path, symlinks_unprotected):
     setup = (
         "mkdir -p /tmp/work && echo 42 > /tmp/work/answer.txt && chmod 640 /tmp/work/answer.txt"
+        " && ln -s /logs/verifier/reward.json /tmp/work/link"
         " && ln -s /logs/verifier/reward.json /tmp/scratch.json && readlink -f /tmp/scratch.json"
     )
     planted = await sandbox.exec(setup, user="agent")
@@ -127,15 +129,47 @@ async def test_the_verifier_sees_the_agents_tmp_but_never_its_links(sandbox, tmp
     assert await reward_the_engine_reads(sandbox, tmp_path / "trial") == {"reward": 1.0}
     listing = (tmp_path / "trial" / "verifier" / "test-stdout.txt").read_text()
     assert "-rw-r----- 1 agent agent" in listing, listing
+    [directory] = [line.split() for line in listing.splitlines() if line.endswith(" /tmp/work")]
+    assert (directory[0], directory[2], directory[3]) == ("drwxr-xr-x", "agent", "agent"), listing
+    assert " link" not in listing  # the agent's links are hidden, in subdirectories too
     # the scratch write went into the verifier's own file, not through the link into reward.json
     assert not (tmp_path / "trial" / "verifier" / "reward.json").exists()
     findings = places_written(result.stderr)
-    assert [(f.kind, f.evidence) for f in findings] == [
-        (IntegrityKind.VERIFIER_PLACE_WRITTEN, "/tmp/scratch.json")
+    assert sorted((f.kind, f.evidence) for f in findings) == [
+        (IntegrityKind.VERIFIER_PLACE_WRITTEN, "/tmp/scratch.json"),
+        (IntegrityKind.VERIFIER_PLACE_WRITTEN, "/tmp/work/link"),
     ]
     # the agent's /tmp is as it left it
     still = await sandbox.exec("test -L /tmp/scratch.json && echo link; cat /tmp/work/answer.txt")
     assert still.stdout.split() == ["link", "42"]
+
+
+# A root survivor that waits for the tests to start and only then plants a link where they will write
+# (after the verification run looked at /tmp): the link shows in the verifier's /tmp but is never followed.
+LATE_LINKER = """
+until grep -qs '/tests/tes[t]\\.sh' /proc/[0-9]*/cmdline; do sleep 0.01; done
+ln -s /logs/verifier/reward.json /tmp/result.json && echo linked > /var/tmp/late-link
+"""
+LATE_TEST_SH = (
+    "#!/bin/bash\n"
+    "echo 0 > /logs/verifier/reward.txt\n"
+    "for i in $(seq 250); do [ -f /var/tmp/late-link ] && break; sleep 0.02; done\n"  # no lookup in /tmp
+    "[ -L /tmp/result.json ] && echo saw-the-link\n"
+    f"echo '{FORGED}' > /tmp/result.json\n"
+)
+
+
+async def test_a_link_planted_while_the_tests_run_is_never_followed(sandbox, tmp_path, symlinks_unprotected):
+    started = await sandbox.exec(START_SURVIVOR, user="root", stdin=LATE_LINKER.encode())
+    assert started.stdout.strip() == "started", started.stderr
+    await ScriptVerifier(write_tests(tmp_path, LATE_TEST_SH), timeout_sec=60).run_tests(sandbox)
+    # positive control: the survivor planted its link during the run, into the reward file; the tests saw it
+    planted = await sandbox.exec("cat /var/tmp/late-link; readlink -f /tmp/result.json", user="root")
+    assert planted.stdout.split() == ["linked", "/logs/verifier/reward.json"], planted.stderr
+    assert await reward_the_engine_reads(sandbox, tmp_path / "trial") == {"reward": 0.0}
+    output = (tmp_path / "trial" / "verifier" / "test-stdout.txt").read_text()
+    assert "saw-the-link" in output and "Too many levels of symbolic links" in output, output
+    assert not (tmp_path / "trial" / "verifier" / "reward.json").exists()
 
 
 async def test_writes_to_the_verifiers_places_become_findings_and_an_honest_run_has_none(

@@ -18,6 +18,7 @@ of `/logs` out in one go between the two halves of the chain link (`run_in_sandb
 from __future__ import annotations
 
 import asyncio
+import logging
 import shlex
 import shutil
 from pathlib import Path
@@ -34,6 +35,8 @@ __all__ = ["ScriptVerifier", "pack_directory", "places_written"]
 _OUTPUT = f"{VERIFIER_LOGS_DIR}/test-stdout.txt"  # test.sh's exit code is ignored: the reward file decides
 _PRIVATE_SETUP = "evsys: cannot set up the verifier's private mounts"  # native/verifier.c
 _FINDING = "evsys-integrity: "  # native/places.c: `<kind> <path>`, one a line, before the tests' output
+_WARNING = "evsys: warning: "  # native/tmpview.c: the agent's /tmp copied only in part (no overlay there)
+logger = logging.getLogger(__name__)
 
 
 class ScriptVerifier:
@@ -106,6 +109,9 @@ class ScriptVerifier:
             raise VerifierError("the sandbox is gone: the tests cannot run")
         result = await self.run_tests(ctx.sandbox)
         ctx.integrity.extend(places_written(result.stderr))
+        for line in result.stderr.splitlines():
+            if line.startswith(_WARNING):
+                logger.warning("verifying %s: %s", self.tests_dir, line.removeprefix(_WARNING))
 
     async def verify(self, ctx: Any) -> VerifierResult:
         """The chain's host-side half: the rewards in the host copy of /logs/verifier."""

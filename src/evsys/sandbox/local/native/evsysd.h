@@ -208,6 +208,7 @@ int idmapped_lowers_in(const char *lowers, uid_t uid, int ns, int *made, char *o
 /* ---- the new mount API (mountapi.c) */
 int sys_fsopen(const char *fs);
 int sys_fsconfig(int fd, unsigned cmd, const char *key, const char *value);
+int sys_fsconfig_fd(int fd, const char *key, int value); /* FSCONFIG_SET_FD */
 int sys_fsmount(int fd, unsigned attrs);
 int sys_move_mount(int from_dfd, const char *from, int to_dfd, const char *to, unsigned flags);
 int detached(const char *fs, const char *options, unsigned attrs); /* a detached mount's fd, or -1 */
@@ -223,8 +224,12 @@ int verifier_open(const char *path, int flags);      /* open a path under /logs/
 void mark_caps(int verifier, int root);              /* in a child: the verification mark, or none */
 int extract_tar_at(int root, const char *tar, size_t len); /* files.c */
 /* in its child, before covering them: the sandbox's own verifier places (places.c) */
+#define PLACES_MAX_DEPTH 32
 void places_report(double since, int tests); /* what the agent wrote there (tests: its /tests), on stderr */
-int places_copy_tmp(int fresh_tmp);      /* the agent's /tmp, without links, into the verifier's */
+void places_finding(const char *kind, const char *dir, const char *leaf); /* one `evsys-integrity:` line */
+/* the verifier's /tmp (tmpview.c): a detached mount showing the agent's /tmp, never following a link in it;
+ * `bytes` bounds what the verifier writes there */
+int tmpview_mount(long long bytes);
 int places_cover_preload(double since, int tmp); /* an /etc/ld.so.preload of its own (tmp: the
                                                 * verifier's attached /tmp, where the file is made) */
 

@@ -14,6 +14,10 @@ int sys_fsconfig(int fd, unsigned cmd, const char *key, const char *value)
 {
     return (int)syscall(SYS_fsconfig, fd, cmd, key, value, 0);
 }
+int sys_fsconfig_fd(int fd, const char *key, int value)
+{
+    return (int)syscall(SYS_fsconfig, fd, FSCONFIG_SET_FD, key, NULL, value);
+}
 int sys_fsmount(int fd, unsigned attrs) { return (int)syscall(SYS_fsmount, fd, FSMOUNT_CLOEXEC, attrs); }
 int sys_move_mount(int from_dfd, const char *from, int to_dfd, const char *to, unsigned flags)
 {

@@ -5,8 +5,7 @@
  *   link in /tmp that names a verifier place, a non-empty /etc/ld.so.preload. Each is one line on the run's
  *   stderr, `evsys-integrity: <kind> <path>`, before the command's own output goes to its file; the host turns
  *   them into IntegrityFindings (evsys.verify.script);
- * - the verifier's fresh /tmp gets a copy of the agent's /tmp (Harbor's verifier shares the container's /tmp):
- *   directories and regular files with their owners, modes and times, never a link, FIFO, socket or device;
+ * - the verifier's /tmp shows the agent's without following any link in it (tmpview.c);
  * - /etc/ld.so.preload is covered by a file of the verifier's own (a one-file bind in its mount namespace,
  *   which no other process can see): empty when the agent wrote it, else what the image had there, so no
  *   library the agent named loads into the tests' processes. */
@@ -18,19 +17,17 @@
 #include <linux/mount.h>
 #include <stdio.h>
 #include <string.h>
-#include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#define MAX_DEPTH 32
 #define MAX_REPORTED 64
 #define PRELOAD_MAX 4096
 
 static int reported;
 
 /* one finding on stderr (the run's, before its output is redirected); the path's odd bytes as '?' */
-static void report(const char *kind, const char *dir, const char *leaf)
+void places_finding(const char *kind, const char *dir, const char *leaf)
 {
     char path[600];
     snprintf(path, sizeof path, "%s%s%s", dir, leaf && *leaf ? "/" : "", leaf ? leaf : "");
@@ -64,88 +61,10 @@ static void scan_written(int fd, const char *path, double since, int depth)
         char sub[600];
         snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
         if (written_since(&st, since))
-            report("verifier_place_written", sub, NULL);
-        else if (S_ISDIR(st.st_mode) && depth < MAX_DEPTH)
+            places_finding("verifier_place_written", sub, NULL);
+        else if (S_ISDIR(st.st_mode) && depth < PLACES_MAX_DEPTH)
             scan_written(openat(fd, e->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC), sub, since,
                          depth + 1);
-    }
-    closedir(d);
-}
-
-/* a link's target naming a verifier place */
-static int names_verifier_place(const char *target)
-{
-    return strstr(target, "logs/verifier") || strstr(target, "ld.so.preload") || !strncmp(target, "/tests", 6) ||
-           strstr(target, "../tests");
-}
-
-static void copy_file(int from, int to, const char *name, const struct stat *st)
-{
-    int src = openat(from, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
-    struct stat now;
-    if (src < 0)
-        return;
-    if (fstat(src, &now) == 0 && S_ISREG(now.st_mode)) { /* not swapped for something else meanwhile */
-        int dst = openat(to, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-        if (dst >= 0) {
-            off_t left = now.st_size;
-            while (left > 0) {
-                ssize_t n = sendfile(dst, src, NULL, left > (1 << 30) ? (1 << 30) : (size_t)left);
-                if (n <= 0)
-                    break;
-                left -= n;
-            }
-            struct timespec times[2] = {st->st_atim, st->st_mtim};
-            if (fchown(dst, now.st_uid, now.st_gid) != 0 || fchmod(dst, now.st_mode & 07777) != 0 ||
-                futimens(dst, times) != 0) { /* best effort: the content is what matters */
-            }
-            close(dst);
-        }
-    }
-    close(src);
-}
-
-/* the directory `from` (a readable fd, consumed) into the directory `to` (any fd, left open): directories and
- * regular files only; a link naming a verifier place is reported, no link is copied or followed */
-static void copy_tree(int from, int to, const char *shown, int depth)
-{
-    DIR *d = fdopendir(from);
-    if (!d) {
-        close(from);
-        return;
-    }
-    for (struct dirent *e; (e = readdir(d));) {
-        struct stat st;
-        const char *name = e->d_name;
-        char sub[600], target[600];
-        if (!strcmp(name, ".") || !strcmp(name, "..") || fstatat(from, name, &st, AT_SYMLINK_NOFOLLOW) != 0)
-            continue;
-        snprintf(sub, sizeof sub, "%s/%s", shown, name);
-        if (S_ISLNK(st.st_mode)) {
-            ssize_t n = readlinkat(from, name, target, sizeof target - 1);
-            if (n > 0 && (target[n] = 0, names_verifier_place(target)))
-                report("verifier_place_written", sub, NULL);
-        } else if (S_ISREG(st.st_mode)) {
-            copy_file(from, to, name, &st);
-        } else if (S_ISDIR(st.st_mode) && depth < MAX_DEPTH) {
-            int src = openat(from, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-            if (src < 0 || mkdirat(to, name, 0700) != 0) {
-                if (src >= 0)
-                    close(src);
-                continue;
-            }
-            int dst = openat(to, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-            if (dst >= 0) {
-                copy_tree(src, dst, sub, depth + 1);
-                struct timespec times[2] = {st.st_atim, st.st_mtim};
-                if (fchown(dst, st.st_uid, st.st_gid) != 0 || fchmod(dst, st.st_mode & 07777) != 0 ||
-                    futimens(dst, times) != 0) { /* best effort */
-                }
-                close(dst);
-            } else {
-                close(src);
-            }
-        }
     }
     closedir(d);
 }
@@ -155,26 +74,10 @@ void places_report(double since, int tests)
     struct stat st;
     reported = 0;
     if (lstat(VERIFIER_LOGS, &st) == 0 && !S_ISDIR(st.st_mode)) /* a link or file in its place */
-        report("verifier_place_written", VERIFIER_LOGS, NULL);
+        places_finding("verifier_place_written", VERIFIER_LOGS, NULL);
     if (tests >= 0)
         scan_written(dup(tests), "/tests", since, 0);
     scan_written(open(VERIFIER_LOGS, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC), VERIFIER_LOGS, since, 0);
-}
-
-int places_copy_tmp(int fresh_tmp)
-{
-    int from = open("/tmp", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    int to = openat(fresh_tmp, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (from < 0 || to < 0) {
-        if (from >= 0)
-            close(from);
-        if (to >= 0)
-            close(to);
-        return -1;
-    }
-    copy_tree(from, to, "/tmp", 0);
-    close(to);
-    return 0;
 }
 
 /* what the verifier's /etc/ld.so.preload holds (into buf, its length): the image's content, or nothing when the
@@ -186,7 +89,7 @@ static size_t preload_content(double since, char *buf)
         return 0;
     if (!S_ISREG(st.st_mode) || since <= 0 || written_since(&st, since)) { /* no start time: none kept */
         if (since > 0 && (!S_ISREG(st.st_mode) || st.st_size > 0))
-            report("preload_planted", "/etc/ld.so.preload", NULL);
+            places_finding("preload_planted", "/etc/ld.so.preload", NULL);
         return 0;
     }
     int fd = open("/etc/ld.so.preload", O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);

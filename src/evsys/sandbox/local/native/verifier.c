@@ -2,12 +2,14 @@
  *
  * A verification run is an exec request with "verifier": <bytes> and the tests as a tar for payload. Its child
  * makes a mount namespace of its own and attaches fresh tmpfs (of that many bytes) at /tests (the tests,
- * extracted by the child itself), /logs/verifier (writable by the command's user) and /tmp (holding a copy of
- * the agent's, without links), and a read-only /etc/ld.so.preload of its own (places.c), before it drops
- * privileges and runs anything. The agent's surviving processes stay in the sandbox's namespace: they never see
- * these mounts, so they can neither write the verifier's reward, nor swap its tests, nor plant links in its
- * /tmp. Nor can they move the directory the private /tests sits on: before forking, the daemon makes the
- * sandbox's own /tests a read-only mountpoint of the sandbox's namespace (seal_tests). The child sends the root of its /logs/verifier back over a socketpair; the daemon keeps that fd, and
+ * extracted by the child itself) and /logs/verifier (writable by the command's user), at /tmp a view of the
+ * agent's /tmp that follows no link (an overlay whose writes go to a tmpfs of the run's own: tmpview.c), and a
+ * read-only /etc/ld.so.preload of its own (places.c), before it drops privileges and runs anything. The
+ * agent's surviving processes stay in the sandbox's namespace: they never see these mounts, so they can
+ * neither write the verifier's reward, nor swap its tests, nor make the verifier follow a link in its /tmp.
+ * Nor can they move the directory the private /tests sits on: before forking, the daemon makes the sandbox's
+ * own /tests a read-only mountpoint of the sandbox's namespace (seal_tests). The child sends the root of its
+ * /logs/verifier back over a socketpair; the daemon keeps that fd, and
  * every later read of /logs/verifier (pack, read) is served from it, never from the sandbox's own directory.
  *
  * Every process of the run carries one capability no other process in the sandbox has (MARK_CAP: it grants
@@ -137,12 +139,12 @@ int verifier_enter(const req_t *r)
     if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) != 0)
         return say("mount propagation");
     places_report(r->since, tests_before);
-    int tests = fresh(r->verifier, "755", 0), tmp = fresh(r->verifier, "1777", 0);
-    int logs = fresh(r->verifier, "755", r->root ? 0 : AGENT_UID);
-    if (tests < 0 || logs < 0 || tmp < 0)
+    int tests = fresh(r->verifier, "755", 0), logs = fresh(r->verifier, "755", r->root ? 0 : AGENT_UID);
+    if (tests < 0 || logs < 0)
         return say("tmpfs");
-    if (places_copy_tmp(tmp) != 0)
-        return say("copying /tmp");
+    int tmp = tmpview_mount(r->verifier);
+    if (tmp < 0)
+        return say("the view of /tmp");
     if (extract_tar_at(tests, pending_tar, pending_len) != 0)
         return say("placing the tests");
     int root = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
