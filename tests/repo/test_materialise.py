@@ -23,6 +23,7 @@ def test_concurrent_writers_of_one_row_share_one_directory_and_a_changed_row_get
         "config.json",
         "evsys_grade.py",
         "evsys_runner.py",
+        "evsys_runner_child.py",
         "test.patch",
         "test.sh",
     ]

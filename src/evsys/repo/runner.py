@@ -5,34 +5,39 @@ strings): this file is copied into the grading sandbox (and into exported task d
 `tests/evsys_runner.py`) and runs with the environment's Python. `runner.py CONFIG OUT_DIR [--user NAME]`,
 started as root:
 
-- for each chunk of the listed ids it opens `OUT_DIR/.report-N` (OUT_DIR is root's, mode 0700) and starts the
-  test command as `NAME` (no supplementary groups, HOME in a fresh private directory) with that file as an
-  inherited descriptor — the test user can write only through it, never open it by path;
-- the test command's `python -m pytest` / `pytest` becomes `python runner.py --child FD CONFIG ...`: pytest
-  runs with this file's directory (root's) first on `sys.path` and the repository last, so nothing in the
-  tree shadows pytest, its plugins or the standard library, and a reporting plugin (below) is registered
-  directly (no entry point, no `-p`, nothing a nested pytest inherits);
-- when pytest's process exits, the report is read from the descriptor (what anything writes later is never
-  read); exactly one report per run is accepted — a second one (an `atexit` hook, a forked daemon) voids
-  the run's outcomes;
-- `OUT_DIR/outcomes.json` gets the outcomes, the ids the runner did not find, and the runs' log (kept for
-  reading only: outcomes never come from the log).
+- it plants canaries (`plant_canaries`): tests of its own, named like their neighbours, placed among the
+  row's tests in the row's test files, some that must fail and some that must pass; one that comes out
+  wrong voids the run;
+- for each chunk of the listed ids it starts the test command as `NAME` (no supplementary groups, HOME in a
+  fresh private directory), its `python -m pytest` / `pytest` replaced by `runner_child.py` (the hardened
+  pytest process: see there). The ids (canaries shuffled in), a pipe's write end and a fresh key go to it on
+  stdin — nothing in its argv, environment or files; its output goes to a log it can only write;
+- the report comes back through the pipe while the child runs: lines signed with the key, one per test
+  phase and per refused audit event, ending in the runner's own last line. A line not signed, a phase
+  reported twice, a call reported passed that raised, pytest's machinery replaced, no last line (an early
+  `os._exit` / `sys.exit`, a kill) or anything after it voids the run's outcomes (`Void`);
+- `OUT_DIR/outcomes.json` gets the outcomes, the ids the runner did not find, the causes, the findings
+  (`audit_refused`, `always_equal`, `canary_failed`, `run_void`: {"kind", "evidence"}), and the runs' log is
+  kept for reading only (outcomes never come from the log).
 
 An XFAIL counts only when it came from an `xfail` marker or from a `pytest.xfail()` call in a test file (the
 config's `test_files`, or a `conftest.py`); one raised from anywhere else (the code under test) is recorded as
 `XFAIL_OUTSIDE_TESTS`.
 """
 
+import ast
+import hashlib
+import hmac
 import json
 import os
+import random
 import re
+import select
 import shlex
 import subprocess
 import sys
 import tempfile
-from typing import Any
 
-REPORT_MARK = "evsys-report-v1"
 MAX_REPORT_BYTES = 32 << 20
 MAX_LOG_BYTES = 8 << 20
 _NOT_FOUND = re.compile(r"ERROR: (?:not found|file or directory not found): (\S+)")
@@ -42,102 +47,158 @@ _PYTEST_CMD = re.compile(
     re.S,
 )
 HERE = os.path.dirname(os.path.abspath(__file__))
+CHILD = os.path.join(HERE, os.path.basename(__file__).replace("runner.py", "runner_child.py"))
+PHASES = ("setup", "call", "teardown")
+PASSING_CALL = ("PASSED", "XPASS")
 
 
-class Reporter:
-    """The pytest plugin of the child: per-test outcomes, written once at the end of the session."""
-
-    def __init__(self, fd: int, trusted: "set[str]", root: str) -> None:
-        self.fd, self.trusted, self.root = fd, trusted, root
-        self.outcomes: dict[str, str] = {}
-        self.untrusted_xfail: set[str] = set()
-
-    def _xfail_is_trusted(self, excinfo: "Any") -> bool:
-        """Whether the `pytest.xfail()` call was made from a test file (the caller of xfail's frame)."""
-        entries = list(excinfo.traceback)
-        caller = str(entries[-2].path) if len(entries) >= 2 else ""
-        rel = os.path.relpath(caller, self.root) if caller.startswith(self.root + os.sep) else caller
-        return rel in self.trusted or os.path.basename(rel) == "conftest.py"
-
-    def pytest_runtest_makereport(self, item: "Any", call: "Any") -> None:
-        """Note xfails raised by a `pytest.xfail()` call outside the test files."""
-        import pytest
-
-        excinfo = call.excinfo
-        if excinfo is not None and isinstance(excinfo.value, pytest.xfail.Exception):
-            if not self._xfail_is_trusted(excinfo):
-                self.untrusted_xfail.add(item.nodeid)
-
-    def pytest_runtest_logreport(self, report: "Any") -> None:
-        """The outcome of a test from its setup, call and teardown reports."""
-        nodeid, current = report.nodeid, self.outcomes.get(report.nodeid)
-        wasxfail = hasattr(report, "wasxfail")
-        if report.when == "teardown":
-            if report.failed:
-                self.outcomes[nodeid] = "ERROR"
-            return
-        if report.when == "setup" and report.failed:
-            status = "ERROR"
-        elif report.when == "setup" and report.passed:
-            return
-        elif wasxfail and report.skipped:
-            status = "XFAIL_OUTSIDE_TESTS" if nodeid in self.untrusted_xfail else "XFAIL"
-        elif wasxfail and report.passed:
-            status = "XPASS"
-        else:
-            status = {"passed": "PASSED", "failed": "FAILED", "skipped": "SKIPPED"}[report.outcome]
-        if current != "ERROR":
-            self.outcomes[nodeid] = status
-
-    def pytest_sessionfinish(self, session: "Any") -> None:
-        """Write the report through the descriptor, once."""
-        data = json.dumps({"mark": REPORT_MARK, "outcomes": self.outcomes}).encode() + b"\n"
-        if self.fd >= 0:
-            os.write(self.fd, data)
-            os.close(self.fd)
-            self.fd = -1
+class Void(Exception):
+    """The run's report cannot be trusted: its outcomes are void (the message says why)."""
 
 
-def child(argv: "list[str]") -> int:
-    """`runner.py --child FD CONFIG [pytest args...]`: pytest with the reporter, the tree last on sys.path."""
-    fd, config = int(argv[2]), json.loads(open(argv[3]).read())
-    os.set_inheritable(fd, False)  # nothing the tests start inherits it
-    root = config["root"]
-    drop = {"", ".", os.getcwd(), root}
-    sys.path[:] = [p for p in sys.path if p not in drop]
-    sys.path.append(root)
-    import pytest
+class Report:
+    """A run's verified report: outcomes, findings ({"kind", "evidence"}) and, for a void run, why."""
 
-    trusted = set(config.get("test_files", []))
-    return int(pytest.main(argv[4:], plugins=[Reporter(fd, trusted, root)]))
+    def __init__(self) -> None:
+        self.phases: dict[str, dict[str, str | None]] = {}
+        self.findings: list[dict[str, str]] = []
+        self.always_equal: set[str] = set()
+
+    def outcome(self, body: dict) -> None:
+        """One test phase; a phase reported twice, or a call reported passed that raised, is tampering."""
+        test, when, status = str(body.get("test")), body.get("when"), body.get("status")
+        phases = self.phases.setdefault(test, {})
+        if when not in PHASES or when in phases:
+            raise Void(f"{test}: its {when} phase was reported twice (or is unknown)")
+        phases[str(when)] = None if status is None else str(status)
+        if when == "call" and body.get("tampered"):
+            raise Void(f"{test}: {body['tampered']}")
+        if when == "call" and status in PASSING_CALL and body.get("raised") is not None:
+            raise Void(f"{test}: reported {status} though its call raised {body['raised']}")
+
+    def refused(self, body: dict) -> None:
+        """An audit event the runner's hook refused."""
+        self.findings.append({"kind": "audit_refused", "evidence": str(body.get("detail"))})
+
+    def equal(self, body: dict) -> None:
+        """An assertion operand that equals anything: its test does not pass."""
+        self.always_equal.add(str(body.get("test")))
+        self.findings.append({"kind": "always_equal", "evidence": str(body.get("evidence"))})
+
+    def outcomes(self) -> "dict[str, str]":
+        """Each test's outcome: an error in setup or teardown wins, then the call's (or setup's skip)."""
+        result = {}
+        for test, phases in self.phases.items():
+            statuses = [phases.get(when) for when in PHASES]
+            if "ERROR" in (statuses[0], statuses[2]):
+                result[test] = "ERROR"
+            elif statuses[1] is not None or statuses[0] is not None:
+                result[test] = statuses[1] or statuses[0]  # type: ignore[assignment]
+            if test in self.always_equal:
+                result[test] = "ALWAYS_EQUAL"
+        return result
 
 
-def child_command(test_cmd: str, fd: int, config_path: str) -> str:
-    """The test command with its pytest invocation replaced by this file's child mode."""
+def verify_report(data: bytes, key: bytes, exit_code: int) -> Report:
+    """The run's report lines, each signed with `key` and numbered, ending in the runner's own final line
+    (and nothing after it). `Void` when any of that does not hold."""
+    report = Report()
+    lines = [line for line in data.splitlines() if line.strip()]
+    for seq, line in enumerate(lines):
+        try:
+            signed = json.loads(line)
+            body_text = str(signed["body"])
+            good = hmac.new(key, body_text.encode(), hashlib.sha256).hexdigest()
+            assert hmac.compare_digest(good, str(signed["mac"]))
+            body = json.loads(body_text)
+            assert body["seq"] == seq
+        except (ValueError, KeyError, TypeError, AssertionError):
+            raise Void("a report line not written by the runner (forged or garbled)") from None
+        if body["kind"] == "finish":
+            if seq != len(lines) - 1 or body.get("count") != seq or body.get("exit") != exit_code:
+                raise Void("the run went on after the runner's last report line")
+            return report
+        handler = APPLY.get(body["kind"])
+        if handler is None:
+            raise Void(f"an unknown report line {body['kind']!r}")
+        handler(report, body)
+    raise Void("the test run ended before the runner finished (an early exit, a kill or a crash)")
+
+
+APPLY = {"outcome": Report.outcome, "refused": Report.refused, "always_equal": Report.equal}
+
+
+def child_command(test_cmd: str) -> str:
+    """The test command with its pytest invocation replaced by the hardened child (runner_child.py): no
+    descriptor, config or test id in its argv (they come on its stdin)."""
     match = _PYTEST_CMD.match(test_cmd.strip())
     if match is None:
         raise SystemExit(f"test_cmd is not a pytest command this grader can run: {test_cmd!r}")
     python = match.group("python") or "python"
-    runner = shlex.quote(os.path.abspath(__file__))
-    own = f"exec {python} {runner} --child {fd} {shlex.quote(config_path)}"
+    own = f"exec {python} {shlex.quote(CHILD)}"
     return (match.group("prefix") or "") + own + match.group("args")
 
 
-def read_report(fd: int) -> "tuple[dict[str, str] | None, str]":
-    """The one report in the descriptor's file (None and why when there is none, or more than one)."""
-    data = os.pread(fd, MAX_REPORT_BYTES, 0)
-    lines = [line for line in data.splitlines() if line.strip()]
-    if not lines:
-        return None, "the test run wrote no report (it crashed or was killed)"
-    if len(lines) > 1:
-        return None, "more than one report was written during the test run (tampering): outcomes void"
-    try:
-        report = json.loads(lines[0])
-        outcomes = report["outcomes"]
-        assert report["mark"] == REPORT_MARK and isinstance(outcomes, dict)
-    except (ValueError, KeyError, TypeError, AssertionError):
-        return None, "the test run's report is malformed: outcomes void"
-    return {str(k): str(v) for k, v in outcomes.items()}, ""
+def _insertion_lines(tree: "ast.Module") -> "list[int]":
+    """0-based lines before which a top-level function can go: each top-level statement after the first
+    function or class (imports and `__future__` stay first), and the end."""
+    starts, seen_def = [], False
+    for node in tree.body:
+        first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+        if seen_def:
+            starts.append(first - 1)
+        seen_def = seen_def or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+    return starts
+
+
+def _canary_name(tree: "ast.Module", rng: "random.Random") -> str:
+    """A new test name made of the words of the file's own test names."""
+    names = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    words = [w for n in sorted(names) if n.startswith("test_") for w in n[5:].split("_") if w] or ["case"]
+    while True:
+        name = "test_" + "_".join(rng.sample(words, min(len(words), rng.randint(1, 3))))
+        if name not in names:
+            return name
+        words.append(rng.choice(["basic", "more", "again", "other", "edge", "values", "simple"]))
+
+
+def plant_canaries(root: str, files: "list[str]", rng: "random.Random") -> "dict[str, str]":
+    """Tests evsys adds to the row's own test files, named like their neighbours and placed among them:
+    some must fail (4 to 6), some must pass (2 or 3). Returns test id -> the outcome it must have."""
+    trees = {}
+    for rel in files:
+        try:
+            with open(os.path.join(root, rel), "rb") as f:
+                trees[rel] = ast.parse(f.read())
+        except (OSError, SyntaxError, ValueError):
+            continue
+    if not trees:
+        return {}
+    expected = ["FAILED"] * rng.randint(4, 6) + ["PASSED"] * rng.randint(2, 3)
+    planted: dict[str, str] = {}
+    for index, outcome in enumerate(expected):
+        rel = sorted(trees)[index % len(trees)]
+        name = _plant_one(os.path.join(root, rel), trees[rel], rng, outcome == "PASSED")
+        trees[rel].body.append(ast.FunctionDef(name=name, decorator_list=[], lineno=0))
+        planted[f"{rel}::{name}"] = outcome
+    return planted
+
+
+def _plant_one(path: str, tree: "ast.Module", rng: "random.Random", passes: bool) -> str:
+    """Insert one canary test into the file at `path` (parsed as `tree`); its name."""
+    with open(path, "rb") as f:
+        lines = f.read().decode("utf-8", "replace").splitlines(True)
+    name = _canary_name(tree, rng)
+    word = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(3, 9)))
+    size = len(word) if passes else len(word) + rng.randint(1, 3)
+    text = f"def {name}():\n    value = {word!r}\n    assert len(value) == {size}\n\n\n"
+    at = rng.choice([*_insertion_lines(ast.parse("".join(lines))), len(lines)])
+    if lines and not lines[-1].endswith("\n"):
+        lines[-1] += "\n"
+    lines.insert(at, text if at < len(lines) else "\n\n" + text)
+    with open(path, "wb") as f:
+        f.write("".join(lines).encode("utf-8"))
+    return name
 
 
 class Runs:
@@ -150,6 +211,9 @@ class Runs:
         self.causes: list[str] = []
         self.log = open(os.path.join(out, "test_output.txt"), "wb")
         self.count = 0
+        self.findings: list[dict[str, str]] = []
+        self.rng = random.SystemRandom()
+        self.canaries = plant_canaries(self.config["root"], _canary_files(self.config), self.rng)
         self.home = tempfile.mkdtemp(prefix="evsys-test-home-")
         if user is not None:
             import pwd
@@ -165,27 +229,55 @@ class Runs:
         os.setuid(self.uid)
 
     def run(self, ids: "list[str]") -> "tuple[dict[str, str], str]":
-        """One run of the test command on `ids`: (outcomes, log text)."""
+        """One run of the test command on `ids` (and the canaries): (outcomes, log text). The ids, the
+        report's descriptor and the run's key go to the child on its stdin; its report comes back through
+        a pipe only this process reads."""
         self.count += 1
-        report = os.open(os.path.join(self.out, f".report-{self.count}"), os.O_RDWR | os.O_CREAT, 0o600)
-        log = tempfile.TemporaryFile(dir=self.out)
-        command = child_command(self.config["test_cmd"], report, self.config_path)
-        argv = ["/bin/bash", "-c", command + " " + shlex.join(ids)]
+        key, (report, ours) = os.urandom(32), os.pipe()
+        log_path = os.path.join(self.out, f".log-{self.count}")
+        run_ids = list(ids) + sorted(self.canaries)
+        self.rng.shuffle(run_ids)
+        setup = {"ids": run_ids, "root": self.config["root"], "fd": ours, "key": key.hex()}
+        setup["test_files"] = sorted({*self.config.get("test_files", []), *_canary_files(self.config)})
+        command = child_command(self.config["test_cmd"])
         env = {**os.environ, "HOME": self.home, "PYTHONDONTWRITEBYTECODE": "1"}
-        root = self.config["root"]
-        proc = subprocess.Popen(
-            argv, cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            pass_fds=[report], preexec_fn=self._drop if self.user else None,
-        )  # fmt: skip
-        proc.wait()  # pytest's own process: whatever it left behind is not waited for, nor read
-        outcomes, cause = read_report(report)
-        os.close(report)
-        text = os.pread(log.fileno(), MAX_LOG_BYTES, 0).decode("utf-8", "replace")
-        log.close()
-        self.log.write(f"$ {shlex.join(argv)}\n{text}\n".encode())
-        if cause:
-            self.causes.append(cause)
-        return outcomes or {}, text
+        with open(log_path, "wb") as log:  # the child's output: write-only for it
+            proc = subprocess.Popen(
+                ["/bin/bash", "-c", command], cwd=self.config["root"], env=env, stdin=subprocess.PIPE,
+                stdout=log, stderr=subprocess.STDOUT, pass_fds=[ours],
+                preexec_fn=self._drop if self.user else None,
+            )  # fmt: skip
+        os.close(ours)
+        data = _collect(proc, report, json.dumps(setup).encode())
+        with open(log_path, "rb") as log:
+            text = log.read(MAX_LOG_BYTES).decode("utf-8", "replace")
+        self.log.write(f"$ {command}\n{text}\n".encode())
+        try:
+            verified = verify_report(data, key, proc.returncode)
+            outcomes = verified.outcomes()
+            self.findings += verified.findings
+            self._check_canaries(outcomes)
+        except Void as exc:
+            self.void(str(exc))
+            return {}, text
+        return {t: s for t, s in outcomes.items() if t not in self.canaries}, text
+
+    def _check_canaries(self, outcomes: "dict[str, str]") -> None:
+        """`Void` when a canary came out other than it must."""
+        wrong = {
+            t: outcomes.get(t, "NOT_RUN") for t, must in self.canaries.items() if outcomes.get(t) != must
+        }
+        if wrong:
+            test, got = sorted(wrong.items())[0]
+            self.findings.append(
+                {"kind": "canary_failed", "evidence": f"{test}: {got}, must be {self.canaries[test]}"}
+            )
+            raise Void(f"a canary test came out wrong ({test}: {got}, must be {self.canaries[test]})")
+
+    def void(self, why: str) -> None:
+        """A run whose outcomes are void: the cause and a finding."""
+        self.causes.append(f"the test run is void: {why}")
+        self.findings.append({"kind": "run_void", "evidence": why})
 
     def run_chunk(self, ids: "list[str]") -> "tuple[dict[str, str], list[str]]":
         """Run one chunk; ids the runner did not find are dropped and the rest run again. Returns the
@@ -223,12 +315,47 @@ class Runs:
         return still
 
 
+def _canary_files(config: dict) -> "list[str]":
+    """The test files the listed ids name (where canaries go)."""
+    ids = config["fail_to_pass"] + config["pass_to_pass"]
+    return sorted({i.split("::", 1)[0] for i in ids if "::" in i and i.split("::", 1)[0].endswith(".py")})
+
+
+def _collect(proc: "subprocess.Popen[bytes]", report: int, setup: bytes) -> bytes:
+    """Send the setup, then read the report pipe until the child exits (and what it wrote by then); what
+    a process it left behind writes later is never read."""
+    try:
+        assert proc.stdin is not None
+        proc.stdin.write(setup)
+        proc.stdin.close()
+    except BrokenPipeError:
+        pass
+    os.set_blocking(report, False)
+    chunks: list[bytes] = []
+    size, done = 0, False
+    while not done and size <= MAX_REPORT_BYTES:
+        done = proc.poll() is not None  # read once more after the exit
+        select.select([report], [], [], 0.2)
+        while size <= MAX_REPORT_BYTES:
+            try:
+                chunk = os.read(report, 1 << 16)
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    proc.wait()
+    os.close(report)
+    return b"".join(chunks) if size <= MAX_REPORT_BYTES else b"oversized"
+
+
 def main(argv: "list[str]") -> int:
-    """`runner.py CONFIG OUT_DIR [--user NAME]` (as root), or the child mode."""
-    if len(argv) > 1 and argv[1] == "--child":
-        return child(argv)
+    """`runner.py CONFIG OUT_DIR [--user NAME]` (as root)."""
     config_path, out = argv[1], argv[2]
     user = argv[4] if len(argv) > 4 and argv[3] == "--user" else None
+    if user is not None:
+        os.chmod(config_path, 0o600)  # the test ids are the runner's: the test user never reads them
     runs = Runs(config_path, out, user)
     config = runs.config
     ids = list(dict.fromkeys(config["fail_to_pass"] + config["pass_to_pass"]))
@@ -241,6 +368,7 @@ def main(argv: "list[str]") -> int:
     missing = runs.recover_truncated(missing)
     runs.log.close()
     result = {"outcomes": runs.outcomes, "missing": sorted(set(missing)), "causes": runs.causes}
+    result["findings"] = runs.findings
     tmp = os.path.join(out, ".outcomes.json.tmp")
     with open(tmp, "w") as f:
         json.dump(result, f)
