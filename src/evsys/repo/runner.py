@@ -50,6 +50,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 CHILD = os.path.join(HERE, os.path.basename(__file__).replace("runner.py", "runner_child.py"))
 PHASES = ("setup", "call", "teardown")
 PASSING_CALL = ("PASSED", "XPASS")
+FILLER_WORDS = frozenset({"basic", "more", "again", "other", "edge", "values", "simple"})
 
 
 class Void(Exception):
@@ -99,10 +100,10 @@ class Report:
         return result
 
 
-def verify_report(data: bytes, key: bytes, exit_code: int) -> Report:
-    """The run's report lines, each signed with `key` and numbered, ending in the runner's own final line
-    (and nothing after it). `Void` when any of that does not hold."""
-    report = Report()
+def verify_report(data: bytes, key: bytes, exit_code: int, report: Report) -> Report:
+    """`report` filled from the run's lines, each signed with `key` and numbered, ending in the runner's own
+    final line (and nothing after it). `Void` when any of that does not hold (what came before stays in
+    `report`: its findings count)."""
     lines = [line for line in data.splitlines() if line.strip()]
     for seq, line in enumerate(lines):
         try:
@@ -159,7 +160,7 @@ def _canary_name(tree: "ast.Module", rng: "random.Random") -> str:
         name = "test_" + "_".join(rng.sample(words, min(len(words), rng.randint(1, 3))))
         if name not in names:
             return name
-        words.append(rng.choice(["basic", "more", "again", "other", "edge", "values", "simple"]))
+        words.append(rng.choice(sorted(FILLER_WORDS)))
 
 
 def plant_canaries(root: str, files: "list[str]", rng: "random.Random") -> "dict[str, str]":
@@ -252,14 +253,15 @@ class Runs:
         with open(log_path, "rb") as log:
             text = log.read(MAX_LOG_BYTES).decode("utf-8", "replace")
         self.log.write(f"$ {command}\n{text}\n".encode())
+        verified, start = Report(), len(self.findings)
         try:
-            verified = verify_report(data, key, proc.returncode)
-            outcomes = verified.outcomes()
-            self.findings += verified.findings
+            outcomes = verify_report(data, key, proc.returncode, verified).outcomes()
             self._check_canaries(outcomes)
         except Void as exc:
             self.void(str(exc))
             return {}, text
+        finally:
+            self.findings[start:start] = verified.findings  # before this run's void, if any
         return {t: s for t, s in outcomes.items() if t not in self.canaries}, text
 
     def _check_canaries(self, outcomes: "dict[str, str]") -> None:

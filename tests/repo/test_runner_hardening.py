@@ -1,0 +1,107 @@
+"""The grading pytest's process against code under test that fights back (evsys.repo.runner_child): each
+attack of repo_attacks.IN_PROCESS_ATTACKS first scores 1.0 under the runner before hardening (kept as
+tests/security/repo_legacy/runner_v1.py: the positive control), then 0.0 with findings under today's; the
+gold fix scores 1.0 with no findings, no fix 0.0. The runner runs as this user here (no sandbox: the
+sandboxed runs are tests/security/test_repo_grading.py)."""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from calc_repo import CALC, EXTRA_TESTS, TESTS
+
+from evsys.repo import grade, runner
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "security"))
+import repo_attacks
+
+pytestmark = pytest.mark.slow  # each run starts pytest in a subprocess (~1-2 s here)
+LEGACY = Path(__file__).resolve().parents[1] / "security" / "repo_legacy" / "runner_v1.py"
+T = "tests/test_calc.py::"
+
+
+def _tree(root: Path, extra: str) -> Path:
+    """The calc repository with the test patch in and `extra` appended to the package; its config."""
+    (root / "calc").mkdir(parents=True)
+    (root / "tests").mkdir()
+    (root / "calc" / "__init__.py").write_text(CALC + extra)
+    (root / "tests" / "test_calc.py").write_text(TESTS + EXTRA_TESTS)
+    config = {
+        "test_cmd": f"{sys.executable} -m pytest -rA -v -p no:cacheprovider",
+        "fail_to_pass": [T + "test_neg"],
+        "pass_to_pass": [T + "test_add", T + "test_mul"],
+        "root": str(root),
+        "test_files": ["tests/test_calc.py"],
+    }
+    (root / "config.json").write_text(json.dumps(config))
+    return root / "config.json"
+
+
+def _grade(tmp_path: Path, extra: str, legacy: bool) -> dict:
+    """The report of one grading of the tree."""
+    root = tmp_path / ("legacy" if legacy else "hardened")
+    config = _tree(root, extra)
+    out = root / "out"
+    out.mkdir()
+    if legacy:
+        subprocess.run([sys.executable, str(LEGACY), str(config), str(out)], check=True, timeout=120)
+    else:
+        assert runner.main(["runner", str(config), str(out)]) == 0
+    result = json.loads((out / "outcomes.json").read_text())
+    report = grade.report_from_outcomes(result, [T + "test_neg"], [T + "test_add", T + "test_mul"])
+    report["log"] = (out / "test_output.txt").read_text()
+    return report
+
+
+def test_the_gold_fix_scores_one_with_no_findings_and_no_fix_zero(tmp_path):
+    gold = "\n\ndef neg(a):\n    return -a\n"
+    report = _grade(tmp_path / "gold", gold, legacy=False)
+    assert report["reward"] == 1.0 and report["integrity"] == [], report
+    nop = _grade(tmp_path / "nop", "", legacy=False)
+    assert nop["reward"] == 0.0 and nop["integrity"] == []
+    assert nop["tests"][T + "test_neg"] == "FAILED"
+
+
+@pytest.mark.parametrize("attack", [a.__name__ for a in repo_attacks.IN_PROCESS_ATTACKS])
+def test_an_attack_from_inside_pytest_wins_before_hardening_and_scores_zero_with_findings(tmp_path, attack):
+    code = repo_attacks.ATTACK_CODE[attack]
+    before = _grade(tmp_path, code, legacy=True)
+    assert before["reward"] == 1.0, before  # the attack works against the runner as it was
+    after = _grade(tmp_path, code, legacy=False)
+    assert after["reward"] == 0.0, after
+    assert after["integrity"], after
+    assert T + "test_neg" in after["FAIL_TO_PASS"]["failing"]
+
+
+def test_a_run_that_ends_before_the_runner_finished_is_void(tmp_path):
+    report = _grade(tmp_path, repo_attacks.EARLY_EXIT, legacy=False)
+    assert report["reward"] == 0.0
+    assert "ended before the runner finished" in report["cause"]
+    assert [f["kind"] for f in report["integrity"]] == ["run_void"]
+
+
+def test_a_forgery_no_check_names_is_caught_by_a_canary(tmp_path):
+    report = _grade(tmp_path, repo_attacks.EVERY_TEST_A_NO_OP, legacy=False)
+    assert report["reward"] == 0.0
+    assert {f["kind"] for f in report["integrity"]} == {"canary_failed", "run_void"}
+    assert "must be FAILED" in report["cause"]
+
+
+def test_canaries_sit_among_the_rows_tests_named_like_them(tmp_path):
+    config = _tree(tmp_path, "")
+    before = (tmp_path / "tests" / "test_calc.py").read_text()
+    planted = runner.plant_canaries(str(tmp_path), ["tests/test_calc.py"], random.Random(7))
+    after = (tmp_path / "tests" / "test_calc.py").read_text()
+    assert sorted(planted.values()).count("FAILED") >= 4 and "PASSED" in planted.values()
+    words = {"add", "mul", "sub", "neg"}
+    for test in planted:
+        name = test.split("::")[1]
+        assert name.startswith("test_") and set(name[5:].split("_")) <= words | runner.FILLER_WORDS
+        assert f"def {name}():" in after
+    assert after.index("def test_add") > 0 and len(after) > len(before)
+    assert json.loads(config.read_text())["fail_to_pass"] == [T + "test_neg"]  # the row's lists unchanged
