@@ -31,25 +31,12 @@ TRIAL_ROUNDS = 7
 
 
 def _calc_tree(root: Path) -> Path:
-    """The calc repository's tree with its test patch in and the gold fix (every test passes); its config."""
+    """The calc repository's grading tree with the gold fix in (every test passes); its config."""
     sys.path.insert(0, str(TESTS_REPO))
-    from calc_repo import CALC, EXTRA_TESTS, TESTS
+    from calc_repo import calc_tree
 
     shutil.rmtree(root, ignore_errors=True)
-    (root / "calc").mkdir(parents=True)
-    (root / "tests").mkdir()
-    (root / "calc" / "__init__.py").write_text(CALC.replace("    return a\n", "    return -a\n"))
-    (root / "tests" / "test_calc.py").write_text(TESTS + EXTRA_TESTS)
-    t = "tests/test_calc.py::"
-    config = {
-        "test_cmd": f"{sys.executable} -m pytest -rA -p no:cacheprovider",
-        "fail_to_pass": [t + "test_neg"],
-        "pass_to_pass": [t + "test_add", t + "test_mul"],
-        "root": str(root),
-        "test_files": ["tests/test_calc.py"],
-    }
-    (root / "config.json").write_text(json.dumps(config))
-    return root / "config.json"
+    return calc_tree(root, "\n\ndef neg(a):\n    return -a\n")
 
 
 def _runner_once(work: Path, legacy: bool) -> float:

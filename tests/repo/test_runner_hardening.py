@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from calc_repo import CALC, EXTRA_TESTS, TESTS
+from calc_repo import calc_tree
 
 from evsys.repo import grade, runner
 
@@ -25,27 +25,10 @@ LEGACY = Path(__file__).resolve().parents[1] / "security" / "repo_legacy" / "run
 T = "tests/test_calc.py::"
 
 
-def _tree(root: Path, extra: str) -> Path:
-    """The calc repository with the test patch in and `extra` appended to the package; its config."""
-    (root / "calc").mkdir(parents=True)
-    (root / "tests").mkdir()
-    (root / "calc" / "__init__.py").write_text(CALC + extra)
-    (root / "tests" / "test_calc.py").write_text(TESTS + EXTRA_TESTS)
-    config = {
-        "test_cmd": f"{sys.executable} -m pytest -rA -v -p no:cacheprovider",
-        "fail_to_pass": [T + "test_neg"],
-        "pass_to_pass": [T + "test_add", T + "test_mul"],
-        "root": str(root),
-        "test_files": ["tests/test_calc.py"],
-    }
-    (root / "config.json").write_text(json.dumps(config))
-    return root / "config.json"
-
-
 def _grade(tmp_path: Path, extra: str, legacy: bool) -> dict:
     """The report of one grading of the tree."""
     root = tmp_path / ("legacy" if legacy else "hardened")
-    config = _tree(root, extra)
+    config = calc_tree(root, extra)
     out = root / "out"
     out.mkdir()
     if legacy:
@@ -93,7 +76,7 @@ def test_a_forgery_no_check_names_is_caught_by_a_canary(tmp_path):
 
 
 def test_canaries_sit_among_the_rows_tests_named_like_them(tmp_path):
-    config = _tree(tmp_path, "")
+    config = calc_tree(tmp_path)
     before = (tmp_path / "tests" / "test_calc.py").read_text()
     planted = runner.plant_canaries(str(tmp_path), ["tests/test_calc.py"], random.Random(7))
     after = (tmp_path / "tests" / "test_calc.py").read_text()
