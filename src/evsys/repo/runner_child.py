@@ -11,7 +11,8 @@ imports anything of the repository:
 - an audit hook (PEP 578: it cannot be removed) refuses what forging a report needs and reports each
   refusal: `ctypes`, `gc` object walks, `sys._current_frames`, trace and profile hooks, opening this
   process's `/proc/<pid>/mem|fd|map_files`, and frame walks (`sys._getframe`, `tb_frame`, `gi_frame`...)
-  asked for by code of the repository other than its test files;
+  asked for by code of the repository other than its test files, and code the repository compiles or
+  makes under the name of a trusted file (the standard library's, an installed package's, a test file's);
 - the hook alone holds the key: every report line (one per test phase, each refusal, and the final line)
   is written by the hook, signed, when evsys's reporter raises an `evsys.report` event — an event raised by
   any other code is refused. The final line is accepted only from `_finish`, called by `child` after pytest
@@ -58,7 +59,7 @@ class Trust:
         if filename.startswith(self.root):
             rel = filename[len(self.root) :]
             return rel in self.tests or os.path.basename(rel) == "conftest.py"
-        return filename.startswith(self.prefixes)
+        return filename.startswith(self.prefixes) or filename.startswith("<frozen ")
 
 
 def _proc_self(path):
@@ -116,6 +117,11 @@ def install_guard(key, fd, trust, senders):
             where = f"{event} from {frame.f_code.co_filename}:{frame.f_lineno}"
             refuse(event, where, AttributeError if event == "object.__getattr__" else ValueError)
 
+    def on_code(event, args, frame):
+        # code the repository makes must not pass for the standard library's or a test file's
+        if trust.trusted(args[1]) and not trust.trusted(frame.f_code.co_filename):
+            refuse(event, f"{event} of {args[1]} from {frame.f_code.co_filename}", PermissionError)
+
     def on_import(event, args, frame):
         if args[0] in ("ctypes", "_ctypes"):
             refuse(event, "import " + args[0], ImportError)
@@ -130,7 +136,9 @@ def install_guard(key, fd, trust, senders):
 
     handlers = {"evsys.report": on_report, "evsys.finish": on_finish, "sys._getframe": frame_walk}
     handlers.update({"object.__getattr__": frame_walk, "import": on_import, "open": on_open})
-    handlers.update({"os.listdir": on_open, "os.scandir": on_open})
+    handlers.update(
+        {"os.listdir": on_open, "os.scandir": on_open, "compile": on_code, "code.__new__": on_code}
+    )
 
     def guard(event, args, depth):
         handler = handlers.get(event)
