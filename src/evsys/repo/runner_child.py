@@ -300,9 +300,9 @@ def _accepts(operand):
         return False
 
 
-def hook_assertions(reporter):
+def hook_assertions(reporter, trust):
     """Every `==` / `!=` of a rewritten assertion goes through `reporter.always_equal`; pytest's cached
-    rewritten modules are never read (the cache was written without the check)."""
+    rewritten test files are never read (the cache was written without the check)."""
     import ast
 
     import _pytest.assertion.rewrite as rewrite
@@ -316,7 +316,13 @@ def hook_assertions(reporter):
                 node.value = _checked(ast, node.value)
 
     rewrite.rewrite_asserts = rewrite_asserts
-    rewrite._read_pyc = lambda *args, **kwargs: None
+    read_pyc = rewrite._read_pyc
+
+    def _read_pyc(source, *args, **kwargs):
+        under_tree = str(source).startswith(trust.root)
+        return None if under_tree else read_pyc(source, *args, **kwargs)
+
+    rewrite._read_pyc = _read_pyc
     rewrite._evsys_eq = reporter.always_equal
 
 
@@ -360,7 +366,7 @@ def child():
     senders = {name: getattr(kind, name).__code__ for name in ("pytest_runtest_logreport", "always_equal")}
     senders["finish"] = (_finish.__code__, child.__code__)
     install_guard(bytes.fromhex(setup.pop("key")), fd, trust, senders)
-    hook_assertions(reporter)
+    hook_assertions(reporter, trust)
     main = pytest.main
     code = int(main(sys.argv[1:] + setup["ids"], plugins=[reporter]))
     _finish(code)
