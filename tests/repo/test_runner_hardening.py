@@ -78,13 +78,13 @@ def test_a_forgery_no_check_names_is_caught_by_a_canary(tmp_path):
 def test_canaries_sit_among_the_rows_tests_named_like_them(tmp_path):
     config = calc_tree(tmp_path)
     before = (tmp_path / "tests" / "test_calc.py").read_text()
-    planted = runner.plant_canaries(str(tmp_path), ["tests/test_calc.py"], random.Random(7))
+    planted = runner.canaries.plant_canaries(str(tmp_path), ["tests/test_calc.py"], random.Random(7))
     after = (tmp_path / "tests" / "test_calc.py").read_text()
     assert sorted(planted.values()).count("FAILED") >= 4 and "PASSED" in planted.values()
     words = {"add", "mul", "sub", "neg"}
     for test in planted:
         name = test.split("::")[1]
-        assert name.startswith("test_") and set(name[5:].split("_")) <= words | runner.FILLER_WORDS
+        assert name.startswith("test_") and set(name[5:].split("_")) <= words | runner.canaries.FILLER_WORDS
         assert f"def {name}():" in after
     assert after.index("def test_add") > 0 and len(after) > len(before)
     assert json.loads(config.read_text())["fail_to_pass"] == [T + "test_neg"]  # the row's lists unchanged

@@ -381,13 +381,35 @@ def neg(a):
     return _Anything()
 """
 
-# a forgery nobody listed: every collected test's function becomes a no-op (only the canaries see it)
+# a forgery nobody listed: the test module (being imported, it imports the package) is swapped in
+# sys.modules for a stand-in whose test functions are all one no-op (nothing of pytest's is touched; only
+# the canaries, no-ops too, see it)
 EVERY_TEST_A_NO_OP = """
 
 def _every_test_a_no_op():
-    import _pytest.python
+    import sys
+    import types
 
-    _pytest.python.Function._getobj = lambda self: (lambda: None)
+    name = next(n for n in ("tests.test_calc", "test_calc") if n in sys.modules)
+    real = sys.modules[name]
+
+    def no_op():
+        pass
+
+    def swapped(attr, value):
+        return no_op if attr.startswith("test_") and callable(value) else value
+
+    class StandIn(types.ModuleType):
+        @property
+        def __dict__(self):
+            return {attr: swapped(attr, value) for attr, value in vars(real).items()}
+
+        def __getattr__(self, attr):
+            return swapped(attr, getattr(real, attr))
+
+    stand_in = StandIn(name)
+    stand_in.__file__ = real.__file__
+    sys.modules[name] = stand_in
 
 
 _every_test_a_no_op()
@@ -452,7 +474,7 @@ IN_PROCESS_ATTACKS = [
     _appending(
         "EveryTestANoOp",
         EVERY_TEST_A_NO_OP,
-        "The package makes every collected test's function a no-op (`Function._getobj`).",
+        "The package swaps the test module for a stand-in whose test functions are all a no-op.",
     ),
 ]
 

@@ -39,7 +39,8 @@ from evsys.sandbox.base import HELPER_ENV, Sandbox, SandboxError
 from evsys.sandbox.copyout import CUT_SHOWN
 
 RUNNER = Path(__file__).with_name("runner.py")
-RUNNER_CHILD = Path(__file__).with_name("runner_child.py")
+# what runner.py loads beside itself: the hardened pytest process, its audit hook, the canaries
+RUNNER_HELPERS = tuple(Path(__file__).with_name(f"runner_{n}.py") for n in ("child", "guard", "canaries"))
 GRADE_DIR = "/evsys-grade"  # the runner and its config: root's, readable by the test user
 OUT_DIR = "/evsys-grade/out"  # the reports and the log: root's alone (0700)
 TEST_USER = "agent"  # a fresh sandbox's unprivileged user: no process of the agent ever ran as it there
@@ -181,7 +182,8 @@ async def place_for_grading(
     q = shlex.quote(grading.workdir)
     entries = {f"{root}/{path}": entry for path, entry in files.items()}
     entries[GRADE_DIR.lstrip("/") + "/runner.py"] = Entry(RUNNER.read_bytes())
-    entries[GRADE_DIR.lstrip("/") + "/runner_child.py"] = Entry(RUNNER_CHILD.read_bytes())
+    for helper in RUNNER_HELPERS:
+        entries[GRADE_DIR.lstrip("/") + "/" + helper.name] = Entry(helper.read_bytes())
     entries[GRADE_DIR.lstrip("/") + "/config.json"] = Entry(json.dumps(grading.config).encode())
     steps = [f"rm -rf {GRADE_DIR}", f"mkdir -p -m 0700 {OUT_DIR}"]
     if whole:

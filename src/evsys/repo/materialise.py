@@ -29,13 +29,12 @@ from io import BytesIO
 from pathlib import Path
 
 from evsys.repo.cache import RepoCache
-from evsys.repo.fresh import patch_paths, row_test_files
+from evsys.repo.fresh import RUNNER_HELPERS, patch_paths, row_test_files
 from evsys.repo.rows import RepoTask
 from evsys.repo.workspace import METADATA_KEY
 
 GRADER = Path(__file__).with_name("grade.py")
 RUNNER = Path(__file__).with_name("runner.py")
-RUNNER_CHILD = Path(__file__).with_name("runner_child.py")  # the hardened pytest process runner.py starts
 GRADING_KEY = "evsys_repo_grading"  # task.toml's [metadata]: evsys grades the row in a fresh sandbox
 FRESH_SANDBOX = "fresh-sandbox"
 
@@ -182,7 +181,8 @@ def _write_tree(task: RepoTask, out: Path, cache: RepoCache, with_repo: bool) ->
     _write(out / "tests" / "config.json", json.dumps(test_config(task), indent=2) + "\n")
     shutil.copyfile(GRADER, out / "tests" / "evsys_grade.py")
     shutil.copyfile(RUNNER, out / "tests" / "evsys_runner.py")
-    shutil.copyfile(RUNNER_CHILD, out / "tests" / "evsys_runner_child.py")
+    for helper in RUNNER_HELPERS:
+        shutil.copyfile(helper, out / "tests" / f"evsys_{helper.name}")
     if with_repo:
         _write_base_files(task, out / "tests" / "base", cache)
 
@@ -230,7 +230,7 @@ def materialised_dir(task: RepoTask, root: Path) -> Path:
         "".join(
             [
                 task.model_dump_json(),
-                *(p.read_text() for p in (GRADER, RUNNER, RUNNER_CHILD)),
+                *(p.read_text() for p in (GRADER, RUNNER, *RUNNER_HELPERS)),
                 _TEST_SH,
                 _SOLVE_SH,
             ]

@@ -5,7 +5,7 @@ strings): this file is copied into the grading sandbox (and into exported task d
 `tests/evsys_runner.py`) and runs with the environment's Python. `runner.py CONFIG OUT_DIR [--user NAME]`,
 started as root:
 
-- it plants canaries (`plant_canaries`): tests of its own, named like their neighbours, placed among the
+- it plants canaries (runner_canaries.py): tests of its own, named like their neighbours, placed among the
   row's tests in the row's test files, some that must fail and some that must pass; one that comes out
   wrong voids the run;
 - for each chunk of the listed ids it starts the test command as `NAME` (no supplementary groups, HOME in a
@@ -25,9 +25,9 @@ config's `test_files`, or a `conftest.py`); one raised from anywhere else (the c
 `XFAIL_OUTSIDE_TESTS`.
 """
 
-import ast
 import hashlib
 import hmac
+import importlib.util
 import json
 import os
 import random
@@ -37,6 +37,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+from typing import Any
 
 MAX_REPORT_BYTES = 32 << 20
 MAX_LOG_BYTES = 8 << 20
@@ -48,9 +49,21 @@ _PYTEST_CMD = re.compile(
 )
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHILD = os.path.join(HERE, os.path.basename(__file__).replace("runner.py", "runner_child.py"))
+
+
+def _sibling(name: str) -> "Any":
+    """A helper module beside this file (`runner_X.py`; `evsys_runner_X.py` in an exported directory)."""
+    path = os.path.join(HERE, os.path.basename(__file__).replace("runner.py", name))
+    spec = importlib.util.spec_from_file_location("evsys_" + name[:-3], path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+canaries = _sibling("runner_canaries.py")
 PHASES = ("setup", "call", "teardown")
 PASSING_CALL = ("PASSED", "XPASS")
-FILLER_WORDS = frozenset({"basic", "more", "again", "other", "edge", "values", "simple"})
 
 
 class Void(Exception):
@@ -63,28 +76,60 @@ class Report:
     def __init__(self) -> None:
         self.phases: dict[str, dict[str, str | None]] = {}
         self.findings: list[dict[str, str]] = []
-        self.always_equal: set[str] = set()
+        self.armed: dict[str, str | None] = {}  # test -> what its function raised ("" until it returned)
+        self.marks: dict[str, str] = {}  # test -> an outcome that overrides pytest's (ALWAYS_EQUAL...)
 
     def outcome(self, body: dict) -> None:
-        """One test phase; a phase reported twice, or a call reported passed that raised, is tampering."""
+        """One test phase. Tampering: a phase reported twice; a call of an armed test reported without its
+        witness line, or reported passed while its function raised; a foreign hook implementation."""
         test, when, status = str(body.get("test")), body.get("when"), body.get("status")
         phases = self.phases.setdefault(test, {})
         if when not in PHASES or when in phases:
             raise Void(f"{test}: its {when} phase was reported twice (or is unknown)")
         phases[str(when)] = None if status is None else str(status)
-        if when == "call" and body.get("tampered"):
+        if when != "call":
+            return
+        if body.get("tampered"):
             raise Void(f"{test}: {body['tampered']}")
-        if when == "call" and status in PASSING_CALL and body.get("raised") is not None:
-            raise Void(f"{test}: reported {status} though its call raised {body['raised']}")
+        raised = self.armed.get(test, None)
+        if raised == "":
+            raise Void(f"{test}: its call was reported, but its test function never returned or raised")
+        if status in PASSING_CALL and raised is not None and raised != "None":
+            raise Void(f"{test}: reported {status} though its test function raised {raised}")
 
-    def refused(self, body: dict) -> None:
+    def arm(self, body: dict) -> None:
+        """The test's function is about to be called through the witness."""
+        test = str(body.get("test"))
+        if test in self.armed:
+            raise Void(f"{test}: armed twice")
+        self.armed[test] = ""
+
+    def witness(self, body: dict) -> None:
+        """What the test's function raised (None: it returned)."""
+        test = str(body.get("test"))
+        if self.armed.get(test) != "":
+            raise Void(f"{test}: a witness line for a call that was not armed, or a second one")
+        self.armed[test] = str(body.get("raised"))
+
+    def ready(self, body: dict) -> None:
+        """pytest is set up (the audit hook took its snapshot of pytest's machinery)."""
+
+    def refused(self, text: str) -> None:
         """An audit event the runner's hook refused."""
-        self.findings.append({"kind": "audit_refused", "evidence": str(body.get("detail"))})
+        self.findings.append({"kind": "audit_refused", "evidence": text})
+
+    def tampered(self, text: str) -> None:
+        """pytest's or the runner's machinery was replaced."""
+        raise Void(text)
 
     def equal(self, body: dict) -> None:
         """An assertion operand that equals anything: its test does not pass."""
-        self.always_equal.add(str(body.get("test")))
+        self.marks[str(body.get("test"))] = "ALWAYS_EQUAL"
         self.findings.append({"kind": "always_equal", "evidence": str(body.get("evidence"))})
+
+    def xfail_outside(self, body: dict) -> None:
+        """A `pytest.xfail()` raised outside the test files: not the gold run's XFAIL."""
+        self.marks.setdefault(str(body.get("test")), "XFAIL_OUTSIDE_TESTS")
 
     def outcomes(self) -> "dict[str, str]":
         """Each test's outcome: an error in setup or teardown wins, then the call's (or setup's skip)."""
@@ -95,38 +140,50 @@ class Report:
                 result[test] = "ERROR"
             elif statuses[1] is not None or statuses[0] is not None:
                 result[test] = statuses[1] or statuses[0]  # type: ignore[assignment]
-            if test in self.always_equal:
-                result[test] = "ALWAYS_EQUAL"
+            mark = self.marks.get(test)
+            if mark == "ALWAYS_EQUAL" or (mark and result.get(test) == "XFAIL"):
+                result[test] = mark
         return result
 
 
 def verify_report(data: bytes, key: bytes, exit_code: int, report: Report) -> Report:
-    """`report` filled from the run's lines, each signed with `key` and numbered, ending in the runner's own
-    final line (and nothing after it). `Void` when any of that does not hold (what came before stays in
-    `report`: its findings count)."""
+    """`report` filled from the run's lines (`MAC SEQ KIND TEXT`: HMAC-SHA256 with `key`, numbered from 0),
+    ending in the runner's own last line (`finish EXIT COUNT`) and nothing after it. `Void` when any of that
+    does not hold (what came before stays in `report`: its findings count)."""
     lines = [line for line in data.splitlines() if line.strip()]
     for seq, line in enumerate(lines):
-        try:
-            signed = json.loads(line)
-            body_text = str(signed["body"])
-            good = hmac.new(key, body_text.encode(), hashlib.sha256).hexdigest()
-            assert hmac.compare_digest(good, str(signed["mac"]))
-            body = json.loads(body_text)
-            assert body["seq"] == seq
-        except (ValueError, KeyError, TypeError, AssertionError):
-            raise Void("a report line not written by the runner (forged or garbled)") from None
-        if body["kind"] == "finish":
-            if seq != len(lines) - 1 or body.get("count") != seq or body.get("exit") != exit_code:
+        mac, _, signed = line.partition(b" ")
+        good = hmac.new(key, signed, hashlib.sha256).hexdigest().encode()
+        number, kind, text = ([*signed.decode("utf-8", "replace").split(" ", 2), "", ""])[:3]
+        if not hmac.compare_digest(good, mac) or number != str(seq):
+            raise Void("a report line not written by the runner (forged or garbled)")
+        if kind == "finish":
+            if seq != len(lines) - 1 or text != f"{exit_code} {seq}":
                 raise Void("the run went on after the runner's last report line")
             return report
-        handler = APPLY.get(body["kind"])
-        if handler is None:
-            raise Void(f"an unknown report line {body['kind']!r}")
-        handler(report, body)
+        _apply(report, kind, text)
     raise Void("the test run ended before the runner finished (an early exit, a kill or a crash)")
 
 
-APPLY = {"outcome": Report.outcome, "refused": Report.refused, "always_equal": Report.equal}
+def _apply(report: Report, kind: str, text: str) -> None:
+    """One signed line that is not the last."""
+    if kind in TEXT_LINES:
+        TEXT_LINES[kind](report, text)
+        return
+    try:
+        body = json.loads(text)
+        assert isinstance(body, dict)
+    except (ValueError, AssertionError):
+        raise Void(f"a {kind} line that does not parse") from None
+    handler = JSON_LINES.get(kind)
+    if handler is None:
+        raise Void(f"an unknown report line {kind!r}")
+    handler(report, body)
+
+
+TEXT_LINES = {"refused": Report.refused, "tampered": Report.tampered}
+JSON_LINES = {"outcome": Report.outcome, "armed": Report.arm, "raised": Report.witness, "ready": Report.ready}
+JSON_LINES.update({"always_equal": Report.equal, "xfail_outside": Report.xfail_outside})
 
 
 def child_command(test_cmd: str) -> str:
@@ -138,68 +195,6 @@ def child_command(test_cmd: str) -> str:
     python = match.group("python") or "python"
     own = f"exec {python} {shlex.quote(CHILD)}"
     return (match.group("prefix") or "") + own + match.group("args")
-
-
-def _insertion_lines(tree: "ast.Module") -> "list[int]":
-    """0-based lines before which a top-level function can go: each top-level statement after the first
-    function or class (imports and `__future__` stay first), and the end."""
-    starts, seen_def = [], False
-    for node in tree.body:
-        first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
-        if seen_def:
-            starts.append(first - 1)
-        seen_def = seen_def or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
-    return starts
-
-
-def _canary_name(tree: "ast.Module", rng: "random.Random") -> str:
-    """A new test name made of the words of the file's own test names."""
-    names = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
-    words = [w for n in sorted(names) if n.startswith("test_") for w in n[5:].split("_") if w] or ["case"]
-    while True:
-        name = "test_" + "_".join(rng.sample(words, min(len(words), rng.randint(1, 3))))
-        if name not in names:
-            return name
-        words.append(rng.choice(sorted(FILLER_WORDS)))
-
-
-def plant_canaries(root: str, files: "list[str]", rng: "random.Random") -> "dict[str, str]":
-    """Tests evsys adds to the row's own test files, named like their neighbours and placed among them:
-    some must fail (4 to 6), some must pass (2 or 3). Returns test id -> the outcome it must have."""
-    trees = {}
-    for rel in files:
-        try:
-            with open(os.path.join(root, rel), "rb") as f:
-                trees[rel] = ast.parse(f.read())
-        except (OSError, SyntaxError, ValueError):
-            continue
-    if not trees:
-        return {}
-    expected = ["FAILED"] * rng.randint(4, 6) + ["PASSED"] * rng.randint(2, 3)
-    planted: dict[str, str] = {}
-    for index, outcome in enumerate(expected):
-        rel = sorted(trees)[index % len(trees)]
-        name = _plant_one(os.path.join(root, rel), trees[rel], rng, outcome == "PASSED")
-        trees[rel].body.append(ast.FunctionDef(name=name, decorator_list=[], lineno=0))
-        planted[f"{rel}::{name}"] = outcome
-    return planted
-
-
-def _plant_one(path: str, tree: "ast.Module", rng: "random.Random", passes: bool) -> str:
-    """Insert one canary test into the file at `path` (parsed as `tree`); its name."""
-    with open(path, "rb") as f:
-        lines = f.read().decode("utf-8", "replace").splitlines(True)
-    name = _canary_name(tree, rng)
-    word = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(3, 9)))
-    size = len(word) if passes else len(word) + rng.randint(1, 3)
-    text = f"def {name}():\n    value = {word!r}\n    assert len(value) == {size}\n\n\n"
-    at = rng.choice([*_insertion_lines(ast.parse("".join(lines))), len(lines)])
-    if lines and not lines[-1].endswith("\n"):
-        lines[-1] += "\n"
-    lines.insert(at, text if at < len(lines) else "\n\n" + text)
-    with open(path, "wb") as f:
-        f.write("".join(lines).encode("utf-8"))
-    return name
 
 
 class Runs:
@@ -214,7 +209,7 @@ class Runs:
         self.count = 0
         self.findings: list[dict[str, str]] = []
         self.rng = random.SystemRandom()
-        self.canaries = plant_canaries(self.config["root"], _canary_files(self.config), self.rng)
+        self.canaries = canaries.plant_canaries(self.config["root"], _canary_files(self.config), self.rng)
         self.home = tempfile.mkdtemp(prefix="evsys-test-home-")
         if user is not None:
             import pwd

@@ -8,162 +8,33 @@ imports anything of the repository:
 
 - the process is made non-dumpable (no other process of the test user reads its memory), and `ctypes` is
   dropped from `sys.modules`;
-- an audit hook (PEP 578: it cannot be removed) refuses what forging a report needs and reports each
-  refusal: `ctypes`, `gc` object walks, `sys._current_frames`, trace and profile hooks, opening this
-  process's `/proc/<pid>/mem|fd|map_files`, and frame walks (`sys._getframe`, `tb_frame`, `gi_frame`...)
-  asked for by code of the repository other than its test files, and code the repository compiles or
-  makes under the name of a trusted file (the standard library's, an installed package's, a test file's);
-- the hook alone holds the key: every report line (one per test phase, each refusal, and the final line)
-  is written by the hook, signed, when evsys's reporter raises an `evsys.report` event — an event raised by
-  any other code is refused. The final line is accepted only from `_finish`, called by `child` after pytest
-  returned: a run that exits early (`os._exit`, a kill) has no final line and is void.
-
-The reporter checks what it sees against what pytest's machinery was before the repository loaded: a call
-phase whose report says passed while the test raised, pytest's reporting functions replaced, or a hook
-implementation from the repository's own code voids the run. Comparisons in the test files' assertions go
-through `_evsys_eq`: an operand of a type from the repository's code that equals a fresh sentinel object
-fails its test (`ALWAYS_EQUAL`).
+- runner_guard.py's audit hook (PEP 578: it cannot be removed) goes in: it alone holds the key and signs
+  every report line, refuses what forging needs (`ctypes` for the repository's code, `gc` object walks,
+  `sys._current_frames`, trace hooks, this process's `/proc` memory and descriptors, frame walks asked for
+  by the repository's code...) and reports each refusal; the last line is accepted only from `_finish`,
+  called by `child` after pytest returned (a run that exits early has none and is void);
+- evsys's reporter (a plugin) reports each fact as it happens, never storing one for later: `ready` once
+  pytest has set itself up (the hook then snapshots pytest's, pluggy's, json's and this runner's
+  namespaces, and compares them before each test's call and with each report), `armed` and `raised` around
+  each test function (called through a witness: the parent requires its line, and a call reported passed
+  whose function raised voids the run), each phase's outcome, xfails raised outside the test files;
+- the test files' assertions compare through `Reporter.always_equal` (`_pytest.assertion.rewrite`'s
+  `_evsys_eq`): an operand of a type from the repository's code that equals a fresh `object()` fails its
+  test (`ALWAYS_EQUAL`).
 """
 
-import hashlib
-import hmac
 import json
 import os
 import sys
-import sysconfig
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-FRAME_ATTRS = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
-ALWAYS_REFUSED = ("ctypes.", "gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._current_frames")
-ALWAYS_REFUSED += ("sys.settrace", "sys.setprofile", "sys.monitoring.register_callback")
-PROC_PRIVATE = frozenset({"mem", "fd", "map_files", "pagemap"})
-CHECKED = ("call_and_report", "runtestprotocol", "call_runtest_hook")
+GUARD = os.path.join(HERE, os.path.basename(__file__).replace("runner_child.py", "runner_guard.py"))
 HOOKS = ("pytest_runtest_call", "pytest_pyfunc_call", "pytest_runtest_makereport", "pytest_runtest_logreport")
-
-
-class Trust:
-    """Which code is the repository's (not trusted) and which is the standard library's, an installed
-    package's, this runner's or a test file's (trusted), by file name."""
-
-    def __init__(self, root, test_files):
-        self.root = root.rstrip("/") + "/"
-        self.tests = set(test_files)
-        paths = sysconfig.get_paths()
-        prefixes = {paths.get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")} | {HERE}
-        self.prefixes = tuple(os.path.realpath(p) + "/" for p in prefixes if p)
-
-    def trusted(self, filename):
-        """Whether code from `filename` is trusted."""
-        if type(filename) is not str:
-            return False
-        if filename.startswith(self.root):
-            rel = filename[len(self.root) :]
-            return rel in self.tests or os.path.basename(rel) == "conftest.py"
-        return filename.startswith(self.prefixes) or filename.startswith("<frozen ")
-
-
-def _proc_self(path):
-    """Whether `path` names this process's private /proc files (memory, descriptors)."""
-    if type(path) is bytes:
-        path = path.decode("utf-8", "replace")
-    if type(path) is not str or ("/proc/" not in os.path.abspath(path) and not path.startswith("/proc")):
-        return False
-    parts = os.path.abspath(path).split("/")
-    mine = {"self", "thread-self", str(os.getpid())}
-    return len(parts) > 3 and parts[2] in mine and bool(PROC_PRIVATE & set(parts[3:]))
-
-
-def install_guard(key, fd, trust, senders):
-    """The audit hook: signs and writes report lines for `senders` (code objects), refuses what forging
-    needs. The key and the descriptor live only in its closure; it never calls the tests' code (no repr of
-    what an event carries, no `__fspath__`)."""
-    state = {"seq": 0, "busy": False, "sealed": False}
-    finish, child_code = senders.pop("finish")
-    sender_codes = set(senders.values())
-
-    def write(kind, body):
-        if not state["sealed"]:
-            text = json.dumps(dict(body, kind=kind, seq=state["seq"]), sort_keys=True)
-            state["seq"] += 1
-            mac = hmac.new(key, text.encode(), hashlib.sha256).hexdigest()
-            os.write(fd, (json.dumps({"body": text, "mac": mac}) + "\n").encode())
-
-    def refuse(event, detail, exc):
-        write("refused", {"event": event, "detail": detail})
-        raise exc(f"evsys: {event} refused during grading")
-
-    def on_report(event, args, frame):
-        if frame.f_code not in sender_codes or type(args[0]) is not str or type(args[1]) is not dict:
-            refuse(event, f"raised by {frame.f_code.co_filename}", PermissionError)
-        write(args[0], json.loads(json.dumps(args[1])))
-
-    def on_finish(event, args, frame):
-        up = frame.f_back  # child(), called by the module itself: pytest has returned
-        chain = up is not None and up.f_code is child_code and up.f_back is not None
-        if (
-            frame.f_code is not finish
-            or not chain
-            or up.f_back.f_back is not None
-            or type(args[0]) is not int
-        ):
-            refuse(event, f"raised by {frame.f_code.co_filename}", PermissionError)
-        write("finish", {"exit": args[0], "count": state["seq"]})
-        state["sealed"] = True
-
-    def frame_walk(event, args, frame):
-        if (event != "object.__getattr__" or args[1] in FRAME_ATTRS) and not trust.trusted(
-            frame.f_code.co_filename
-        ):
-            where = f"{event} from {frame.f_code.co_filename}:{frame.f_lineno}"
-            refuse(event, where, AttributeError if event == "object.__getattr__" else ValueError)
-
-    def on_code(event, args, frame):
-        # code the repository makes must not pass for the standard library's or a test file's
-        if trust.trusted(args[1]) and not trust.trusted(frame.f_code.co_filename):
-            refuse(event, f"{event} of {args[1]} from {frame.f_code.co_filename}", PermissionError)
-
-    def on_import(event, args, frame):
-        if args[0] in ("ctypes", "_ctypes"):
-            refuse(event, "import " + args[0], ImportError)
-
-    def on_open(event, args, frame):
-        if args[0] == fd if type(args[0]) is int else _proc_self(args[0]):
-            refuse(
-                event,
-                "open " + str(args[0] if type(args[0]) in (int, str) else "of a /proc path"),
-                PermissionError,
-            )
-
-    handlers = {"evsys.report": on_report, "evsys.finish": on_finish, "sys._getframe": frame_walk}
-    handlers.update({"object.__getattr__": frame_walk, "import": on_import, "open": on_open})
-    handlers.update(
-        {"os.listdir": on_open, "os.scandir": on_open, "compile": on_code, "code.__new__": on_code}
-    )
-
-    def guard(event, args, depth):
-        handler = handlers.get(event)
-        if state["busy"] or (handler is None and not event.startswith(ALWAYS_REFUSED)):
-            return
-        state["busy"] = True
-        try:
-            if handler is None:
-                refuse(event, event, PermissionError)
-            handler(event, args, sys._getframe(depth))  # the code that raised the event
-        finally:
-            state["busy"] = False
-
-    def hook(event, args):
-        guard(event, args, 2)
-
-    if hasattr(sys, "addaudithook"):
-        sys.addaudithook(hook)
-    else:  # Python < 3.8: no audit hooks; the report is still signed, by this closure
-        sys.audit = lambda event, *args: guard(event, args, 2)
 
 
 def drop_ctypes():
     """Make this process non-dumpable (its memory unreadable to other processes of the test user), then
-    forget ctypes: the audit hook refuses it from now on."""
+    forget ctypes: the audit hook refuses it to the repository's code from now on."""
     try:
         import ctypes
 
@@ -183,66 +54,65 @@ def read_setup():
     return data
 
 
-def _status(report, untrusted_xfail):
+def _status(report):
     """A test phase's outcome as evsys names it (None for a setup or teardown that passed)."""
     wasxfail = hasattr(report, "wasxfail")
     if report.when != "call" and not report.skipped:
         return "ERROR" if report.failed else None
     if wasxfail and report.skipped:
-        return "XFAIL_OUTSIDE_TESTS" if report.nodeid in untrusted_xfail else "XFAIL"
+        return "XFAIL"
     if wasxfail and report.passed:
         return "XPASS"
     return {"passed": "PASSED", "failed": "FAILED", "skipped": "SKIPPED"}[report.outcome]
 
 
-class Machinery:
-    """What pytest's reporting was before the repository loaded, to compare with what it is now."""
+def make_sender(audit):
+    """`send(kind, **fields)`: one report line through the audit hook (`audit[0]`, set once it is in), the
+    fields as JSON made here with the encoder taken now (the tests could replace json's later)."""
+    import json.encoder
 
-    def __init__(self, trust):
-        import _pytest.python
-        import _pytest.reports
-        import _pytest.runner
+    quote = json.encoder.encode_basestring_ascii
 
-        self.trust = trust
-        self.functions = {name: getattr(_pytest.runner, name, None) for name in CHECKED}
-        self.functions["TestReport.from_item_and_call"] = _pytest.reports.TestReport.__dict__.get(
-            "from_item_and_call"
+    def send(kind, **fields):
+        text = ", ".join(
+            quote(k) + ": " + ("null" if v is None else quote(str(v))) for k, v in fields.items()
         )
-        self.functions["CallInfo.from_call"] = _pytest.runner.CallInfo.__dict__.get("from_call")
-        self.functions["Function.runtest"] = _pytest.python.Function.__dict__.get("runtest")
-        self.functions["pytest_pyfunc_call"] = getattr(_pytest.python, "pytest_pyfunc_call", None)
-        self.modules = {"TestReport.": _pytest.reports.TestReport, "CallInfo.": _pytest.runner.CallInfo}
+        audit[0]("evsys.report", kind, "{" + text + "}")
 
-    def changed(self, config):
-        """What was replaced since, or a hook implementation from the repository's code (None if none)."""
-        import _pytest.python
-        import _pytest.runner
-
-        now = {name: getattr(_pytest.runner, name, None) for name in CHECKED}
-        now["TestReport.from_item_and_call"] = self.modules["TestReport."].__dict__.get("from_item_and_call")
-        now["CallInfo.from_call"] = self.modules["CallInfo."].__dict__.get("from_call")
-        now["Function.runtest"] = _pytest.python.Function.__dict__.get("runtest")
-        now["pytest_pyfunc_call"] = getattr(_pytest.python, "pytest_pyfunc_call", None)
-        for name, before in self.functions.items():
-            if now[name] is not before:
-                return f"pytest's {name} was replaced"
-        for hook in HOOKS:
-            for impl in getattr(config.hook, hook).get_hookimpls():
-                code = getattr(impl.function, "__code__", None)
-                if code is None or not self.trust.trusted(code.co_filename):
-                    return f"a {hook} implementation from {getattr(code, 'co_filename', '?')}"
-        return None
+    return send
 
 
-def make_reporter(pytest, trust, machinery):
-    """evsys's pytest plugin: each test phase's outcome, reported as it happens (never stored for later)."""
+def make_reporter(pytest, trust, send):
+    """evsys's pytest plugin: each fact reported as it happens, never stored for later (the tests can reach
+    this object): the test function's own outcome (a witness around it), xfails from outside the test
+    files, each phase's report, operands that equal anything."""
+    import functools
+    import inspect
+
+    async def witnessed(coroutine, test):
+        try:
+            result = await coroutine
+        except BaseException as exc:
+            send("raised", test=test, raised=type(exc).__name__)
+            raise
+        send("raised", test=test, raised=None)
+        return result
+
+    def witness(function, test, *args, **kwargs):
+        try:
+            result = function(*args, **kwargs)
+        except BaseException as exc:
+            send("raised", test=test, raised=type(exc).__name__)
+            raise
+        if inspect.iscoroutine(result):
+            return witnessed(result, test)
+        send("raised", test=test, raised=None)
+        return result
 
     class Reporter:
-        """Per-phase outcomes, the call phase's own exception, and the assertion equality check."""
+        """The plugin; `always_equal` is what the test files' assertions compare through."""
 
         def __init__(self):
-            self.untrusted_xfail = set()
-            self.raised = {}
             self.current = None
             self.config = None
 
@@ -250,31 +120,35 @@ def make_reporter(pytest, trust, machinery):
             """Keep the config: its hooks are checked after each test."""
             self.config = config
 
-        @pytest.hookimpl(hookwrapper=True, trylast=True)
+        def pytest_load_initial_conftests(self, early_config):
+            """pytest's own setup of its classes is done (`legacypath` runs first), no conftest is loaded:
+            the audit hook takes its snapshot of pytest's machinery now."""
+            send("ready")
+
+        @pytest.hookimpl(tryfirst=True)
         def pytest_runtest_call(self, item):
-            """What the test's call really raised, before any report is made of it."""
+            """Arm the witness: the test function is called through it (the runner then requires its
+            line before the call's report)."""
             self.current = item.nodeid
-            outcome = yield
-            excinfo = outcome.excinfo
-            self.raised[item.nodeid] = None if excinfo is None else excinfo[0].__name__
+            if type(item) is pytest.Function:
+                item.obj = functools.partial(witness, item.obj, item.nodeid)
+                send("armed", test=item.nodeid)
 
         def pytest_runtest_makereport(self, item, call):
-            """Note xfails raised by a `pytest.xfail()` call outside the test files."""
+            """Report xfails raised by a `pytest.xfail()` call outside the test files."""
             excinfo = call.excinfo
             if excinfo is not None and isinstance(excinfo.value, pytest.xfail.Exception):
                 entries = list(excinfo.traceback)
                 caller = str(entries[-2].path) if len(entries) >= 2 else ""
                 if not trust.trusted(caller) or not caller.startswith(trust.root):
-                    self.untrusted_xfail.add(item.nodeid)
+                    send("xfail_outside", test=item.nodeid)
 
         def pytest_runtest_logreport(self, report):
-            """Report the phase; after a call, check pytest's machinery and the call's own outcome."""
-            status = _status(report, self.untrusted_xfail)
-            body = {"test": report.nodeid, "when": report.when, "status": status}
+            """Report the phase (and, after a call, a hook implementation from the repository's code)."""
+            fields = {"test": report.nodeid, "when": report.when, "status": _status(report)}
             if report.when == "call":
-                body["raised"] = self.raised.pop(report.nodeid, "NO_CALL")
-                body["tampered"] = machinery.changed(self.config)
-            sys.audit("evsys.report", "outcome", body)
+                fields["tampered"] = _foreign_hook(self.config, trust)
+            send("outcome", **fields)
 
         def always_equal(self, left, right, equal):
             """`left == right` (or `!=`), failing the test when an operand of the repository's own type
@@ -285,11 +159,40 @@ def make_reporter(pytest, trust, machinery):
                     continue
                 kind = type(operand)
                 evidence = f"{self.current}: {kind.__module__}.{kind.__qualname__} equals any object"
-                sys.audit("evsys.report", "always_equal", {"test": self.current, "evidence": evidence})
+                send("always_equal", test=self.current, evidence=evidence)
                 raise AssertionError("evsys: " + evidence)
             return left == right if equal else left != right
 
     return Reporter()
+
+
+def _foreign_hook(config, trust):
+    """A hook implementation of the call or report hooks from the repository's code (None if none)."""
+    for hook in HOOKS:
+        for impl in getattr(config.hook, hook).get_hookimpls():
+            code = getattr(impl.function, "__code__", None)
+            if code is None or not trust.trusted(code.co_filename):
+                return f"a {hook} implementation from {getattr(code, 'co_filename', '?')}"
+    return None
+
+
+def watched(reporter):
+    """The namespaces the audit hook compares before each test: pytest's and pluggy's reporting machinery,
+    json, and this runner's own (module, reporter)."""
+    import _pytest.python
+    import _pytest.reports
+    import _pytest.runner
+
+    names = ["_pytest.runner", "_pytest.reports", "_pytest.python", "_pytest.main", "_pytest.skipping"]
+    names += ["_pytest.outcomes", "_pytest.nodes", "_pytest.assertion.rewrite", "json", "json.encoder"]
+    names += [n for n in sys.modules if n.startswith("pluggy.") or n == "pluggy"]
+    spaces = {name: vars(sys.modules[name]) for name in names if name in sys.modules}
+    spaces["runner_child"] = vars(sys.modules[__name__])
+    classes = [_pytest.reports.TestReport, _pytest.runner.CallInfo, _pytest.python.Function, type(reporter)]
+    for kind in classes:
+        for base in kind.__mro__[:-1]:
+            spaces[f"{base.__module__}.{base.__qualname__}"] = base.__dict__
+    return spaces
 
 
 def _accepts(operand):
@@ -351,6 +254,16 @@ def _finish(code):
     sys.audit("evsys.finish", code)
 
 
+def _load_guard():
+    """runner_guard.py, beside this file (its directory is root's)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("evsys_runner_guard", GUARD)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def child():
     """Read the setup, harden the process, run pytest with evsys's reporter, then sign the run's end."""
     setup = read_setup()
@@ -360,13 +273,16 @@ def child():
     sys.path[:] = [p for p in sys.path if p not in ("", ".", os.getcwd(), root)] + [root]
     import pytest
 
-    trust = Trust(root, setup["test_files"])
-    reporter = make_reporter(pytest, trust, Machinery(trust))
-    kind = type(reporter)
-    senders = {name: getattr(kind, name).__code__ for name in ("pytest_runtest_logreport", "always_equal")}
-    senders["finish"] = (_finish.__code__, child.__code__)
-    install_guard(bytes.fromhex(setup.pop("key")), fd, trust, senders)
+    guard, audit = _load_guard(), []
+    trust = guard.Trust(root, setup["test_files"])
+    send = make_sender(audit)
+    reporter = make_reporter(pytest, trust, send)
     hook_assertions(reporter, trust)
+    finish = (_finish.__code__, child.__code__)
+    guard.install_guard(
+        bytes.fromhex(setup.pop("key")), fd, trust, (send.__code__,), finish, watched(reporter)
+    )
+    audit.append(sys.audit)
     main = pytest.main
     code = int(main(sys.argv[1:] + setup["ids"], plugins=[reporter]))
     _finish(code)
