@@ -364,7 +364,8 @@ def main(argv: "list[str]") -> int:
         missing += gone
     missing = runs.recover_truncated(missing)
     runs.log.close()
-    result = {"outcomes": runs.outcomes, "missing": sorted(set(missing)), "causes": runs.causes}
+    result: dict[str, Any] = {"outcomes": runs.outcomes, "missing": sorted(set(missing))}
+    result["causes"] = runs.causes
     result["findings"] = runs.findings
     tmp = os.path.join(out, ".outcomes.json.tmp")
     with open(tmp, "w") as f:

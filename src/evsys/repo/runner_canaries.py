@@ -25,13 +25,13 @@ def _insertion_lines(tree: ast.Module) -> "list[int]":
     return starts
 
 
-def _canary_name(tree: ast.Module, rng: random.Random) -> str:
-    """A new test name made of the words of the file's own test names."""
+def _canary_name(tree: ast.Module, rng: random.Random, taken: "set[str]") -> str:
+    """A new test name made of the words of the file's own test names (none of `taken`)."""
     names = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
     words = [w for n in sorted(names) if n.startswith("test_") for w in n[5:].split("_") if w] or ["case"]
     while True:
         name = "test_" + "_".join(rng.sample(words, min(len(words), rng.randint(1, 3))))
-        if name not in names:
+        if name not in names and name not in taken:
             return name
         words.append(rng.choice(sorted(FILLER_WORDS)))
 
@@ -52,17 +52,17 @@ def plant_canaries(root: str, files: "list[str]", rng: random.Random) -> "dict[s
     planted: dict[str, str] = {}
     for index, outcome in enumerate(expected):
         rel = sorted(trees)[index % len(trees)]
-        name = _plant_one(os.path.join(root, rel), trees[rel], rng, outcome == "PASSED")
-        trees[rel].body.append(ast.FunctionDef(name=name, decorator_list=[], lineno=0))
+        taken = {test.split("::", 1)[1] for test in planted if test.startswith(rel + "::")}
+        name = _plant_one(os.path.join(root, rel), trees[rel], rng, outcome == "PASSED", taken)
         planted[f"{rel}::{name}"] = outcome
     return planted
 
 
-def _plant_one(path: str, tree: ast.Module, rng: random.Random, passes: bool) -> str:
-    """Insert one canary test into the file at `path` (parsed as `tree`); its name."""
+def _plant_one(path: str, tree: ast.Module, rng: random.Random, passes: bool, taken: "set[str]") -> str:
+    """Insert one canary test into the file at `path` (parsed as `tree`, before any canary); its name."""
     with open(path, "rb") as f:
         lines = f.read().decode("utf-8", "replace").splitlines(True)
-    name = _canary_name(tree, rng)
+    name = _canary_name(tree, rng, taken)
     word = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(3, 9)))
     size = len(word) if passes else len(word) + rng.randint(1, 3)
     text = f"def {name}():\n    value = {word!r}\n    assert len(value) == {size}\n\n\n"

@@ -26,13 +26,15 @@ imports anything of the repository:
 import json
 import os
 import sys
+from collections.abc import Callable, Mapping
+from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GUARD = os.path.join(HERE, os.path.basename(__file__).replace("runner_child.py", "runner_guard.py"))
 HOOKS = ("pytest_runtest_call", "pytest_pyfunc_call", "pytest_runtest_makereport", "pytest_runtest_logreport")
 
 
-def drop_ctypes():
+def drop_ctypes() -> None:
     """Make this process non-dumpable (its memory unreadable to other processes of the test user), then
     forget ctypes: the audit hook refuses it to the repository's code from now on."""
     try:
@@ -45,7 +47,7 @@ def drop_ctypes():
         del sys.modules[name]
 
 
-def read_setup():
+def read_setup() -> "dict[str, Any]":
     """The setup the runner sent on stdin; stdin becomes /dev/null."""
     data = json.loads(sys.stdin.buffer.read().decode())
     null = os.open(os.devnull, os.O_RDONLY)
@@ -54,7 +56,7 @@ def read_setup():
     return data
 
 
-def _status(report):
+def _status(report: Any) -> "str | None":
     """A test phase's outcome as evsys names it (None for a setup or teardown that passed)."""
     wasxfail = hasattr(report, "wasxfail")
     if report.when != "call" and not report.skipped:
@@ -66,14 +68,14 @@ def _status(report):
     return {"passed": "PASSED", "failed": "FAILED", "skipped": "SKIPPED"}[report.outcome]
 
 
-def make_sender(audit):
+def make_sender(audit: "list[Callable[..., None]]") -> "Callable[..., None]":
     """`send(kind, **fields)`: one report line through the audit hook (`audit[0]`, set once it is in), the
     fields as JSON made here with the encoder taken now (the tests could replace json's later)."""
     import json.encoder
 
     quote = json.encoder.encode_basestring_ascii
 
-    def send(kind, **fields):
+    def send(kind: str, **fields: object) -> None:
         text = ", ".join(
             quote(k) + ": " + ("null" if v is None else quote(str(v))) for k, v in fields.items()
         )
@@ -82,14 +84,14 @@ def make_sender(audit):
     return send
 
 
-def make_reporter(pytest, trust, send):
+def make_reporter(pytest: Any, trust: Any, send: "Callable[..., None]") -> Any:
     """evsys's pytest plugin: each fact reported as it happens, never stored for later (the tests can reach
     this object): the test function's own outcome (a witness around it), xfails from outside the test
     files, each phase's report, operands that equal anything."""
     import functools
     import inspect
 
-    async def witnessed(coroutine, test):
+    async def witnessed(coroutine: Any, test: str) -> Any:
         try:
             result = await coroutine
         except BaseException as exc:
@@ -98,7 +100,7 @@ def make_reporter(pytest, trust, send):
         send("raised", test=test, raised=None)
         return result
 
-    def witness(function, test, *args, **kwargs):
+    def witness(function: Any, test: str, *args: Any, **kwargs: Any) -> Any:
         try:
             result = function(*args, **kwargs)
         except BaseException as exc:
@@ -112,21 +114,21 @@ def make_reporter(pytest, trust, send):
     class Reporter:
         """The plugin; `always_equal` is what the test files' assertions compare through."""
 
-        def __init__(self):
+        def __init__(self) -> None:
             self.current = None
             self.config = None
 
-        def pytest_configure(self, config):
+        def pytest_configure(self, config: Any) -> None:
             """Keep the config: its hooks are checked after each test."""
             self.config = config
 
-        def pytest_load_initial_conftests(self, early_config):
+        def pytest_load_initial_conftests(self, early_config: Any) -> None:
             """pytest's own setup of its classes is done (`legacypath` runs first), no conftest is loaded:
             the audit hook takes its snapshot of pytest's machinery now."""
             send("ready")
 
-        @pytest.hookimpl(tryfirst=True)
-        def pytest_runtest_call(self, item):
+        @pytest.hookimpl(tryfirst=True)  # type: ignore[untyped-decorator]
+        def pytest_runtest_call(self, item: Any) -> None:
             """Arm the witness: the test function is called through it (the runner then requires its
             line before the call's report)."""
             self.current = item.nodeid
@@ -134,7 +136,7 @@ def make_reporter(pytest, trust, send):
                 item.obj = functools.partial(witness, item.obj, item.nodeid)
                 send("armed", test=item.nodeid)
 
-        def pytest_runtest_makereport(self, item, call):
+        def pytest_runtest_makereport(self, item: Any, call: Any) -> None:
             """Report xfails raised by a `pytest.xfail()` call outside the test files."""
             excinfo = call.excinfo
             if excinfo is not None and isinstance(excinfo.value, pytest.xfail.Exception):
@@ -143,14 +145,14 @@ def make_reporter(pytest, trust, send):
                 if not trust.trusted(caller) or not caller.startswith(trust.root):
                     send("xfail_outside", test=item.nodeid)
 
-        def pytest_runtest_logreport(self, report):
+        def pytest_runtest_logreport(self, report: Any) -> None:
             """Report the phase (and, after a call, a hook implementation from the repository's code)."""
             fields = {"test": report.nodeid, "when": report.when, "status": _status(report)}
             if report.when == "call":
                 fields["tampered"] = _foreign_hook(self.config, trust)
             send("outcome", **fields)
 
-        def always_equal(self, left, right, equal):
+        def always_equal(self, left: Any, right: Any, equal: bool) -> bool:
             """`left == right` (or `!=`), failing the test when an operand of the repository's own type
             equals a fresh sentinel."""
             for operand in (left, right):
@@ -166,7 +168,7 @@ def make_reporter(pytest, trust, send):
     return Reporter()
 
 
-def _foreign_hook(config, trust):
+def _foreign_hook(config: Any, trust: Any) -> "str | None":
     """A hook implementation of the call or report hooks from the repository's code (None if none)."""
     for hook in HOOKS:
         for impl in getattr(config.hook, hook).get_hookimpls():
@@ -176,7 +178,7 @@ def _foreign_hook(config, trust):
     return None
 
 
-def watched(reporter):
+def watched(reporter: object) -> "dict[str, Mapping[str, Any]]":
     """The namespaces the audit hook compares before each test: pytest's and pluggy's reporting machinery,
     json, and this runner's own (module, reporter)."""
     import _pytest.python
@@ -186,7 +188,7 @@ def watched(reporter):
     names = ["_pytest.runner", "_pytest.reports", "_pytest.python", "_pytest.main", "_pytest.skipping"]
     names += ["_pytest.outcomes", "_pytest.nodes", "_pytest.assertion.rewrite", "json", "json.encoder"]
     names += [n for n in sys.modules if n.startswith("pluggy.") or n == "pluggy"]
-    spaces = {name: vars(sys.modules[name]) for name in names if name in sys.modules}
+    spaces: dict[str, Mapping[str, Any]] = {n: vars(sys.modules[n]) for n in names if n in sys.modules}
     spaces["runner_child"] = vars(sys.modules[__name__])
     classes = [_pytest.reports.TestReport, _pytest.runner.CallInfo, _pytest.python.Function, type(reporter)]
     for kind in classes:
@@ -195,7 +197,7 @@ def watched(reporter):
     return spaces
 
 
-def _accepts(operand):
+def _accepts(operand: object) -> bool:
     """Whether `operand` equals (or is not unequal to) a fresh sentinel."""
     try:
         return bool(operand == object()) or not bool(operand != object())
@@ -203,7 +205,7 @@ def _accepts(operand):
         return False
 
 
-def hook_assertions(reporter, trust):
+def hook_assertions(reporter: Any, trust: Any) -> None:
     """Every `==` / `!=` of a rewritten assertion goes through `reporter.always_equal`; pytest's cached
     rewritten test files are never read (the cache was written without the check)."""
     import ast
@@ -212,24 +214,24 @@ def hook_assertions(reporter, trust):
 
     original = rewrite.rewrite_asserts
 
-    def rewrite_asserts(mod, *args, **kwargs):
+    def rewrite_asserts(mod: Any, *args: Any, **kwargs: Any) -> None:
         original(mod, *args, **kwargs)
         for node in ast.walk(mod):
             if _is_assert_compare(node):
-                node.value = _checked(ast, node.value)
+                node.value = _checked(ast, node.value)  # type: ignore[attr-defined]
 
     rewrite.rewrite_asserts = rewrite_asserts
     read_pyc = rewrite._read_pyc
 
-    def _read_pyc(source, *args, **kwargs):
+    def _read_pyc(source: Any, *args: Any, **kwargs: Any) -> Any:
         under_tree = str(source).startswith(trust.root)
         return None if under_tree else read_pyc(source, *args, **kwargs)
 
     rewrite._read_pyc = _read_pyc
-    rewrite._evsys_eq = reporter.always_equal
+    rewrite._evsys_eq = reporter.always_equal  # type: ignore[attr-defined]
 
 
-def _checked(ast, compare):
+def _checked(ast: Any, compare: Any) -> Any:
     """`@pytest_ar._evsys_eq(left, right, is_eq)` in place of `left == right` (or `!=`), at its position."""
     place = lambda node: ast.copy_location(node, compare)  # noqa: E731
     func = place(ast.Attribute(value=place(ast.Name(id="@pytest_ar", ctx=ast.Load())), attr="_evsys_eq"))
@@ -238,7 +240,7 @@ def _checked(ast, compare):
     return place(ast.Call(func=func, args=[compare.left, compare.comparators[0], flag], keywords=[]))
 
 
-def _is_assert_compare(node):
+def _is_assert_compare(node: object) -> bool:
     """An assignment pytest's rewriting made of one `==` or `!=` comparison."""
     import ast
 
@@ -249,22 +251,23 @@ def _is_assert_compare(node):
     return named and len(ops) == 1 and isinstance(ops[0], (ast.Eq, ast.NotEq))
 
 
-def _finish(code):
+def _finish(code: int) -> None:
     """The run's last report line (accepted by the audit hook only from here, called by `child`)."""
     sys.audit("evsys.finish", code)
 
 
-def _load_guard():
+def _load_guard() -> Any:
     """runner_guard.py, beside this file (its directory is root's)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("evsys_runner_guard", GUARD)
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
-def child():
+def child() -> int:
     """Read the setup, harden the process, run pytest with evsys's reporter, then sign the run's end."""
     setup = read_setup()
     fd, root = setup["fd"], setup["root"]
@@ -273,7 +276,8 @@ def child():
     sys.path[:] = [p for p in sys.path if p not in ("", ".", os.getcwd(), root)] + [root]
     import pytest
 
-    guard, audit = _load_guard(), []
+    guard = _load_guard()
+    audit: list[Callable[..., None]] = []
     trust = guard.Trust(root, setup["test_files"])
     send = make_sender(audit)
     reporter = make_reporter(pytest, trust, send)

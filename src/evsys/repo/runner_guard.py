@@ -18,11 +18,20 @@ import hashlib
 import os
 import sys
 import sysconfig
+from collections.abc import Iterable, Mapping
+from types import CodeType, FrameType
+from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FRAME_ATTRS = frozenset({"tb_frame", "gi_frame", "cr_frame", "ag_frame"})
-ALWAYS_REFUSED = ("gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._current_frames")
-ALWAYS_REFUSED += ("sys.settrace", "sys.setprofile", "sys.monitoring.register_callback", "sys.addaudithook")
+ALWAYS_REFUSED: "tuple[str, ...]" = (
+    "gc.get_objects",
+    "gc.get_referrers",
+    "gc.get_referents",
+    "sys._current_frames",
+)
+ALWAYS_REFUSED += ("sys.settrace", "sys.setprofile", "sys.monitoring.register_callback")
+ALWAYS_REFUSED += ("sys.addaudithook",)
 PROC_PRIVATE = frozenset({"mem", "pagemap", "map_files", "fd"})
 
 
@@ -30,7 +39,7 @@ class Trust:
     """Which code is the repository's (not trusted) and which is the standard library's, an installed
     package's, this runner's or a test file's (trusted), by file name."""
 
-    def __init__(self, root, test_files):
+    def __init__(self, root: str, test_files: "Iterable[str]") -> None:
         self.root = str(root).rstrip("/") + "/"
         self.tests = frozenset(str(t) for t in test_files)
         paths = sysconfig.get_paths()
@@ -38,7 +47,7 @@ class Trust:
         self.prefixes = (*(os.path.realpath(p) + "/" for p in prefixes if p), "<frozen ")
         self.ctypes_dir = os.path.join(os.path.realpath(paths["stdlib"]), "ctypes") + "/"
 
-    def trusted(self, filename):
+    def trusted(self, filename: object) -> bool:
         """Whether code from `filename` is trusted."""
         if type(filename) is not str:
             return False
@@ -48,7 +57,7 @@ class Trust:
         return filename.startswith(self.prefixes)
 
 
-def _pads(key):
+def _pads(key: bytes) -> "tuple[Any, Any]":
     """The HMAC-SHA256 inner and outer hash objects of `key` (C objects: `.copy()` per message)."""
     block = key.ljust(64, b"\0")
     inner = hashlib.sha256(bytes(b ^ 0x36 for b in block))
@@ -56,7 +65,7 @@ def _pads(key):
     return inner, outer
 
 
-def _path_internals():
+def _path_internals() -> "tuple[frozenset[type], tuple[Any, ...]]":
     """`pathlib`'s concrete path classes and the slot descriptors holding a path's text or parts."""
     import pathlib
 
@@ -66,7 +75,14 @@ def _path_internals():
     return frozenset(types), tuple(s for s in slots if type(s) is member)
 
 
-def install_guard(key, fd, trust, senders, finish_codes, watched):
+def install_guard(
+    key: bytes,
+    fd: int,
+    trust: Trust,
+    senders: "tuple[CodeType, ...]",
+    finish_codes: "tuple[CodeType, CodeType]",
+    watched: "Mapping[str, Mapping[str, Any]]",
+) -> None:
     """Install the audit hook: it signs `evsys.report` events raised by `senders` (code objects) and the
     `evsys.finish` event raised by `finish_codes[0]` called from `finish_codes[1]` (itself called by the
     module), writing them to `fd`; it refuses (and reports) what forging needs. Before each test's call
@@ -87,11 +103,12 @@ def install_guard(key, fd, trust, senders, finish_codes, watched):
     proc_dev = _stat("/proc").st_dev if os.path.isdir("/proc") else -1
     newline = "\n"
     state = [0, False, False, False]  # next line's number, inside the hook, last line written, tampered
-    spaces, snapshot = list(watched.items()), []
+    spaces = list(watched.items())
+    snapshot: list[tuple[str, Mapping[str, Any], list[tuple[str, Any]]]] = []
 
     flags = frozenset({bool, int, str, type(None)})
 
-    def tampered():
+    def tampered() -> "str | None":
         # entries compared in order, by identity (no `==` of the tests' objects runs); an entry added after
         # the snapshot may only be a flag (pytest notes e.g. a warning shown on its classes)
         for name, space, before in snapshot:
@@ -107,14 +124,14 @@ def install_guard(key, fd, trust, senders, finish_codes, watched):
                 return name
         return None
 
-    def check():
+    def check() -> None:
         what = None if snapshot else "the runner's snapshot, never taken:"
         what = None if state[3] else what or tampered()
         if what is not None:
             state[3] = True
             write("tampered", what + " was replaced after the repository loaded")
 
-    def trusted(name):
+    def trusted(name: Any) -> bool:
         if _type(name) is not _str:
             return False
         if name.startswith(root):
@@ -122,11 +139,11 @@ def install_guard(key, fd, trust, senders, finish_codes, watched):
             return rel in tests or rel == "conftest.py" or rel.endswith("/conftest.py")
         return name.startswith(prefixes)
 
-    def where(frame):
+    def where(frame: FrameType) -> str:
         name = frame.f_code.co_filename
         return (name if _type(name) is _str else "?") + f":{frame.f_lineno}"
 
-    def write(kind, text):
+    def write(kind: str, text: str) -> None:
         if not state[2]:
             line = f"{state[0]} {kind} {text.replace(newline, ' ')}".encode()
             state[0] += 1
@@ -135,11 +152,11 @@ def install_guard(key, fd, trust, senders, finish_codes, watched):
             mac_out.update(mac_in.digest())
             _write(fd, mac_out.hexdigest().encode() + b" " + line + b"\n")
 
-    def refuse(event, detail):
+    def refuse(event: str, detail: str) -> None:
         write("refused", event + " " + detail)
         raise errors.get(event, denied)(f"evsys: {event} refused during grading")
 
-    def on_report(event, args, frame):
+    def on_report(event: str, args: "tuple[Any, ...]", frame: FrameType) -> None:
         sender = False
         for code in codes:
             sender = sender or frame.f_code is code
@@ -151,8 +168,8 @@ def install_guard(key, fd, trust, senders, finish_codes, watched):
             check()
         write(args[0], args[1])
 
-    def on_finish(event, args, frame):
-        up = frame.f_back  # child(), called by the module itself: pytest has returned
+    def on_finish(event: str, args: "tuple[Any, ...]", frame: FrameType) -> None:
+        up: Any = frame.f_back  # child(), called by the module itself: pytest has returned
         chain = up is not None and up.f_code is child_code and up.f_back is not None
         ok = frame.f_code is finish and chain and up.f_back.f_back is None and _type(args[0]) is _int
         if not ok:
@@ -160,21 +177,21 @@ def install_guard(key, fd, trust, senders, finish_codes, watched):
         write("finish", f"{args[0]} {state[0]}")
         state[2] = True
 
-    def frame_walk(event, args, frame):
+    def frame_walk(event: str, args: "tuple[Any, ...]", frame: FrameType) -> None:
         asked = event != "object.__getattr__" or (_type(args[1]) is _str and args[1] in frame_attrs)
         if asked and not trusted(frame.f_code.co_filename):
             refuse(event, "from " + where(frame))
 
-    def on_code(event, args, frame):
+    def on_code(event: str, args: "tuple[Any, ...]", frame: FrameType) -> None:
         # code the repository makes must not pass for the standard library's or a test file's
         if _len(args) > 1 and trusted(args[1]) and not trusted(frame.f_code.co_filename):
             refuse(event, args[1] + " from " + where(frame))
 
-    def on_import(event, args, frame):
+    def on_import(event: str, args: "tuple[Any, ...]", frame: FrameType) -> None:
         if _type(args[0]) is _str and args[0] in ("ctypes", "_ctypes"):
             on_ctypes(event, args, frame, args[0] + " ")
 
-    def on_ctypes(event, args, frame, what=""):
+    def on_ctypes(event: str, args: "tuple[Any, ...]", frame: Any, what: str = "") -> None:
         # ctypes for the repository's own code: never (an installed package may use it, e.g. numpy)
         while frame is not None and _type(frame.f_code.co_filename) is _str:
             if not frame.f_code.co_filename.startswith(machinery):
@@ -183,8 +200,8 @@ def install_guard(key, fd, trust, senders, finish_codes, watched):
         if frame is None or not trusted(frame.f_code.co_filename):
             refuse(event, what + "from " + ("?" if frame is None else where(frame)))
 
-    def on_path(event, args, frame):
-        path = args[0] if _len(args) else None
+    def on_path(event: str, args: "tuple[Any, ...]", frame: FrameType) -> None:
+        path: Any = args[0] if _len(args) else None
         if _type(path) is _int and path == fd:
             refuse(event, "of the report's descriptor")
         if _type(path) is _bytes:
@@ -196,7 +213,7 @@ def install_guard(key, fd, trust, senders, finish_codes, watched):
         if _type(path) is _str and private_path(path):
             refuse(event, path)
 
-    def path_text(path):
+    def path_text(path: object) -> "str | None":
         """The text of a `pathlib` path, read from its slots (no method of it runs); None otherwise."""
         if _type(path) not in path_types:
             return None
@@ -211,20 +228,20 @@ def install_guard(key, fd, trust, senders, finish_codes, watched):
                 return "/".join(value)
         return None
 
-    def all_str(values):
+    def all_str(values: "list[Any]") -> bool:
         for value in values:
             if _type(value) is not _str:
                 return False
         return True
 
-    def trusted_stack(frame):
+    def trusted_stack(frame: Any) -> bool:
         while frame is not None:
             if not trusted(frame.f_code.co_filename):
                 return False
             frame = frame.f_back
         return True
 
-    def private_path(path):
+    def private_path(path: str) -> bool:
         for part in path.split("/"):
             if part in private:  # a process's memory or descriptors, by any route
                 return True
@@ -241,7 +258,7 @@ def install_guard(key, fd, trust, senders, finish_codes, watched):
         {"os.listdir": on_path, "os.scandir": on_path, "compile": on_code, "code.__new__": on_code}
     )
 
-    def guard(event, args, depth):
+    def guard(event: str, args: "tuple[Any, ...]", depth: int) -> None:
         if state[1]:
             return
         handler = handlers.get(event) or (on_ctypes if event.startswith("ctypes.") else None)
@@ -251,11 +268,12 @@ def install_guard(key, fd, trust, senders, finish_codes, watched):
         try:
             if handler is None:
                 refuse(event, "from " + where(_getframe(depth)))
-            handler(event, args, _getframe(depth))  # the code that raised the event
+            else:
+                handler(event, args, _getframe(depth))  # the code that raised the event
         finally:
             state[1] = False
 
-    def hook(event, args):
+    def hook(event: str, args: "tuple[Any, ...]") -> None:
         guard(event, args, 2)
 
     if hasattr(sys, "addaudithook"):
