@@ -6,6 +6,8 @@ sandboxed runs are tests/security/test_repo_grading.py)."""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import random
 import subprocess
@@ -128,3 +130,49 @@ def test_each_forging_tool_is_refused_and_recorded_while_an_honest_fix_still_sco
     assert len(evidence) == 7, report["integrity"]
     for tool in worked:
         assert any(tool.split()[-1].split("/")[-1] in e for e in evidence), (tool, evidence)
+
+
+def _signed(key: bytes, lines: list[str]) -> bytes:
+    """Report lines as the audit hook writes them (`MAC SEQ KIND TEXT`)."""
+    out = b""
+    for seq, line in enumerate(lines):
+        body = f"{seq} {line}".encode()
+        out += hmac.new(key, body, hashlib.sha256).hexdigest().encode() + b" " + body + b"\n"
+    return out
+
+
+def _phases(test: str, call: str, raised: str = "null") -> list[str]:
+    return [
+        f'outcome {{"test": "{test}", "when": "setup", "status": null}}',
+        f'armed {{"test": "{test}"}}',
+        f'raised {{"test": "{test}", "raised": {raised}}}',
+        f'outcome {{"test": "{test}", "when": "call", "status": "{call}", "tampered": null}}',
+        f'outcome {{"test": "{test}", "when": "teardown", "status": null}}',
+    ]
+
+
+def test_the_report_counts_only_signed_complete_consistent_transcripts():
+    key, t = b"k" * 32, "t.py::test_x"
+
+    def verify(data: bytes, exit_code: int = 1) -> dict[str, str]:
+        return runner.verify_report(data, key, exit_code, runner.Report()).outcomes()
+
+    honest = _phases(t, "FAILED", '"AssertionError"')
+    assert verify(_signed(key, [*honest, "finish 1 5"])) == {t: "FAILED"}
+    with pytest.raises(runner.Void, match="ended before the runner finished"):
+        verify(_signed(key, honest))  # no last line: an early exit
+    with pytest.raises(runner.Void, match="not written by the runner"):
+        verify(_signed(b"x" * 32, [*honest, "finish 1 5"]))  # another key: a forged line
+    with pytest.raises(runner.Void, match="went on after"):
+        verify(_signed(key, [*honest, "finish 1 5", 'refused {"x": 1}']))
+    with pytest.raises(runner.Void, match="went on after"):
+        verify(_signed(key, [*honest, "finish 1 5"]), exit_code=0)  # the process exited otherwise
+    lied = _phases(t, "PASSED", '"AssertionError"')
+    with pytest.raises(runner.Void, match="raised AssertionError"):
+        verify(_signed(key, [*lied, "finish 1 5"]))  # a report patched to passed
+    unwitnessed = [line for line in _phases(t, "PASSED") if not line.startswith("raised")]
+    with pytest.raises(runner.Void, match="never returned or raised"):
+        verify(_signed(key, [*unwitnessed, "finish 1 4"]))  # the function was not called through the witness
+    twice = [*_phases(t, "FAILED", '"AssertionError"'), _phases(t, "PASSED")[3]]
+    with pytest.raises(runner.Void, match="reported twice"):
+        verify(_signed(key, [*twice, "finish 1 6"]))

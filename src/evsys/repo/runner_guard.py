@@ -86,7 +86,7 @@ def install_guard(
     """Install the audit hook: it signs `evsys.report` events raised by `senders` (code objects) and the
     `evsys.finish` event raised by `finish_codes[0]` called from `finish_codes[1]` (itself called by the
     module), writing them to `fd`; it refuses (and reports) what forging needs. Before each test's call
-    (an `armed` report) and with each phase's report it compares `watched` ({name: a module's or class's
+    (an `armed` report) and with its call's report it compares `watched` ({name: a module's or class's
     namespace}) with what they held at the first `ready` report (pytest set up, before any conftest or test
     file loads): an entry replaced, removed or added (other than a flag) is reported as `tampered`."""
     _type, _str, _int, _bytes, _list, _len, _OSError = type, str, int, bytes, list, len, OSError
@@ -101,7 +101,7 @@ def install_guard(
     codes, (finish, child_code) = tuple(senders), finish_codes
     inner, outer = _pads(key)
     proc_dev = _stat("/proc").st_dev if os.path.isdir("/proc") else -1
-    newline = "\n"
+    newline, call_phase = "\n", '"when": "call"'
     state = [0, False, False, False]  # next line's number, inside the hook, last line written, tampered
     spaces = list(watched.items())
     snapshot: list[tuple[str, Mapping[str, Any], list[tuple[str, Any]]]] = []
@@ -164,7 +164,7 @@ def install_guard(
             refuse(event, "raised by " + where(frame))
         if args[0] == "ready" and not snapshot:  # pytest configured, before any conftest or test loads
             snapshot.extend([(name, space, list(space.items())) for name, space in spaces])
-        if args[0] == "armed" or args[0] == "outcome":
+        if args[0] == "armed" or (args[0] == "outcome" and call_phase in args[1]):
             check()
         write(args[0], args[1])
 
