@@ -26,7 +26,7 @@ imports anything of the repository:
 import json
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -68,104 +68,113 @@ def _status(report: Any) -> "str | None":
     return {"passed": "PASSED", "failed": "FAILED", "skipped": "SKIPPED"}[report.outcome]
 
 
-def make_sender(audit: "list[Callable[..., None]]") -> "Callable[..., None]":
-    """`send(kind, **fields)`: one report line through the audit hook (`audit[0]`, set once it is in), the
-    fields as JSON made here with the encoder taken now (the tests could replace json's later)."""
-    import json.encoder
-
-    quote = json.encoder.encode_basestring_ascii
-
-    def send(kind: str, **fields: object) -> None:
-        text = ", ".join(
-            quote(k) + ": " + ("null" if v is None else quote(str(v))) for k, v in fields.items()
-        )
-        audit[0]("evsys.report", kind, "{" + text + "}")
-
-    return send
+# bound by `_bind` before pytest sets itself up; from then on this module's namespace is among those the
+# audit hook compares, so none of them (nor a function below) can be swapped without voiding the run
+_AUDIT: Any = None
+_QUOTE: Any = None
+_PYTEST: Any = None
+_TRUST: Any = None
+_PARTIAL: Any = None
+_ISCOROUTINE: Any = None
 
 
-def make_reporter(pytest: Any, trust: Any, send: "Callable[..., None]") -> Any:
-    """evsys's pytest plugin: each fact reported as it happens, never stored for later (the tests can reach
-    this object): the test function's own outcome (a witness around it), xfails from outside the test
-    files, each phase's report, operands that equal anything."""
+def _bind(pytest: Any, trust: Any) -> None:
+    """The module-level references the reporter uses (no closure: closures can be rewritten in place)."""
+    global _QUOTE, _PYTEST, _TRUST, _PARTIAL, _ISCOROUTINE
     import functools
     import inspect
+    import json.encoder
 
-    async def witnessed(coroutine: Any, test: str) -> Any:
-        try:
-            result = await coroutine
-        except BaseException as exc:
-            send("raised", test=test, raised=type(exc).__name__)
-            raise
-        send("raised", test=test, raised=None)
-        return result
+    _QUOTE, _PYTEST, _TRUST = json.encoder.encode_basestring_ascii, pytest, trust
+    _PARTIAL, _ISCOROUTINE = functools.partial, inspect.iscoroutine
+    pytest.hookimpl(tryfirst=True)(Reporter.pytest_runtest_call)
 
-    def witness(function: Any, test: str, *args: Any, **kwargs: Any) -> Any:
-        try:
-            result = function(*args, **kwargs)
-        except BaseException as exc:
-            send("raised", test=test, raised=type(exc).__name__)
-            raise
-        if inspect.iscoroutine(result):
-            return witnessed(result, test)
-        send("raised", test=test, raised=None)
-        return result
 
-    class Reporter:
-        """The plugin; `always_equal` is what the test files' assertions compare through."""
+def send(kind: str, **fields: object) -> None:
+    """One report line through the audit hook (the only sender it accepts), the fields as JSON made here."""
+    text = ", ".join(_QUOTE(k) + ": " + ("null" if v is None else _QUOTE(str(v))) for k, v in fields.items())
+    _AUDIT("evsys.report", kind, "{" + text + "}")
 
-        def __init__(self) -> None:
-            self.current = None
-            self.config = None
 
-        def pytest_configure(self, config: Any) -> None:
-            """Keep the config: its hooks are checked after each test."""
-            self.config = config
+async def witnessed(coroutine: Any, test: str) -> Any:
+    """`witness` for a coroutine test function: reported when it has run."""
+    try:
+        result = await coroutine
+    except BaseException as exc:
+        send("raised", test=test, raised=type(exc).__name__)
+        raise
+    send("raised", test=test, raised=None)
+    return result
 
-        def pytest_load_initial_conftests(self, early_config: Any) -> None:
-            """pytest's own setup of its classes is done (`legacypath` runs first), no conftest is loaded:
-            the audit hook takes its snapshot of pytest's machinery now."""
-            send("ready")
 
-        @pytest.hookimpl(tryfirst=True)  # type: ignore[untyped-decorator]
-        def pytest_runtest_call(self, item: Any) -> None:
-            """Arm the witness: the test function is called through it (the runner then requires its
-            line before the call's report)."""
-            self.current = item.nodeid
-            if type(item) is pytest.Function:
-                item.obj = functools.partial(witness, item.obj, item.nodeid)
-                send("armed", test=item.nodeid)
+def witness(function: Any, test: str, *args: Any, **kwargs: Any) -> Any:
+    """The test function, called: what it raised (or that it returned) is reported before pytest sees it."""
+    try:
+        result = function(*args, **kwargs)
+    except BaseException as exc:
+        send("raised", test=test, raised=type(exc).__name__)
+        raise
+    if _ISCOROUTINE(result):
+        return witnessed(result, test)
+    send("raised", test=test, raised=None)
+    return result
 
-        def pytest_runtest_makereport(self, item: Any, call: Any) -> None:
-            """Report xfails raised by a `pytest.xfail()` call outside the test files."""
-            excinfo = call.excinfo
-            if excinfo is not None and isinstance(excinfo.value, pytest.xfail.Exception):
-                entries = list(excinfo.traceback)
-                caller = str(entries[-2].path) if len(entries) >= 2 else ""
-                if not trust.trusted(caller) or not caller.startswith(trust.root):
-                    send("xfail_outside", test=item.nodeid)
 
-        def pytest_runtest_logreport(self, report: Any) -> None:
-            """Report the phase (and, after a call, a hook implementation from the repository's code)."""
-            fields = {"test": report.nodeid, "when": report.when, "status": _status(report)}
-            if report.when == "call":
-                fields["tampered"] = _foreign_hook(self.config, trust)
-            send("outcome", **fields)
+class Reporter:
+    """evsys's pytest plugin: each fact reported as it happens, never stored for later (the tests can reach
+    this object): the test function's own outcome (the witness), xfails from outside the test files, each
+    phase's report, operands that equal anything (`always_equal`, what the test files' assertions compare
+    through)."""
 
-        def always_equal(self, left: Any, right: Any, equal: bool) -> bool:
-            """`left == right` (or `!=`), failing the test when an operand of the repository's own type
-            equals a fresh sentinel."""
-            for operand in (left, right):
-                module = sys.modules.get(getattr(type(operand), "__module__", ""), None)
-                if trust.trusted(getattr(module, "__file__", None)) or not _accepts(operand):
-                    continue
-                kind = type(operand)
-                evidence = f"{self.current}: {kind.__module__}.{kind.__qualname__} equals any object"
-                send("always_equal", test=self.current, evidence=evidence)
-                raise AssertionError("evsys: " + evidence)
-            return left == right if equal else left != right
+    def __init__(self) -> None:
+        self.current: Any = None
+        self.config: Any = None
 
-    return Reporter()
+    def pytest_configure(self, config: Any) -> None:
+        """Keep the config: its hooks are checked after each test."""
+        self.config = config
+
+    def pytest_load_initial_conftests(self, early_config: Any) -> None:
+        """pytest's own setup of its classes is done (`legacypath` runs first), no conftest is loaded: the
+        audit hook takes its snapshot of pytest's machinery now."""
+        send("ready")
+
+    def pytest_runtest_call(self, item: Any) -> None:
+        """(tryfirst) Arm the witness: the test function is called through it (the runner then requires its
+        line before the call's report)."""
+        self.current = item.nodeid
+        if type(item) is _PYTEST.Function:
+            item.obj = _PARTIAL(witness, item.obj, item.nodeid)
+            send("armed", test=item.nodeid)
+
+    def pytest_runtest_makereport(self, item: Any, call: Any) -> None:
+        """Report xfails raised by a `pytest.xfail()` call outside the test files."""
+        excinfo = call.excinfo
+        if excinfo is not None and isinstance(excinfo.value, _PYTEST.xfail.Exception):
+            entries = list(excinfo.traceback)
+            caller = str(entries[-2].path) if len(entries) >= 2 else ""
+            if not _TRUST.trusted(caller) or not caller.startswith(_TRUST.root):
+                send("xfail_outside", test=item.nodeid)
+
+    def pytest_runtest_logreport(self, report: Any) -> None:
+        """Report the phase (and, after a call, a hook implementation from the repository's code)."""
+        fields = {"test": report.nodeid, "when": report.when, "status": _status(report)}
+        if report.when == "call":
+            fields["tampered"] = _foreign_hook(self.config, _TRUST)
+        send("outcome", **fields)
+
+    def always_equal(self, left: Any, right: Any, equal: bool) -> bool:
+        """`left == right` (or `!=`), failing the test when an operand of the repository's own type equals a
+        fresh sentinel."""
+        for operand in (left, right):
+            module = sys.modules.get(getattr(type(operand), "__module__", ""), None)
+            if _TRUST.trusted(getattr(module, "__file__", None)) or not _accepts(operand):
+                continue
+            kind = type(operand)
+            evidence = f"{self.current}: {kind.__module__}.{kind.__qualname__} equals any object"
+            send("always_equal", test=self.current, evidence=evidence)
+            raise AssertionError("evsys: " + evidence)
+        return left == right if equal else left != right
 
 
 def _foreign_hook(config: Any, trust: Any) -> "str | None":
@@ -190,7 +199,9 @@ def watched(reporter: object) -> "dict[str, Mapping[str, Any]]":
     names += [n for n in sys.modules if n.startswith("pluggy.") or n == "pluggy"]
     spaces: dict[str, Mapping[str, Any]] = {n: vars(sys.modules[n]) for n in names if n in sys.modules}
     spaces["runner_child"] = vars(sys.modules[__name__])
+    spaces["the trusted paths"] = vars(_TRUST)
     classes = [_pytest.reports.TestReport, _pytest.runner.CallInfo, _pytest.python.Function, type(reporter)]
+    classes.append(type(_TRUST))
     for kind in classes:
         for base in kind.__mro__[:-1]:
             spaces[f"{base.__module__}.{base.__qualname__}"] = base.__dict__
@@ -276,17 +287,17 @@ def child() -> int:
     sys.path[:] = [p for p in sys.path if p not in ("", ".", os.getcwd(), root)] + [root]
     import pytest
 
+    global _AUDIT
     guard = _load_guard()
-    audit: list[Callable[..., None]] = []
     trust = guard.Trust(root, setup["test_files"])
-    send = make_sender(audit)
-    reporter = make_reporter(pytest, trust, send)
+    _bind(pytest, trust)
+    reporter = Reporter()
     hook_assertions(reporter, trust)
     finish = (_finish.__code__, child.__code__)
     guard.install_guard(
         bytes.fromhex(setup.pop("key")), fd, trust, (send.__code__,), finish, watched(reporter)
     )
-    audit.append(sys.audit)
+    _AUDIT = sys.audit
     main = pytest.main
     code = int(main(sys.argv[1:] + setup["ids"], plugins=[reporter]))
     _finish(code)
