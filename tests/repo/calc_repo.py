@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 from pathlib import Path
 
 from evsys.agent.base import Agent
@@ -150,6 +151,25 @@ def calc_rows(repo: Path, base: str, patches: dict[str, str]) -> list[dict]:
         row("calc-bad-install", "fix_sub", ["tests/test_calc.py::test_sub"])
         | {"install": ["echo no wheel >&2; exit 3"]},
     ]
+
+
+def calc_tree(root: Path, extra: str = "") -> Path:
+    """The calc repository as a grading tree of calc-neg (the test patch in, `extra` appended to the package),
+    with a runner config for this Python's pytest; the config's path."""
+    (root / "calc").mkdir(parents=True)
+    (root / "tests").mkdir()
+    (root / "calc" / "__init__.py").write_text(CALC + extra)
+    (root / "tests" / "test_calc.py").write_text(TESTS + EXTRA_TESTS)
+    t = "tests/test_calc.py::"
+    config = {
+        "test_cmd": f"{sys.executable} -m pytest -rA -v -p no:cacheprovider",
+        "fail_to_pass": [t + "test_neg"],
+        "pass_to_pass": [t + "test_add", t + "test_mul"],
+        "root": str(root),
+        "test_files": ["tests/test_calc.py"],
+    }
+    (root / "config.json").write_text(json.dumps(config))
+    return root / "config.json"
 
 
 def write_rows(path: Path, rows: list[dict]) -> Path:

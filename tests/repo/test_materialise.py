@@ -23,6 +23,9 @@ def test_concurrent_writers_of_one_row_share_one_directory_and_a_changed_row_get
         "config.json",
         "evsys_grade.py",
         "evsys_runner.py",
+        "evsys_runner_canaries.py",
+        "evsys_runner_child.py",
+        "evsys_runner_guard.py",
         "test.patch",
         "test.sh",
     ]

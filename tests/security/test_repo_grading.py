@@ -17,10 +17,11 @@ from pathlib import Path
 import pytest
 import repo_attacks
 from redteam import noop_exec_request, noop_mode
-from repo_legacy import legacy_copy, without_marker
+from repo_legacy import LEGACY_RUNNER, legacy_copy, without_marker
 
 from evsys.engine.config import AgentSpec, JobConfig
 from evsys.engine.job import Job
+from evsys.repo import fresh as fresh_grading
 from evsys.repo.materialise import write_task_dir
 from evsys.repo.rows import RepoTask
 from evsys.sandbox import LocalSandbox
@@ -142,3 +143,59 @@ def test_the_code_under_test_runs_as_root_no_more(trials):
     assert uids("legacy", "test_output.txt") == {"0"}  # before: imported by the grader as root
     fresh = uids("fresh", "test_output.txt")
     assert fresh and "0" not in fresh
+
+
+def _calc_neg_job(root: Path, agents: list[str], name: str) -> dict:
+    """agent -> trial of `calc-neg` graded in a fresh sandbox (by whatever runner evsys.repo.fresh places)."""
+    row = next(r for r in calc_rows(*make_calc_repo(root)) if r["instance_id"] == "calc-neg")
+    task_dir = write_task_dir(RepoTask.model_validate(row), root / "rows" / "calc-neg")
+    config = JobConfig(
+        datasets=[task_dir],
+        agents=[AgentSpec(name=agent) for agent in agents],
+        jobs_dir=root / "jobs",
+        job_name=name,
+        n_concurrent=4,
+    )
+    return {t.agent: t for t in asyncio.run(Job(config).run()).trials}
+
+
+IN_PROCESS = ["oracle", "nop", *(f"repo_attacks:{a.__name__}" for a in repo_attacks.IN_PROCESS_ATTACKS)]
+
+
+@pytest.fixture(scope="module")
+def in_process(noop_switch, tmp_path_factory):
+    """grading -> agent -> trial: each in-process attack graded in a fresh sandbox by the runner before
+    hardening ("before", repo_legacy/runner_v1.py) and by today's ("hardened")."""
+    if shutil.which("buildah") is None or shutil.which("bwrap") is None:
+        pytest.skip("image tools missing")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(fresh_grading, "RUNNER", LEGACY_RUNNER)
+        before = _calc_neg_job(tmp_path_factory.mktemp("before"), IN_PROCESS, "before")
+    hardened = _calc_neg_job(tmp_path_factory.mktemp("hardened"), IN_PROCESS, "hardened")
+    return {"before": before, "hardened": hardened}
+
+
+def test_gold_scores_one_with_no_findings_and_no_change_zero_under_the_hardened_runner(in_process):
+    gold, nop = in_process["hardened"]["oracle"], in_process["hardened"]["nop"]
+    assert (gold.reward, gold.integrity) == (1.0, []), (gold.tests_summary, gold.integrity)
+    assert (nop.reward, nop.integrity) == (0.0, [])
+    assert (in_process["before"]["oracle"].reward, in_process["before"]["nop"].reward) == (1.0, 0.0)
+
+
+@pytest.mark.parametrize("attack", [a.__name__ for a in repo_attacks.IN_PROCESS_ATTACKS])
+def test_an_attack_from_inside_pytest_wins_before_hardening_and_scores_zero_with_findings(in_process, attack):
+    agent = f"repo_attacks:{attack}"
+    before, after = in_process["before"][agent], in_process["hardened"][agent]
+    assert before.failure is None and before.reward == 1.0, (before.tests_summary, before.agent_metadata)
+    assert after.failure is None and after.reward == 0.0, after.tests_summary
+    kinds = {finding.kind.value for finding in after.integrity}
+    assert kinds & {"audit_refused", "run_void", "canary_failed", "always_equal"}, after.integrity
+    assert all(finding.source == "repo.runner" for finding in after.integrity)
+    assert "tests/test_calc.py::test_neg" in after.tests_summary  # the unfixed neg() did not pass
+
+
+def test_files_the_change_filter_dropped_are_findings(trials):
+    trial = trials[("fresh", "repo_attacks:ConftestHookwrapper")]
+    assert trial.reward == 0.0
+    assert [(f.kind.value, f.source) for f in trial.integrity] == [("change_dropped", "repo.change")]
+    assert trial.integrity[0].evidence.startswith("conftest.py: ")

@@ -12,7 +12,9 @@ SWE-bench's model, over the `Sandbox` contract (the engine supplies both sandbox
    tree nor the report), the repository last on `sys.path`, outcomes from a report written through a
    descriptor root opened — never from the log;
 4. the host scores the outcomes (`evsys.repo.grade`) and writes `reward.json`, `tests.json`, `change.json`
-   (what was written, deleted and dropped, and why) and `test_output.txt` into the trial's `verifier/`.
+   (what was written, deleted and dropped, and why) and `test_output.txt` into the trial's `verifier/`;
+   the report's `integrity` (`integrity_of`: the runner's findings, and a `change_dropped` finding per file
+   the change filter dropped) goes onto the trial's `TrialResult.integrity`.
 
 No git runs in the sandbox; nothing of the agent's sandbox but its files' contents reaches the grading.
 """
@@ -28,7 +30,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from evsys.records import CopyOutLimits
+from evsys.records import CopyOutLimits, IntegrityFinding, IntegrityKind
 from evsys.repo.cache import RepoCache
 from evsys.repo.change import Entry, Tree, change_patch, compute_change, overlay_tar, read_tree, tree_of_tar
 from evsys.repo.grade import report_from_outcomes, write_report
@@ -37,6 +39,8 @@ from evsys.sandbox.base import HELPER_ENV, Sandbox, SandboxError
 from evsys.sandbox.copyout import CUT_SHOWN
 
 RUNNER = Path(__file__).with_name("runner.py")
+# what runner.py loads beside itself: the hardened pytest process, its audit hook, the canaries
+RUNNER_HELPERS = tuple(Path(__file__).with_name(f"runner_{n}.py") for n in ("child", "guard", "canaries"))
 GRADE_DIR = "/evsys-grade"  # the runner and its config: root's, readable by the test user
 OUT_DIR = "/evsys-grade/out"  # the reports and the log: root's alone (0700)
 TEST_USER = "agent"  # a fresh sandbox's unprivileged user: no process of the agent ever ran as it there
@@ -178,6 +182,8 @@ async def place_for_grading(
     q = shlex.quote(grading.workdir)
     entries = {f"{root}/{path}": entry for path, entry in files.items()}
     entries[GRADE_DIR.lstrip("/") + "/runner.py"] = Entry(RUNNER.read_bytes())
+    for helper in RUNNER_HELPERS:
+        entries[GRADE_DIR.lstrip("/") + "/" + helper.name] = Entry(helper.read_bytes())
     entries[GRADE_DIR.lstrip("/") + "/config.json"] = Entry(json.dumps(grading.config).encode())
     steps = [f"rm -rf {GRADE_DIR}", f"mkdir -p -m 0700 {OUT_DIR}"]
     if whole:
@@ -293,8 +299,31 @@ async def grade_repository(
     finally:
         await _kill_quietly(fresh)
     report = report_from_outcomes(outcomes, grading.config["fail_to_pass"], grading.config["pass_to_pass"])
+    report["integrity"] = dropped_findings(change.dropped) + report["integrity"]
     await asyncio.to_thread(write_report, verifier_dir, report)
     return report
+
+
+def dropped_findings(dropped: dict[str, str]) -> list[dict[str, str]]:
+    """A `change_dropped` finding per file of the agent's change that grading left out (path: reason)."""
+    return [
+        {"kind": IntegrityKind.CHANGE_DROPPED.value, "evidence": f"{path}: {why}", "source": "repo.change"}
+        for path, why in sorted(dropped.items())
+    ]
+
+
+def integrity_of(report: dict) -> list[IntegrityFinding]:
+    """The findings of a grading report (`report["integrity"]`); an unknown kind is kept as `other`."""
+    kinds = {kind.value for kind in IntegrityKind}
+    return [
+        IntegrityFinding(
+            kind=IntegrityKind(f["kind"]) if f.get("kind") in kinds else IntegrityKind.OTHER,
+            evidence=str(f.get("evidence", "")),
+            source=str(f.get("source", "repo.runner")),
+        )
+        for f in report.get("integrity") or []
+        if isinstance(f, dict)
+    ]
 
 
 async def _cause_only(verifier_dir: Path, cause: str) -> dict:

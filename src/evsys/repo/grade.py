@@ -5,7 +5,7 @@ the test log). evsys scores them on the host (`evsys.repo.fresh`); an exported t
 `tests/test.sh` runs this file (as `evsys_grade.py`) in the sandbox after the runner: `evsys_grade.py CONFIG
 OUT_DIR [--cause TEXT]` reads `OUT_DIR/outcomes.json` and writes `reward.json` (`reward` 1.0 iff every
 FAIL_TO_PASS and PASS_TO_PASS test passed) and `tests.json` (every outcome, the failing ids, a one-line
-summary) into OUT_DIR.
+summary, and `integrity`: what the runner saw the tested code try, e.g. a refused audit event) into OUT_DIR.
 """
 
 from __future__ import annotations
@@ -85,6 +85,11 @@ def report_from_outcomes(result: dict, fail_to_pass: list[str], pass_to_pass: li
         causes.append("test ids not found by the test runner: " + ", ".join(sorted(set(missing))))
     if causes:
         report["cause"] = "; ".join(dict.fromkeys(causes))
+    report["integrity"] = [
+        {"kind": str(f.get("kind")), "evidence": str(f.get("evidence")), "source": "repo.runner"}
+        for f in result.get("findings") or []
+        if isinstance(f, dict)
+    ]
     return report
 
 

@@ -4,7 +4,7 @@
                   instruction.md       the problem statement
                   environment/Dockerfile   python:<X>-slim + git + the row's pip packages (no row image)
                   solution/solve.sh + patch.diff   the gold patch (the oracle applies it)
-                  tests/test.patch + config.json + evsys_runner.py + evsys_grade.py   the grading's inputs
+                  tests/test.patch, config.json, evsys_runner[_child].py, evsys_grade.py   grading's inputs
                   tests/test.sh (+ base/ when exported)   the grading in Harbor's one-container model
 
 The gold patch and the test patch live in `solution/` and `tests/`, which reach a sandbox only for the
@@ -29,7 +29,7 @@ from io import BytesIO
 from pathlib import Path
 
 from evsys.repo.cache import RepoCache
-from evsys.repo.fresh import patch_paths, row_test_files
+from evsys.repo.fresh import RUNNER_HELPERS, patch_paths, row_test_files
 from evsys.repo.rows import RepoTask
 from evsys.repo.workspace import METADATA_KEY
 
@@ -181,6 +181,8 @@ def _write_tree(task: RepoTask, out: Path, cache: RepoCache, with_repo: bool) ->
     _write(out / "tests" / "config.json", json.dumps(test_config(task), indent=2) + "\n")
     shutil.copyfile(GRADER, out / "tests" / "evsys_grade.py")
     shutil.copyfile(RUNNER, out / "tests" / "evsys_runner.py")
+    for helper in RUNNER_HELPERS:
+        shutil.copyfile(helper, out / "tests" / f"evsys_{helper.name}")
     if with_repo:
         _write_base_files(task, out / "tests" / "base", cache)
 
@@ -225,7 +227,14 @@ def write_task_dir(
 def materialised_dir(task: RepoTask, root: Path) -> Path:
     """The task directory of `task` under `root`, written unless an identical one is there (content-keyed)."""
     digest = hashlib.sha256(
-        (task.model_dump_json() + GRADER.read_text() + RUNNER.read_text() + _TEST_SH + _SOLVE_SH).encode()
+        "".join(
+            [
+                task.model_dump_json(),
+                *(p.read_text() for p in (GRADER, RUNNER, *RUNNER_HELPERS)),
+                _TEST_SH,
+                _SOLVE_SH,
+            ]
+        ).encode()
     ).hexdigest()[:16]
     out = Path(root) / digest / task.instance_id
     if not (out / "task.toml").is_file():  # content-keyed: one written by another process is the same

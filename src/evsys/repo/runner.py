@@ -5,34 +5,40 @@ strings): this file is copied into the grading sandbox (and into exported task d
 `tests/evsys_runner.py`) and runs with the environment's Python. `runner.py CONFIG OUT_DIR [--user NAME]`,
 started as root:
 
-- for each chunk of the listed ids it opens `OUT_DIR/.report-N` (OUT_DIR is root's, mode 0700) and starts the
-  test command as `NAME` (no supplementary groups, HOME in a fresh private directory) with that file as an
-  inherited descriptor — the test user can write only through it, never open it by path;
-- the test command's `python -m pytest` / `pytest` becomes `python runner.py --child FD CONFIG ...`: pytest
-  runs with this file's directory (root's) first on `sys.path` and the repository last, so nothing in the
-  tree shadows pytest, its plugins or the standard library, and a reporting plugin (below) is registered
-  directly (no entry point, no `-p`, nothing a nested pytest inherits);
-- when pytest's process exits, the report is read from the descriptor (what anything writes later is never
-  read); exactly one report per run is accepted — a second one (an `atexit` hook, a forked daemon) voids
-  the run's outcomes;
-- `OUT_DIR/outcomes.json` gets the outcomes, the ids the runner did not find, and the runs' log (kept for
-  reading only: outcomes never come from the log).
+- it plants canaries (runner_canaries.py): tests of its own, named like their neighbours, placed among the
+  row's tests in the row's test files, some that must fail and some that must pass; one that comes out
+  wrong voids the run;
+- for each chunk of the listed ids it starts the test command as `NAME` (no supplementary groups, HOME in a
+  fresh private directory), its `python -m pytest` / `pytest` replaced by `runner_child.py` (the hardened
+  pytest process: see there). The ids (canaries shuffled in), a pipe's write end and a fresh key go to it on
+  stdin — nothing in its argv, environment or files; its output goes to a log it can only write;
+- the report comes back through the pipe while the child runs: lines signed with the key, one per test
+  phase and per refused audit event, ending in the runner's own last line. A line not signed, a phase
+  reported twice, a call reported passed that raised, pytest's machinery replaced, no last line (an early
+  `os._exit` / `sys.exit`, a kill) or anything after it voids the run's outcomes (`Void`);
+- `OUT_DIR/outcomes.json` gets the outcomes, the ids the runner did not find, the causes, the findings
+  (`audit_refused`, `always_equal`, `canary_failed`, `run_void`: {"kind", "evidence"}), and the runs' log is
+  kept for reading only (outcomes never come from the log).
 
 An XFAIL counts only when it came from an `xfail` marker or from a `pytest.xfail()` call in a test file (the
 config's `test_files`, or a `conftest.py`); one raised from anywhere else (the code under test) is recorded as
 `XFAIL_OUTSIDE_TESTS`.
 """
 
+import hashlib
+import hmac
+import importlib.util
 import json
 import os
+import random
 import re
+import select
 import shlex
 import subprocess
 import sys
 import tempfile
 from typing import Any
 
-REPORT_MARK = "evsys-report-v1"
 MAX_REPORT_BYTES = 32 << 20
 MAX_LOG_BYTES = 8 << 20
 _NOT_FOUND = re.compile(r"ERROR: (?:not found|file or directory not found): (\S+)")
@@ -42,102 +48,153 @@ _PYTEST_CMD = re.compile(
     re.S,
 )
 HERE = os.path.dirname(os.path.abspath(__file__))
+CHILD = os.path.join(HERE, os.path.basename(__file__).replace("runner.py", "runner_child.py"))
 
 
-class Reporter:
-    """The pytest plugin of the child: per-test outcomes, written once at the end of the session."""
+def _sibling(name: str) -> "Any":
+    """A helper module beside this file (`runner_X.py`; `evsys_runner_X.py` in an exported directory)."""
+    path = os.path.join(HERE, os.path.basename(__file__).replace("runner.py", name))
+    spec = importlib.util.spec_from_file_location("evsys_" + name[:-3], path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
-    def __init__(self, fd: int, trusted: "set[str]", root: str) -> None:
-        self.fd, self.trusted, self.root = fd, trusted, root
-        self.outcomes: dict[str, str] = {}
-        self.untrusted_xfail: set[str] = set()
 
-    def _xfail_is_trusted(self, excinfo: "Any") -> bool:
-        """Whether the `pytest.xfail()` call was made from a test file (the caller of xfail's frame)."""
-        entries = list(excinfo.traceback)
-        caller = str(entries[-2].path) if len(entries) >= 2 else ""
-        rel = os.path.relpath(caller, self.root) if caller.startswith(self.root + os.sep) else caller
-        return rel in self.trusted or os.path.basename(rel) == "conftest.py"
+canaries = _sibling("runner_canaries.py")
+PHASES = ("setup", "call", "teardown")
+PASSING_CALL = ("PASSED", "XPASS")
 
-    def pytest_runtest_makereport(self, item: "Any", call: "Any") -> None:
-        """Note xfails raised by a `pytest.xfail()` call outside the test files."""
-        import pytest
 
-        excinfo = call.excinfo
-        if excinfo is not None and isinstance(excinfo.value, pytest.xfail.Exception):
-            if not self._xfail_is_trusted(excinfo):
-                self.untrusted_xfail.add(item.nodeid)
+class Void(Exception):
+    """The run's report cannot be trusted: its outcomes are void (the message says why)."""
 
-    def pytest_runtest_logreport(self, report: "Any") -> None:
-        """The outcome of a test from its setup, call and teardown reports."""
-        nodeid, current = report.nodeid, self.outcomes.get(report.nodeid)
-        wasxfail = hasattr(report, "wasxfail")
-        if report.when == "teardown":
-            if report.failed:
-                self.outcomes[nodeid] = "ERROR"
+
+class Report:
+    """A run's verified report: outcomes, findings ({"kind", "evidence"}) and, for a void run, why."""
+
+    def __init__(self) -> None:
+        self.phases: dict[str, dict[str, str | None]] = {}
+        self.findings: list[dict[str, str]] = []
+        self.armed: dict[str, str | None] = {}  # test -> what its function raised ("" until it returned)
+        self.marks: dict[str, str] = {}  # test -> an outcome that overrides pytest's (ALWAYS_EQUAL...)
+
+    def outcome(self, body: dict) -> None:
+        """One test phase. Tampering: a phase reported twice; a call of an armed test reported without its
+        witness line, or reported passed while its function raised; a foreign hook implementation."""
+        test, when, status = str(body.get("test")), body.get("when"), body.get("status")
+        phases = self.phases.setdefault(test, {})
+        if when not in PHASES or when in phases:
+            raise Void(f"{test}: its {when} phase was reported twice (or is unknown)")
+        phases[str(when)] = None if status is None else str(status)
+        if when != "call":
             return
-        if report.when == "setup" and report.failed:
-            status = "ERROR"
-        elif report.when == "setup" and report.passed:
-            return
-        elif wasxfail and report.skipped:
-            status = "XFAIL_OUTSIDE_TESTS" if nodeid in self.untrusted_xfail else "XFAIL"
-        elif wasxfail and report.passed:
-            status = "XPASS"
-        else:
-            status = {"passed": "PASSED", "failed": "FAILED", "skipped": "SKIPPED"}[report.outcome]
-        if current != "ERROR":
-            self.outcomes[nodeid] = status
+        if body.get("tampered"):
+            raise Void(f"{test}: {body['tampered']}")
+        raised = self.armed.get(test, None)
+        if raised == "":
+            raise Void(f"{test}: its call was reported, but its test function never returned or raised")
+        if status in PASSING_CALL and raised is not None and raised != "None":
+            raise Void(f"{test}: reported {status} though its test function raised {raised}")
 
-    def pytest_sessionfinish(self, session: "Any") -> None:
-        """Write the report through the descriptor, once."""
-        data = json.dumps({"mark": REPORT_MARK, "outcomes": self.outcomes}).encode() + b"\n"
-        if self.fd >= 0:
-            os.write(self.fd, data)
-            os.close(self.fd)
-            self.fd = -1
+    def arm(self, body: dict) -> None:
+        """The test's function is about to be called through the witness."""
+        test = str(body.get("test"))
+        if test in self.armed:
+            raise Void(f"{test}: armed twice")
+        self.armed[test] = ""
+
+    def witness(self, body: dict) -> None:
+        """What the test's function raised (None: it returned)."""
+        test = str(body.get("test"))
+        if self.armed.get(test) != "":
+            raise Void(f"{test}: a witness line for a call that was not armed, or a second one")
+        self.armed[test] = str(body.get("raised"))
+
+    def ready(self, body: dict) -> None:
+        """pytest is set up (the audit hook took its snapshot of pytest's machinery)."""
+
+    def refused(self, text: str) -> None:
+        """An audit event the runner's hook refused."""
+        self.findings.append({"kind": "audit_refused", "evidence": text})
+
+    def tampered(self, text: str) -> None:
+        """pytest's or the runner's machinery was replaced."""
+        raise Void(text)
+
+    def equal(self, body: dict) -> None:
+        """An assertion operand that equals anything: its test does not pass."""
+        self.marks[str(body.get("test"))] = "ALWAYS_EQUAL"
+        self.findings.append({"kind": "always_equal", "evidence": str(body.get("evidence"))})
+
+    def xfail_outside(self, body: dict) -> None:
+        """A `pytest.xfail()` raised outside the test files: not the gold run's XFAIL."""
+        self.marks.setdefault(str(body.get("test")), "XFAIL_OUTSIDE_TESTS")
+
+    def outcomes(self) -> "dict[str, str]":
+        """Each test's outcome: an error in setup or teardown wins, then the call's (or setup's skip)."""
+        result = {}
+        for test, phases in self.phases.items():
+            statuses = [phases.get(when) for when in PHASES]
+            if "ERROR" in (statuses[0], statuses[2]):
+                result[test] = "ERROR"
+            elif statuses[1] is not None or statuses[0] is not None:
+                result[test] = statuses[1] or statuses[0]  # type: ignore[assignment]
+            mark = self.marks.get(test)
+            if mark == "ALWAYS_EQUAL" or (mark and result.get(test) == "XFAIL"):
+                result[test] = mark
+        return result
 
 
-def child(argv: "list[str]") -> int:
-    """`runner.py --child FD CONFIG [pytest args...]`: pytest with the reporter, the tree last on sys.path."""
-    fd, config = int(argv[2]), json.loads(open(argv[3]).read())
-    os.set_inheritable(fd, False)  # nothing the tests start inherits it
-    root = config["root"]
-    drop = {"", ".", os.getcwd(), root}
-    sys.path[:] = [p for p in sys.path if p not in drop]
-    sys.path.append(root)
-    import pytest
+def verify_report(data: bytes, key: bytes, exit_code: int, report: Report) -> Report:
+    """`report` filled from the run's lines (`MAC SEQ KIND TEXT`: HMAC-SHA256 with `key`, numbered from 0),
+    ending in the runner's own last line (`finish EXIT COUNT`) and nothing after it. `Void` when any of that
+    does not hold (what came before stays in `report`: its findings count)."""
+    lines = [line for line in data.splitlines() if line.strip()]
+    for seq, line in enumerate(lines):
+        mac, _, signed = line.partition(b" ")
+        good = hmac.new(key, signed, hashlib.sha256).hexdigest().encode()
+        number, kind, text = ([*signed.decode("utf-8", "replace").split(" ", 2), "", ""])[:3]
+        if not hmac.compare_digest(good, mac) or number != str(seq):
+            raise Void("a report line not written by the runner (forged or garbled)")
+        if kind == "finish":
+            if seq != len(lines) - 1 or text != f"{exit_code} {seq}":
+                raise Void("the run went on after the runner's last report line")
+            return report
+        _apply(report, kind, text)
+    raise Void("the test run ended before the runner finished (an early exit, a kill or a crash)")
 
-    trusted = set(config.get("test_files", []))
-    return int(pytest.main(argv[4:], plugins=[Reporter(fd, trusted, root)]))
+
+def _apply(report: Report, kind: str, text: str) -> None:
+    """One signed line that is not the last."""
+    if kind in TEXT_LINES:
+        TEXT_LINES[kind](report, text)
+        return
+    try:
+        body = json.loads(text)
+        assert isinstance(body, dict)
+    except (ValueError, AssertionError):
+        raise Void(f"a {kind} line that does not parse") from None
+    handler = JSON_LINES.get(kind)
+    if handler is None:
+        raise Void(f"an unknown report line {kind!r}")
+    handler(report, body)
 
 
-def child_command(test_cmd: str, fd: int, config_path: str) -> str:
-    """The test command with its pytest invocation replaced by this file's child mode."""
+TEXT_LINES = {"refused": Report.refused, "tampered": Report.tampered}
+JSON_LINES = {"outcome": Report.outcome, "armed": Report.arm, "raised": Report.witness, "ready": Report.ready}
+JSON_LINES.update({"always_equal": Report.equal, "xfail_outside": Report.xfail_outside})
+
+
+def child_command(test_cmd: str) -> str:
+    """The test command with its pytest invocation replaced by the hardened child (runner_child.py): no
+    descriptor, config or test id in its argv (they come on its stdin)."""
     match = _PYTEST_CMD.match(test_cmd.strip())
     if match is None:
         raise SystemExit(f"test_cmd is not a pytest command this grader can run: {test_cmd!r}")
     python = match.group("python") or "python"
-    runner = shlex.quote(os.path.abspath(__file__))
-    own = f"exec {python} {runner} --child {fd} {shlex.quote(config_path)}"
+    own = f"exec {python} {shlex.quote(CHILD)}"
     return (match.group("prefix") or "") + own + match.group("args")
-
-
-def read_report(fd: int) -> "tuple[dict[str, str] | None, str]":
-    """The one report in the descriptor's file (None and why when there is none, or more than one)."""
-    data = os.pread(fd, MAX_REPORT_BYTES, 0)
-    lines = [line for line in data.splitlines() if line.strip()]
-    if not lines:
-        return None, "the test run wrote no report (it crashed or was killed)"
-    if len(lines) > 1:
-        return None, "more than one report was written during the test run (tampering): outcomes void"
-    try:
-        report = json.loads(lines[0])
-        outcomes = report["outcomes"]
-        assert report["mark"] == REPORT_MARK and isinstance(outcomes, dict)
-    except (ValueError, KeyError, TypeError, AssertionError):
-        return None, "the test run's report is malformed: outcomes void"
-    return {str(k): str(v) for k, v in outcomes.items()}, ""
 
 
 class Runs:
@@ -150,6 +207,9 @@ class Runs:
         self.causes: list[str] = []
         self.log = open(os.path.join(out, "test_output.txt"), "wb")
         self.count = 0
+        self.findings: list[dict[str, str]] = []
+        self.rng = random.SystemRandom()
+        self.canaries = canaries.plant_canaries(self.config["root"], _canary_files(self.config), self.rng)
         self.home = tempfile.mkdtemp(prefix="evsys-test-home-")
         if user is not None:
             import pwd
@@ -165,27 +225,56 @@ class Runs:
         os.setuid(self.uid)
 
     def run(self, ids: "list[str]") -> "tuple[dict[str, str], str]":
-        """One run of the test command on `ids`: (outcomes, log text)."""
+        """One run of the test command on `ids` (and the canaries): (outcomes, log text). The ids, the
+        report's descriptor and the run's key go to the child on its stdin; its report comes back through
+        a pipe only this process reads."""
         self.count += 1
-        report = os.open(os.path.join(self.out, f".report-{self.count}"), os.O_RDWR | os.O_CREAT, 0o600)
-        log = tempfile.TemporaryFile(dir=self.out)
-        command = child_command(self.config["test_cmd"], report, self.config_path)
-        argv = ["/bin/bash", "-c", command + " " + shlex.join(ids)]
+        key, (report, ours) = os.urandom(32), os.pipe()
+        log_path = os.path.join(self.out, f".log-{self.count}")
+        run_ids = list(ids) + sorted(self.canaries)
+        self.rng.shuffle(run_ids)
+        setup = {"ids": run_ids, "root": self.config["root"], "fd": ours, "key": key.hex()}
+        setup["test_files"] = sorted({*self.config.get("test_files", []), *_canary_files(self.config)})
+        command = child_command(self.config["test_cmd"])
         env = {**os.environ, "HOME": self.home, "PYTHONDONTWRITEBYTECODE": "1"}
-        root = self.config["root"]
-        proc = subprocess.Popen(
-            argv, cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            pass_fds=[report], preexec_fn=self._drop if self.user else None,
-        )  # fmt: skip
-        proc.wait()  # pytest's own process: whatever it left behind is not waited for, nor read
-        outcomes, cause = read_report(report)
-        os.close(report)
-        text = os.pread(log.fileno(), MAX_LOG_BYTES, 0).decode("utf-8", "replace")
-        log.close()
-        self.log.write(f"$ {shlex.join(argv)}\n{text}\n".encode())
-        if cause:
-            self.causes.append(cause)
-        return outcomes or {}, text
+        with open(log_path, "wb") as log:  # the child's output: write-only for it
+            proc = subprocess.Popen(
+                ["/bin/bash", "-c", command], cwd=self.config["root"], env=env, stdin=subprocess.PIPE,
+                stdout=log, stderr=subprocess.STDOUT, pass_fds=[ours],
+                preexec_fn=self._drop if self.user else None,
+            )  # fmt: skip
+        os.close(ours)
+        data = _collect(proc, report, json.dumps(setup).encode())
+        with open(log_path, "rb") as log:
+            text = log.read(MAX_LOG_BYTES).decode("utf-8", "replace")
+        self.log.write(f"$ {command}\n{text}\n".encode())
+        verified, start = Report(), len(self.findings)
+        try:
+            outcomes = verify_report(data, key, proc.returncode, verified).outcomes()
+            self._check_canaries(outcomes)
+        except Void as exc:
+            self.void(str(exc))
+            return {}, text
+        finally:
+            self.findings[start:start] = verified.findings  # before this run's void, if any
+        return {t: s for t, s in outcomes.items() if t not in self.canaries}, text
+
+    def _check_canaries(self, outcomes: "dict[str, str]") -> None:
+        """`Void` when a canary came out other than it must."""
+        wrong = {
+            t: outcomes.get(t, "NOT_RUN") for t, must in self.canaries.items() if outcomes.get(t) != must
+        }
+        if wrong:
+            test, got = sorted(wrong.items())[0]
+            self.findings.append(
+                {"kind": "canary_failed", "evidence": f"{test}: {got}, must be {self.canaries[test]}"}
+            )
+            raise Void(f"a canary test came out wrong ({test}: {got}, must be {self.canaries[test]})")
+
+    def void(self, why: str) -> None:
+        """A run whose outcomes are void: the cause and a finding."""
+        self.causes.append(f"the test run is void: {why}")
+        self.findings.append({"kind": "run_void", "evidence": why})
 
     def run_chunk(self, ids: "list[str]") -> "tuple[dict[str, str], list[str]]":
         """Run one chunk; ids the runner did not find are dropped and the rest run again. Returns the
@@ -223,12 +312,47 @@ class Runs:
         return still
 
 
+def _canary_files(config: dict) -> "list[str]":
+    """The test files the listed ids name (where canaries go)."""
+    ids = config["fail_to_pass"] + config["pass_to_pass"]
+    return sorted({i.split("::", 1)[0] for i in ids if "::" in i and i.split("::", 1)[0].endswith(".py")})
+
+
+def _collect(proc: "subprocess.Popen[bytes]", report: int, setup: bytes) -> bytes:
+    """Send the setup, then read the report pipe until the child exits (and what it wrote by then); what
+    a process it left behind writes later is never read."""
+    try:
+        assert proc.stdin is not None
+        proc.stdin.write(setup)
+        proc.stdin.close()
+    except BrokenPipeError:
+        pass
+    os.set_blocking(report, False)
+    chunks: list[bytes] = []
+    size, done = 0, False
+    while not done and size <= MAX_REPORT_BYTES:
+        done = proc.poll() is not None  # read once more after the exit
+        select.select([report], [], [], 0.2)
+        while size <= MAX_REPORT_BYTES:
+            try:
+                chunk = os.read(report, 1 << 16)
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+    proc.wait()
+    os.close(report)
+    return b"".join(chunks) if size <= MAX_REPORT_BYTES else b"oversized"
+
+
 def main(argv: "list[str]") -> int:
-    """`runner.py CONFIG OUT_DIR [--user NAME]` (as root), or the child mode."""
-    if len(argv) > 1 and argv[1] == "--child":
-        return child(argv)
+    """`runner.py CONFIG OUT_DIR [--user NAME]` (as root)."""
     config_path, out = argv[1], argv[2]
     user = argv[4] if len(argv) > 4 and argv[3] == "--user" else None
+    if user is not None:
+        os.chmod(config_path, 0o600)  # the test ids are the runner's: the test user never reads them
     runs = Runs(config_path, out, user)
     config = runs.config
     ids = list(dict.fromkeys(config["fail_to_pass"] + config["pass_to_pass"]))
@@ -240,7 +364,9 @@ def main(argv: "list[str]") -> int:
         missing += gone
     missing = runs.recover_truncated(missing)
     runs.log.close()
-    result = {"outcomes": runs.outcomes, "missing": sorted(set(missing)), "causes": runs.causes}
+    result: dict[str, Any] = {"outcomes": runs.outcomes, "missing": sorted(set(missing))}
+    result["causes"] = runs.causes
+    result["findings"] = runs.findings
     tmp = os.path.join(out, ".outcomes.json.tmp")
     with open(tmp, "w") as f:
         json.dump(result, f)

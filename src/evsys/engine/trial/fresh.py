@@ -21,7 +21,14 @@ from pathlib import Path
 from evsys.engine.trial.state import TrialState
 from evsys.engine.trial.verifier import VERIFIER_GRACE_SEC, collect_logs, score
 from evsys.records import FailureCause, SandboxSpec
-from evsys.repo.fresh import PreparedTree, RepoGrading, RepoGradingError, grade_repository, prepare_grading
+from evsys.repo.fresh import (
+    PreparedTree,
+    RepoGrading,
+    RepoGradingError,
+    grade_repository,
+    integrity_of,
+    prepare_grading,
+)
 from evsys.repo.materialise import FRESH_SANDBOX, GRADING_KEY
 from evsys.repo.workspace import task_workspace
 from evsys.sandbox.base import Sandbox, SandboxError
@@ -164,7 +171,10 @@ async def _graded(state: TrialState, prep: asyncio.Task[GradingSandbox], vctx: V
     try:
         sandbox = state.slots.as_sandbox(graded.slot)
         agent_sandbox = state.require_sandbox()
-        await grade_repository(agent_sandbox, sandbox, graded.grading, vctx.verifier_dir, graded.prepared)
+        report = await grade_repository(
+            agent_sandbox, sandbox, graded.grading, vctx.verifier_dir, graded.prepared
+        )
+        vctx.integrity.extend(integrity_of(report))  # onto TrialResult.integrity when scored
         reusable = True
     finally:
         await state.slots.release(graded.slot, reusable=reusable)
