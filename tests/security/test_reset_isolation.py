@@ -20,6 +20,7 @@ from sandbox_fingerprint import (
 from evsys.records import FileCopy, SandboxSpec
 from evsys.sandbox import LocalSandbox, SandboxError
 from evsys.sandbox.pool import SandboxPool
+from evsys.util.tarsafe import tar_of
 
 MQ = (
     "python3 -c \"import ctypes, os; rt = ctypes.CDLL('librt.so.1', use_errno=True); "
@@ -190,6 +191,21 @@ async def test_after_a_hostile_trial_a_reset_sandbox_is_indistinguishable_from_a
     assert "prlimit another: 0" in attempts and "prlimit pid 1: 1" in attempts
     assert "prlimit64 pid 1 + 2**32: -1" in attempts
     assert set(PARTS) - CHANGED_BY_HOSTILE >= {"mounts", "names", "inherited", "agent"}
+    sb = await handover.next(sb)
+    assert differences(fresh, await fingerprint(sb)) == {}
+
+
+async def test_a_verification_run_leaves_nothing_a_reset_carries_over(sb, handover, tmp_path):
+    """The run seals the sandbox's own /tests (an empty read-only mount); the next trial must not find it."""
+    fresh = await fingerprint(sb)
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test.sh").write_text("#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n")
+    tests = tar_of(tmp_path / "tests", ".")
+    ran = await sb.run_verifier(
+        ["/bin/bash", "/tests/test.sh"], tests=tests, output_file="/logs/verifier/out.txt", user="root"
+    )
+    assert ran.exit_code == 0
+    assert "mounts" in differences(fresh, await fingerprint(sb))  # positive control: the seal is there
     sb = await handover.next(sb)
     assert differences(fresh, await fingerprint(sb)) == {}
 
