@@ -74,3 +74,8 @@ def test_an_unknown_task_name_is_refused_naming_the_known_ones(tmp_path: Path) -
             runner.require_tasks(["create-fil"])
     finally:
         runner.close()
+
+
+def test_a_name_that_is_no_dataset_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="neither a task directory"):
+        EpisodeRunner(str(tmp_path / "no-such-tasks"), jobs_dir=tmp_path)

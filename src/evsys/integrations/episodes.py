@@ -39,7 +39,9 @@ from evsys.engine.episodes.protocol import (
     ServeError,
 )
 from evsys.engine.episodes.service import ServeService, ServeSettings, Session, build_service
+from evsys.engine.sources import resolve_tasks
 from evsys.records import IntegrityPolicy, Trajectory, TrialResult
+from evsys.task.loader import TaskSet
 from evsys.trajectory.integrity import JudgedReward, integrity_policy, judged_reward
 from evsys.util.atexit_close import close_at_exit
 from evsys.util.registry import did_you_mean
@@ -56,15 +58,16 @@ def default_job_name(prefix: str) -> str:
 class EpisodeRunner:
     """Tasks of one dataset served as episodes on a private event loop; thread-safe, blocking methods.
 
-    `dataset` is anything `evsys run` takes (a task directory, a directory of tasks, a Python-task or
-    repository-row file). `harness` (with `model`, `base_url`) makes every episode a harness episode: the
+    `dataset` is one dataset as `evsys run` takes it (a task directory, a directory of tasks, a Python-task
+    or repository-row file, `NAME@VERSION`, a `TaskSet`); a missing path is refused naming what was looked
+    for. `harness` (with `model`, `base_url`) makes every episode a harness episode: the
     harness runs its own loop against `model` through evsys's recording proxy. `integrity` is what a trial
     with integrity findings is worth to the trainer (`judged()`): "zero" (the default), "screen" or "flag".
     """
 
     def __init__(
         self,
-        dataset: Path | str,
+        dataset: Path | str | TaskSet,
         *,
         jobs_dir: Path | str = "jobs",
         job_name: str | None = None,
@@ -95,7 +98,7 @@ class EpisodeRunner:
         name = job_name or default_job_name("episodes")
         try:
             self.service: ServeService = self.call(
-                self._start(Path(dataset), name, Path(jobs_dir), sandbox, model, base_url)
+                self._start(dataset, name, Path(jobs_dir), sandbox, model, base_url)
             )
         except BaseException:
             self._stop_loop()
@@ -103,11 +106,23 @@ class EpisodeRunner:
         close_at_exit(self.close)  # a runner left open still finishes its job (result.json complete)
 
     async def _start(
-        self, dataset: Path, name: str, jobs_dir: Path, sandbox: str, model: str | None, base_url: str | None
+        self,
+        dataset: Path | str | TaskSet,
+        name: str,
+        jobs_dir: Path,
+        sandbox: str,
+        model: str | None,
+        base_url: str | None,
     ) -> ServeService:
+        source = await resolve_tasks(dataset)  # a path, a TaskSet or NAME@VERSION, as `evsys run` takes
+        if len(source.paths) != 1:
+            raise ValueError(
+                "an episode runner serves one dataset: a task directory or a directory of them, a dataset "
+                "directory or rows file, NAME@VERSION or a TaskSet (Python tasks in memory: save them first)"
+            )
         service = await asyncio.to_thread(
             build_service,
-            dataset,
+            source.paths[0],
             self.settings,
             job_name=name,
             jobs_dir=jobs_dir,
