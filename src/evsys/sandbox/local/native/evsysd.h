@@ -211,6 +211,7 @@ int sys_fsconfig(int fd, unsigned cmd, const char *key, const char *value);
 int sys_fsconfig_fd(int fd, const char *key, int value); /* FSCONFIG_SET_FD */
 int sys_fsmount(int fd, unsigned attrs);
 int sys_move_mount(int from_dfd, const char *from, int to_dfd, const char *to, unsigned flags);
+int make_readonly(const char *path); /* MOUNT_ATTR_RDONLY on the mount at path, nothing else, no recursion */
 int detached(const char *fs, const char *options, unsigned attrs); /* a detached mount's fd, or -1 */
 
 /* ---- the verifier's private places (verifier.c) */

@@ -1,5 +1,5 @@
 /* The new mount API (glibc 2.36 has wrappers, older ones do not: call the kernel directly), used by the reset
- * helper (reset.c) and by the verifier's private mounts (verifier.c). */
+ * helper (reset.c), the setup step (setup.c) and the verifier's private mounts (verifier.c). */
 #include "evsysd.h"
 
 #include <fcntl.h>
@@ -22,6 +22,11 @@ int sys_fsmount(int fd, unsigned attrs) { return (int)syscall(SYS_fsmount, fd, F
 int sys_move_mount(int from_dfd, const char *from, int to_dfd, const char *to, unsigned flags)
 {
     return (int)syscall(SYS_move_mount, from_dfd, from, to_dfd, to, flags);
+}
+int make_readonly(const char *path)
+{
+    struct mount_attr ro = {.attr_set = MOUNT_ATTR_RDONLY};
+    return (int)syscall(SYS_mount_setattr, AT_FDCWD, path, 0, &ro, sizeof ro);
 }
 
 /* a detached filesystem instance: fsopen, the options (key=value, comma-separated), create, fsmount */

@@ -290,8 +290,7 @@ static int rebuild_dev(const fresh_t *fs, const mnt_t *mounts, int n, int dev_id
     }
     if (attach(fs->shm, NEW_ROOT "/dev/shm", 01777) != 0)
         return 127;
-    struct mount_attr ro = {.attr_set = MOUNT_ATTR_RDONLY};
-    if (syscall(SYS_mount_setattr, AT_FDCWD, NEW_ROOT "/dev", 0, &ro, sizeof ro) != 0)
+    if (make_readonly(NEW_ROOT "/dev") != 0)
         return fail("cannot make read-only", "/dev");
     return 0;
 }

@@ -16,8 +16,9 @@
  *   joinnet=<path>        join the network namespace at path instead (a pod member joins its owner's: here,
  *                         on the host, since from inside the sandbox's user namespace it could not);
  *   keep-sys              keep the host's /sys in the private mount namespace (a bind's source is below it).
- * Then it makes a private mount namespace (without the host's /sys), mounts a tmpfs of the storage size on the mount point and the overlay
- * (lower = idmapped clones of the cached layers showing the agent's files as <agent uid>, idmap.c; upper = that
+ * Then it makes a private mount namespace (without the host's /sys), covers each host device node bwrap's
+ * `--dev` binds into the sandbox with a read-only bind of itself (below), mounts a tmpfs of the storage size
+ * on the mount point and the overlay (lower = idmapped clones of the cached layers showing the agent's files as <agent uid>, idmap.c; upper = that
  * tmpfs) at <mount point>/merged, joins a user namespace owned by <agent uid> that maps every id to itself (so
  * per-user kernel quotas are counted per sandbox, idmap.c), and execs argv (bwrap). A failure is written to
  * the report fd (closed on exec, so the spawner reads EOF on success) and the exit code is 127. The spawner starts this with
@@ -104,6 +105,27 @@ static int new_netns(void)
     return 0;
 }
 
+/* The host device nodes bwrap's `--dev` binds into the sandbox's /dev (from this namespace's /dev). Root in the
+ * sandbox is host uid 0 (the user namespace is an identity map) and owns them: on a writable mount its chmod,
+ * chown or utimes would change the host's own /dev/null. Here each is covered by a bind of itself made
+ * read-only (MOUNT_ATTR_RDONLY alone: not nodev, so the devices still open, read and write: the kernel takes no
+ * write access on the mount of a device file it opens). bwrap's binds copy the flag, and copying this namespace
+ * into the sandbox's user namespace locks it: nothing inside can make them writable again, and a reset moves
+ * these binds into the new /dev as they are (reset.c). Private to this namespace: the host's /dev is untouched. */
+static const char *const DEV_NODES[] = {"/dev/null",   "/dev/zero",    "/dev/full",
+                                         "/dev/random", "/dev/urandom", "/dev/tty"};
+
+static int readonly_dev_nodes(void)
+{
+    for (size_t k = 0; k < sizeof DEV_NODES / sizeof *DEV_NODES; k++) {
+        if (mount(DEV_NODES[k], DEV_NODES[k], NULL, MS_BIND, NULL) != 0)
+            return report("cannot bind the device node", DEV_NODES[k]);
+        if (make_readonly(DEV_NODES[k]) != 0)
+            return report("cannot make read-only the device node", DEV_NODES[k]);
+    }
+    return 0;
+}
+
 static int setup_item(const char *item)
 {
     if (strncmp(item, "set=", 4) == 0 || strncmp(item, "try=", 4) == 0)
@@ -166,6 +188,8 @@ int setup_main(int argc, char **argv)
      * point, or one this namespace may not unmount (a container's), it stays. */
     if (!keep_sys)
         umount2("/sys", MNT_DETACH);
+    if (readonly_dev_nodes() != 0)
+        return 127;
     char opts[8192], upper[4096], work[4096], merged[4096], mapped[4096];
     snprintf(opts, sizeof opts, "size=%s,mode=755", storage);
     if (mount("evsys-storage", mount_point, "tmpfs", MS_NOSUID | MS_NODEV, opts) != 0)
