@@ -150,11 +150,13 @@ def _job_name() -> str:
 
 
 def _loop_kwargs(
-    max_turns: int, max_tokens: int, temperature: float, system_prompt: str | None
+    max_turns: int, max_tokens: int, temperature: float, system_prompt: str | None, seed: int | None
 ) -> dict[str, Any]:
     kwargs: dict[str, Any] = {"max_turns": max_turns, "max_tokens": max_tokens, "temperature": temperature}
     if system_prompt is not None:
         kwargs["system_prompt"] = system_prompt
+    if seed is not None:
+        kwargs["seed"] = seed
     return kwargs
 
 
@@ -191,6 +193,7 @@ async def plan_rollouts(
     integrity: IntegrityPolicy | str = IntegrityPolicy.ZERO,
     by_task: bool = False,
     verifier_timeout_sec: float | None = None,
+    seed: int | None = None,
 ) -> RolloutPlan:
     """The job that rolls out every item `num_samples` times, not started yet (`run_rollouts` runs it).
 
@@ -213,14 +216,16 @@ async def plan_rollouts(
     each task's group finishes early (`stream_rollouts`). `verifier_timeout_sec` bounds every task's verifier
     (test script, function, rubric, LLM judge) in place of its own limit (a Python task's default:
     `PYTHON_VERIFIER_TIMEOUT_SEC`, 120 s; a task directory's `[verifier] timeout_sec`); a verifier past it
-    makes that sample `verifier_timeout`, and the others go on.
+    makes that sample `verifier_timeout`, and the others go on. `seed` makes sampling reproducible: sample i
+    (attempt i + 1) of every item samples with its own seed derived from it (evsys.engine.trial.agent
+    `attempt_seed`), so a group's samples differ and the same (seed, sample) gives the same text again.
     """
     if num_samples < 1:
         raise ValueError(f"num_samples must be >= 1, got {num_samples}")
     if advantage not in ADVANTAGE_METHODS:
         raise ValueError(f"advantage must be one of {', '.join(ADVANTAGE_METHODS)}, got {advantage!r}")
     scoring = (advantage, integrity_policy(integrity))
-    kwargs = _loop_kwargs(max_turns, max_tokens, temperature, system_prompt)
+    kwargs = _loop_kwargs(max_turns, max_tokens, temperature, system_prompt, seed)
     spec, factory = _agent_spec(agent, model, kwargs)
     # validated once, as the executor's options_model; an unknown name is refused
     where = ExecutorSpec.model_validate({"name": executor, "options": executor_options})
