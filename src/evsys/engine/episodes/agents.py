@@ -58,7 +58,8 @@ class EpisodeAgent(Agent):
 class ServedAgent(EpisodeAgent):
     """The agent phase of a served episode: runs the client's tool calls (the built-in tools and the task's
     MCP servers' `mcp__<server>__<tool>`, started in the sandbox as `evsys run -a loop` starts them) until
-    submit or the step limit."""
+    submit or the step limit. A multi-step task runs it once per step: `next_run` is set to the next step's
+    instruction when it starts again after a submit."""
 
     name = SERVED_AGENT
     version = __version__
@@ -67,6 +68,7 @@ class ServedAgent(EpisodeAgent):
         self.limits = limits
         loop = asyncio.get_running_loop()
         self.ready: asyncio.Future[None] = loop.create_future()
+        self.next_run: asyncio.Future[str] = loop.create_future()
         self.requests: asyncio.Queue[_Request | str] = asyncio.Queue()
         self.steps = 0
         self.left = asyncio.Event()
@@ -76,7 +78,10 @@ class ServedAgent(EpisodeAgent):
         """Nothing to install: the tools run through the sandbox's exec daemon."""
 
     async def run(self, instruction: str, sandbox: Sandbox, ctx: AgentContext) -> AgentResult:
-        """Execute requests as they arrive; return at submit or at the step limit."""
+        """Execute requests as they arrive; return at submit or at the step limit (at once for a later step
+        of a multi-step task when the limit was reached before it)."""
+        if self.steps >= self.limits.max_steps:
+            return AgentResult(metadata={"steps": self.steps, "ended_by": "max_steps"})
         workdir = ctx.task.environment.workdir or "/"
         limits = self.limits
         tools = SandboxTools(
@@ -98,9 +103,12 @@ class ServedAgent(EpisodeAgent):
             await tools.close()
 
     def _started(self, instruction: str) -> None:
-        """Tell the episode this run takes requests."""
+        """Tell the episode this run takes requests: `ready` the first time, `next_run` after a submit."""
         self.instruction = instruction
-        self.ready.set_result(None)
+        if not self.ready.done():
+            self.ready.set_result(None)
+        elif not self.next_run.done():
+            self.next_run.set_result(instruction)
 
     async def _serve(self, tools: SandboxTools, mcp: TaskMcpTools, ctx: AgentContext) -> AgentResult:
         """The requests of one run, until submit or the step limit."""
@@ -109,6 +117,8 @@ class ServedAgent(EpisodeAgent):
             if isinstance(request, str):
                 raise EpisodeLeft(f"{request} after {self.steps} step(s), before submit")
             outcome = await self._execute_unless_left(tools, mcp, request.call, ctx)
+            if outcome.submitted:  # replaced before the episode hears of the submit
+                self.next_run = asyncio.get_running_loop().create_future()
             if not request.reply.done():
                 request.reply.set_result(outcome)
             if outcome.error_kind in ("unknown_tool", "bad_arguments"):

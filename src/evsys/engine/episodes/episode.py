@@ -125,6 +125,8 @@ class Episode(Generic[AgentT]):
             "tools": self.tool_names,
             "max_steps": self.limits.max_steps,
         }
+        if self.task.task.steps:  # a multi-step task: which step the instruction is
+            metadata.update(task_step=self.task.task.steps[0].name, task_steps=len(self.task.task.steps))
         return metadata
 
     def _require_running(self) -> None:
@@ -165,9 +167,38 @@ class Episode(Generic[AgentT]):
             result={"data": outcome.content, "is_error": outcome.is_error},
             metadata={"step": self.step_count},
         )
+        if outcome.submitted and self.task.task.steps and isinstance(self.agent, ServedAgent):
+            moved_on = await self._next_step(observation)
+            if moved_on is not None:
+                return moved_on
         if outcome.submitted or self.step_count >= self.limits.max_steps:
             return await self.final(observation)
         return observation, None, False
+
+    async def _next_step(
+        self, observation: ServedObservation
+    ) -> tuple[ServedObservation, float | None, bool] | None:
+        """After a multi-step task's submit: the scored step's reward and the next step's instruction once
+        it starts, or None when the trial ends instead (the last step, a step below its min_reward)."""
+        assert self.runner is not None and isinstance(self.agent, ServedAgent)
+        next_run = self.agent.next_run
+        waiting: set[asyncio.Future[Any]] = {next_run, self.runner}
+        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        if not next_run.done():
+            return None
+        *scored, current = self.trial.result.steps or []  # the step just scored, and the one now running
+        step = scored[-1]
+        observation.instruction = next_run.result()
+        observation.metadata.update(
+            {
+                "task_step": current.name,
+                "scored_step": step.name,
+                "trial_name": self.trial.config.trial_name,
+                "rewards": step.rewards,
+                "failure": step.failure.model_dump(mode="json") if step.failure else None,
+            }
+        )
+        return observation, step.reward, False
 
     async def _wait_reply(self, reply: asyncio.Future[T], step_timeout: float) -> T | None:
         """The agent's reply, or None when the trial ended without one (or it took past the step timeout
