@@ -41,7 +41,7 @@ from evsys.engine.spec import PlannedTrial
 from evsys.records import FailureCause, IntegrityPolicy, JobResult
 from evsys.repo.rows import RepoTask
 from evsys.sandbox.slots import SlotPool
-from evsys.task.python import PromptTask, VerifiedTask, load_python_tasks
+from evsys.task.python import TASK_FIELDS, PromptTask, VerifiedTask, load_python_tasks
 from evsys.trajectory.advantages import ADVANTAGE_METHODS, AdvantageMethod
 from evsys.trajectory.groups import (
     RolloutError,
@@ -121,8 +121,7 @@ def save_tasks(tasks: Sequence[VerifiedTask | PromptTask], root: Path) -> Path:
     if (root.parent / "config.json").exists():
         raise ValueError(f"{root.parent} already exists: choose another job_name")
     root.mkdir(parents=True, exist_ok=True)
-    fields = ("id", "prompt", "verifier", "data", "system_prompt", "sandbox", "tools")
-    lines = [json.dumps(t.model_dump(include=set(fields), exclude_none=True)) + "\n" for t in tasks]
+    lines = [json.dumps(t.model_dump(include=set(TASK_FIELDS), exclude_none=True)) + "\n" for t in tasks]
     write_text_atomic(root / "tasks.jsonl", "".join(lines))
     write_text_atomic(root / "dataset.toml", '[dataset]\nname = "rollouts"\ndata = "tasks.jsonl"\n')
     return root
@@ -151,11 +150,13 @@ def _job_name() -> str:
 
 
 def _loop_kwargs(
-    max_turns: int, max_tokens: int, temperature: float, system_prompt: str | None
+    max_turns: int, max_tokens: int, temperature: float, system_prompt: str | None, seed: int | None
 ) -> dict[str, Any]:
     kwargs: dict[str, Any] = {"max_turns": max_turns, "max_tokens": max_tokens, "temperature": temperature}
     if system_prompt is not None:
         kwargs["system_prompt"] = system_prompt
+    if seed is not None:
+        kwargs["seed"] = seed
     return kwargs
 
 
@@ -191,6 +192,8 @@ async def plan_rollouts(
     sandboxes: SlotPool | None = None,
     integrity: IntegrityPolicy | str = IntegrityPolicy.ZERO,
     by_task: bool = False,
+    verifier_timeout_sec: float | None = None,
+    seed: int | None = None,
 ) -> RolloutPlan:
     """The job that rolls out every item `num_samples` times, not started yet (`run_rollouts` runs it).
 
@@ -210,14 +213,19 @@ async def plan_rollouts(
     executor only; docs/scale.md). `integrity` says what a trial with integrity findings gets
     (evsys.trajectory.integrity): "zero" (reward 0, the default), "screen" (marked `screened`, left out of
     its group's baseline, advantage 0) or "flag" (recorded only). `by_task` starts the trials task by task, so
-    each task's group finishes early (`stream_rollouts`).
+    each task's group finishes early (`stream_rollouts`). `verifier_timeout_sec` bounds every task's verifier
+    (test script, function, rubric, LLM judge) in place of its own limit (a Python task's default:
+    `PYTHON_VERIFIER_TIMEOUT_SEC`, 120 s; a task directory's `[verifier] timeout_sec`); a verifier past it
+    makes that sample `verifier_timeout`, and the others go on. `seed` makes sampling reproducible: sample i
+    (attempt i + 1) of every item samples with its own seed derived from it (evsys.engine.trial.agent
+    `attempt_seed`), so a group's samples differ and the same (seed, sample) gives the same text again.
     """
     if num_samples < 1:
         raise ValueError(f"num_samples must be >= 1, got {num_samples}")
     if advantage not in ADVANTAGE_METHODS:
         raise ValueError(f"advantage must be one of {', '.join(ADVANTAGE_METHODS)}, got {advantage!r}")
     scoring = (advantage, integrity_policy(integrity))
-    kwargs = _loop_kwargs(max_turns, max_tokens, temperature, system_prompt)
+    kwargs = _loop_kwargs(max_turns, max_tokens, temperature, system_prompt, seed)
     spec, factory = _agent_spec(agent, model, kwargs)
     # validated once, as the executor's options_model; an unknown name is refused
     where = ExecutorSpec.model_validate({"name": executor, "options": executor_options})
@@ -229,8 +237,13 @@ async def plan_rollouts(
     name = job_name or _job_name()
     root = Path(jobs_dir) if jobs_dir is not None else Path("jobs")
     source = await resolve_tasks(items)
-    settings = {"n_attempts": num_samples, "n_concurrent": n_concurrent, "max_retries": max_retries}
+    settings: dict[str, Any] = {
+        "n_attempts": num_samples,
+        "n_concurrent": n_concurrent,
+        "max_retries": max_retries,
+    }
     settings["warm_sandboxes"] = warm_sandboxes
+    settings["verifier_timeout_sec"] = verifier_timeout_sec
     disk = DiskJob(spec, factory, root / name, settings, where, sandboxes, by_task)
     if source.paths:
         return await plan_dataset_rollouts(source.paths, disk, scoring)
@@ -249,7 +262,7 @@ async def plan_rollouts(
         n_concurrent=n_concurrent,
         max_retries=max_retries,
         executor=where,
-        warm_sandboxes=warm_sandboxes,
+        **{k: settings[k] for k in ("warm_sandboxes", "verifier_timeout_sec")},
     )
     job = Job(
         config,

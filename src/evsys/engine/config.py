@@ -118,6 +118,9 @@ class JobConfig(BaseModel):
     retry_max_wait_sec: float = Field(30.0, ge=0)
     agent_timeout_multiplier: float = Field(1.0, gt=0)
     verifier_timeout_multiplier: float = Field(1.0, gt=0)
+    verifier_timeout_sec: float | None = Field(
+        None, gt=0, description="Every verifier's limit, in place of the task's own (not scaled)."
+    )
     setup_timeout_multiplier: float = Field(1.0, gt=0)
     skip_build: bool = False
     pull: Literal["missing", "always", "never"] = Field(

@@ -196,13 +196,16 @@ def _timeouts(task: Task | None, config: JobConfig) -> dict[str, Any]:
     cfg = task.config
     agent_timeout = cfg.agent.timeout_sec * config.agent_timeout_multiplier
     verifier_timeout = cfg.verifier.timeout_sec * config.verifier_timeout_multiplier
+    fixed = config.verifier_timeout_sec  # the job's own limit beats the task's and its steps'
+    verifier_timeout = fixed if fixed is not None else verifier_timeout
     build_timeout = cfg.environment.build_timeout_sec * config.setup_timeout_multiplier
     steps = {
         step.name: StepTimeouts(
             agent_timeout_sec=_step_timeout(
                 step.config.agent.timeout_sec, agent_timeout, config.agent_timeout_multiplier
             ),
-            verifier_timeout_sec=_step_timeout(
+            verifier_timeout_sec=fixed
+            or _step_timeout(
                 step.config.verifier.timeout_sec, verifier_timeout, config.verifier_timeout_multiplier
             ),
         )

@@ -18,8 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from evsys.engine.config import JobConfig, TrialConfig
 from evsys.records import TrialFailure
 from evsys.task.loader import TaskLoadError, load_task_cached
-from evsys.task.models import EnvironmentConfig, Task, TaskConfig
-from evsys.task.python import PromptTask, PythonTask, VerifiedTask
+from evsys.task.models import EnvironmentConfig, Task, TaskConfig, VerifierConfig
+from evsys.task.python import PYTHON_VERIFIER_TIMEOUT_SEC, PromptTask, PythonTask, VerifiedTask
 from evsys.util.imports import import_module_or_file
 
 
@@ -65,8 +65,13 @@ class TaskRef(BaseModel):
 
 def python_task_as_task(task: VerifiedTask | PromptTask, root: Path) -> Task:
     """The `Task` a Python task runs as: its prompt as instruction, its system prompt, the default environment
-    without network (a Python task's own default, unlike a task directory's public one)."""
-    config = TaskConfig(environment=EnvironmentConfig(network_mode="no-network"))
+    without network (a Python task's own default, unlike a task directory's public one), its verifier's
+    limit."""
+    timeout = task.verifier_timeout_sec or PYTHON_VERIFIER_TIMEOUT_SEC
+    config = TaskConfig(
+        environment=EnvironmentConfig(network_mode="no-network"),
+        verifier=VerifierConfig(timeout_sec=timeout),
+    )
     return Task(
         name=task.id, path=root, instruction=task.prompt, system_prompt=task.system_prompt, config=config
     )

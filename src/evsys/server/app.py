@@ -63,6 +63,15 @@ class WsHandler:
         self.service = service
         self.mcp = mcp
         self._websocket = websocket
+        # OpenEnv's MCP client connects its WebSocket with `?session_id=` of the HTTP MCP session it opened,
+        # so that reset/step and /mcp's tools/list and tools/call act in one episode: the WebSocket then
+        # drives that session and leaves it open when it goes (the HTTP side closes it)
+        self._shared = mcp.find(websocket.query_params.get("session_id"))
+
+    def _release(self, session: Session) -> None:
+        """The WebSocket is gone: its own session closes (its episode is recorded); a shared one stays."""
+        if session is not self._shared:
+            session.close("the client disconnected")
 
     async def answer(self, session: Session, text: str) -> dict[str, Any] | object:
         """The answer to one raw message (or `_CLOSE`)."""
@@ -115,11 +124,9 @@ class WsHandler:
     async def _step(self, session: Session, data: Any, sink: Any = None) -> dict[str, Any]:
         action = ACTION.validate_python(data if data is not None else {})
         if isinstance(action, ListToolsAction):
-            return observation_payload(
-                ServedObservation(tools=mcp_tools(harness_mode=self.service.settings.harness is not None)),
-                None,
-                False,
-            )
+            harness_mode = self.service.settings.harness is not None
+            tools = mcp_tools(session, harness_mode=harness_mode)
+            return observation_payload(ServedObservation(tools=tools), None, False)
         observation, reward, done = await session.step(action, sink)
         return observation_payload(observation, reward, done)
 
@@ -141,7 +148,7 @@ class WsHandler:
         websocket = self._websocket
         await websocket.accept()
         try:
-            session = self.service.open_session("ws")
+            session = self._shared or self.service.open_session("ws")
         except ServeError as exc:  # answer the first request with the reason, then close (try again later)
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(websocket.receive(), REFUSAL_WAIT_SEC)
@@ -171,7 +178,7 @@ class WsHandler:
                     break
                 session.touch()
         finally:
-            session.close("the client disconnected")
+            self._release(session)
             reader.cancel()
             with contextlib.suppress(Exception):
                 await websocket.close()
@@ -191,7 +198,7 @@ class WsHandler:
         except (WebSocketDisconnect, RuntimeError):
             pass
         finally:
-            session.close("the client disconnected")
+            self._release(session)
             with contextlib.suppress(asyncio.QueueFull):
                 inbox.put_nowait(None)
 
@@ -253,13 +260,9 @@ class HttpHandlers:
             async with session.lock:
                 await session.reset(params, max_steps=1)
                 if isinstance(action, ListToolsAction):
-                    payload = observation_payload(
-                        ServedObservation(
-                            tools=mcp_tools(harness_mode=self.service.settings.harness is not None)
-                        ),
-                        None,
-                        False,
-                    )
+                    harness_mode = self.service.settings.harness is not None
+                    tools = mcp_tools(session, harness_mode=harness_mode)
+                    payload = observation_payload(ServedObservation(tools=tools), None, False)
                     return JSONResponse(payload)
                 observation, reward, done = await session.step(action)
                 return JSONResponse(observation_payload(observation, reward, done))
@@ -284,7 +287,8 @@ class HttpHandlers:
             {
                 "name": f"evsys:{dataset.name}",
                 "description": f"{len(catalog.tasks)} evsys task(s) from {dataset}; reset(task=NAME) or "
-                "reset(seed=N) picks one; tools: bash, read_file, write_file, str_replace, submit",
+                "reset(seed=N) picks one; tools: bash, read_file, write_file, str_replace, submit, and "
+                "the task's MCP tools (mcp__<server>__<tool>)",
                 "version": __version__,
                 "tasks": catalog.names,
                 "skipped_tasks": catalog.skipped,

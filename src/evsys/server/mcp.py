@@ -34,11 +34,12 @@ PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND, INVALID_PARAMS, INTERNAL_ERROR =
 SERVER_ERROR = -32000
 
 
-def mcp_tools(*, harness_mode: bool = False) -> list[dict[str, Any]]:
-    """The tools clients see: the episode's tools in MCP's shape (only `submit` in harness mode, where the
-    harness brings its own), never a reserved name."""
+def mcp_tools(session: Session | None = None, *, harness_mode: bool = False) -> list[dict[str, Any]]:
+    """The tools clients see: the session's episode's tools (the built-in ones, then the task's MCP tools;
+    the built-in ones without an episode) in MCP's shape (only `submit` in harness mode, where the harness
+    brings its own), never a reserved name."""
     tools = []
-    for schema in SandboxTools.schemas():
+    for schema in session.tool_schemas() if session is not None else SandboxTools.schemas():
         fn = schema["function"]
         if fn["name"] in RESERVED_TOOL_NAMES or (harness_mode and fn["name"] != "submit"):
             continue
@@ -110,7 +111,8 @@ class McpDispatcher:
         if method == "ping":
             return rpc_result(request_id, {}), None
         if method == "tools/list":
-            return rpc_result(request_id, {"tools": mcp_tools()}), None
+            target = session or self.find(params.get("session_id"))
+            return rpc_result(request_id, {"tools": mcp_tools(target)}), None
         if method == "openenv/session/close":
             target = self.find(params.get("session_id"))
             if target is None:
@@ -141,7 +143,7 @@ class McpDispatcher:
         name, arguments = params.get("name"), params.get("arguments") or {}
         if not isinstance(name, str) or not name or not isinstance(arguments, dict):
             return rpc_error(request_id, INVALID_PARAMS, "tools/call needs a 'name' and object 'arguments'")
-        if name not in {t["name"] for t in mcp_tools()}:
+        if name not in {t["name"] for t in mcp_tools(session)}:
             return rpc_error(request_id, INVALID_PARAMS, f"unknown tool: {name}")
         session.touch()
         async with session.lock:
@@ -158,9 +160,10 @@ class McpDispatcher:
         if done:
             text += f"\n[episode over: reward {reward}]"
             meta.update({"evsys/reward": reward, "evsys/rewards": observation.metadata.get("rewards")})
-        return rpc_result(
-            request_id, {"content": [{"type": "text", "text": text}], "isError": is_error, "_meta": meta}
-        )
+        content = [{"type": "text", "text": text}]
+        # `data`: the plain result OpenEnv's MCP client returns from call_tool (MCP clients read `content`)
+        result = {"content": content, "isError": is_error, "data": text, "_meta": meta}
+        return rpc_result(request_id, result)
 
 
 def no_session_error() -> ServeError:

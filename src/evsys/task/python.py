@@ -5,8 +5,8 @@ directory (written with `save_to_disk`), a directory holding a `dataset.toml`, o
 
 Column mapping (full table in docs/rl.md; rename columns with `columns={"prompt": "question"}`): `id`
 (default `<file stem>-<position>`, unique), `prompt` (required), `verifier` (rows without one are
-`PromptTask`s), `data` (an object or a JSON-object string), `system_prompt`, `sandbox`, `tools`; any other
-column is merged into `data`.
+`PromptTask`s), `data` (an object or a JSON-object string), `system_prompt`, `sandbox`, `tools`,
+`verifier_timeout_sec` (default `PYTHON_VERIFIER_TIMEOUT_SEC`); any other column is merged into `data`.
 
 Nulls (Parquet/`datasets` fill missing values with them) count as absent. Either every row has a verifier
 or none does: a mix is almost always a mistake and is reported. Errors name the file, the row (for JSONL: the
@@ -36,7 +36,19 @@ from evsys.util.imports import import_module_or_file
 RESERVED_DATA_FIELDS = ("completion", "trajectory", "task", "rewards", "prompt")
 """Names a data field may not use: they are the verifier's own arguments."""
 
-TASK_FIELDS = ("id", "prompt", "verifier", "data", "system_prompt", "sandbox", "tools")
+TASK_FIELDS = (
+    "id",
+    "prompt",
+    "verifier",
+    "data",
+    "system_prompt",
+    "sandbox",
+    "tools",
+    "verifier_timeout_sec",
+)
+PYTHON_VERIFIER_TIMEOUT_SEC = 120.0
+"""A Python task's verifier (function, rubric, LLM judge) gets this long unless the task, its dataset.toml
+or `run_rollouts(verifier_timeout_sec=)` says otherwise; past it the trial is `verifier_timeout`."""
 DATASET_TOML = "dataset.toml"
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -52,6 +64,9 @@ class _PythonTaskBase(BaseModel):
     sandbox: bool = Field(False, description="Start a sandbox for the agent (agentic task); none otherwise.")
     tools: list[str] | None = Field(None, description="The agent's tools; needs sandbox=True when non-empty.")
     data: dict[str, Any] = Field(default_factory=dict)
+    verifier_timeout_sec: float | None = Field(
+        None, gt=0, description="Limit for the verifier; None: PYTHON_VERIFIER_TIMEOUT_SEC."
+    )
 
     @field_validator("id", "prompt")
     @classmethod
@@ -135,6 +150,7 @@ class PythonDatasetConfig(BaseModel):
     system_prompt: str | None = None
     sandbox: bool | None = None
     tools: list[str] | None = None
+    verifier_timeout_sec: float | None = Field(None, gt=0, description="Default verifier limit for rows.")
     split: str | None = Field(None, description="Split of a saved DatasetDict.")
     columns: dict[str, str] = Field(default_factory=dict, description="evsys field -> column name.")
 
@@ -425,7 +441,7 @@ def _load_path(
         path = data_path
     defaults = {"verifier": verifier, "system_prompt": system_prompt}  # explicit arguments beat dataset.toml
     if config is not None:
-        for name in ("verifier", "system_prompt", "sandbox", "tools"):
+        for name in ("verifier", "system_prompt", "sandbox", "tools", "verifier_timeout_sec"):
             defaults[name] = defaults.get(name) or getattr(config, name)
     merged_columns = {**(config.columns if config else {}), **dict(columns or {})}
     rows = _read_source(path, split or (config.split if config else None))

@@ -39,6 +39,7 @@ RL_COLUMNS = (
     "loss_mask",
     "logprobs",
     "reward",
+    "rewards",
     "advantage",
     "prefix_break",
     "weights_version",
@@ -101,7 +102,8 @@ def _first_user_message(trajectory: Trajectory) -> str:
 
 
 def rl_rows(groups: Iterable[TrajectoryGroup]) -> list[dict[str, Any]]:
-    """One RL row per sample (columns: RL_COLUMNS; `error` is "<cause>: <message>" or None; `integrity` the
+    """One RL row per sample (columns: RL_COLUMNS; `rewards` every reward key of the trial, e.g. a rubric's
+    parts, as the integrity policy left them; `error` is "<cause>: <message>" or None; `integrity` the
     findings as {kind, evidence, source})."""
     rows = []
     for group in groups:
@@ -122,6 +124,7 @@ def _rl_row(group: TrajectoryGroup, sample: RolloutTrajectory) -> dict[str, Any]
         "loss_mask": sample.loss_mask,
         "logprobs": sample.logprobs,
         "reward": sample.reward,
+        "rewards": dict(sample.rewards),
         "advantage": sample.advantage,
         "prefix_break": sample.prefix_break,
         "weights_version": sample.weights_version,
@@ -130,8 +133,16 @@ def _rl_row(group: TrajectoryGroup, sample: RolloutTrajectory) -> dict[str, Any]
     }
 
 
+def _rewards_type(pa: Any, rows: list[dict[str, Any]]) -> Any:
+    """The `rewards` column's type: a struct of every reward key the rows hold (sorted), each a nullable
+    float (a row without a key has null there); `reward` alone when no row has any."""
+    keys = sorted({key for row in rows for key in row["rewards"]}) or ["reward"]
+    return pa.struct([(key, pa.float64()) for key in keys])
+
+
 def rl_table(rows: list[dict[str, Any]]) -> Any:
-    """The RL rows as a `pyarrow.Table` with a fixed schema (so empty token lists keep their types)."""
+    """The RL rows as a `pyarrow.Table` with a fixed schema (so empty token lists keep their types); the
+    `rewards` struct has one field per reward key of the job."""
     pa = _require("pyarrow")
     schema = pa.schema(
         [
@@ -144,6 +155,7 @@ def rl_table(rows: list[dict[str, Any]]) -> Any:
             ("loss_mask", pa.list_(pa.int8())),
             ("logprobs", pa.list_(pa.float64())),
             ("reward", pa.float64()),
+            ("rewards", _rewards_type(pa, rows)),
             ("advantage", pa.float64()),
             ("prefix_break", pa.bool_()),
             ("weights_version", pa.int64()),
@@ -215,6 +227,7 @@ def sft_rows(
                     "messages": messages,
                     "tools": sample.trajectory.agent.tool_definitions or [],
                     "reward": sample.reward,
+                    "rewards": dict(sample.rewards),
                     **integrity_columns(sample),
                 }
             )

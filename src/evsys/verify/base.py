@@ -66,6 +66,7 @@ class VerifierResult(BaseModel):
     traceback: str | None = Field(None, description="The formatted traceback when the verifier raised.")
     warnings: list[str] = Field(default_factory=list, description="E.g. an LLM judge reply without a score.")
     source: str | None = Field(None, description="Where the rewards came from (a reward file, a function).")
+    timed_out: bool = Field(False, description="The verifier (or its judge) ran past its limit.")
     integrity: list[IntegrityFinding] = Field(
         default_factory=list, description="What the verifier saw the run try against its grader."
     )

@@ -24,7 +24,7 @@ from evsys.records import IntegrityFinding
 from evsys.sandbox.base import Sandbox
 from evsys.task.models import Task
 from evsys.task.python import VerifiedTask
-from evsys.verify.base import Verifier, VerifierError, VerifierResult
+from evsys.verify.base import Verifier, VerifierError, VerifierResult, VerifierTimeoutError
 from evsys.verify.functions import run_verifier
 from evsys.verify.script import ScriptVerifier
 
@@ -133,7 +133,8 @@ class VerifierChain:
                 reward_file = "reward.json" if index == 0 else "function-reward.json"
             chain.outcomes.append(LinkOutcome(name=link.name, result=result, reward_file=reward_file))
             if result.error is not None:
-                chain.error = VerifierError(f"{link.name}: {result.error}" if index else result.error)
+                kind = VerifierTimeoutError if result.timed_out else VerifierError
+                chain.error = kind(f"{link.name}: {result.error}" if index else result.error)
                 return chain
             ctx.rewards = dict(result.rewards)
         return chain

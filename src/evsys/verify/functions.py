@@ -24,7 +24,7 @@ from typing import Any
 from evsys.task.python import RESERVED_DATA_FIELDS, PromptTask, VerifiedTask
 from evsys.util.imports import import_module_or_file, importable_name
 from evsys.util.registry import Registry
-from evsys.verify.base import VerifierError, VerifierResult, finite_number
+from evsys.verify.base import VerifierError, VerifierResult, VerifierTimeoutError, finite_number
 
 VerifierFn = Callable[..., Any]
 
@@ -208,7 +208,9 @@ async def _invoke(fn: VerifierFn, completion: str, kwargs: dict[str, Any]) -> An
 
 def _error_outcome(exc: BaseException, name: str) -> VerifierResult:
     message = f"verifier {name!r} failed: {type(exc).__name__}: {exc}"
-    return VerifierResult(error=message, traceback="".join(traceback.format_exception(exc)))
+    timed_out = isinstance(exc, VerifierTimeoutError)  # e.g. its LLM judge never answered
+    trace = "".join(traceback.format_exception(exc))
+    return VerifierResult(error=message, traceback=trace, timed_out=timed_out)
 
 
 async def run_verifier(
@@ -247,7 +249,8 @@ async def run_verifier(
     try:
         result = await asyncio.wait_for(_invoke(fn, completion, kwargs), timeout_sec)
     except TimeoutError:
-        return VerifierResult(error=f"verifier {label!r} ran past its timeout of {timeout_sec:g} s")
+        message = f"verifier {label!r} ran past its timeout of {timeout_sec:g} s"
+        return VerifierResult(error=message, timed_out=True)
     except Exception as exc:
         return _error_outcome(exc, label)
     try:

@@ -10,22 +10,35 @@ A reply without a parseable score gives `default_score` and a warning: kept in `
 `warnings`, and attached to the current `RubricVerifier` call so it lands in the trial's verifier outcome. A
 failing model call raises (the verifier records it as the trial's verifier error): an unreachable judge is an
 infrastructure fault, not a score.
+
+Every call is bounded by `timeout_s` (default `JUDGE_TIMEOUT_SEC`: the request and any retries of the client
+together; the request is cancelled then): a judge that does not answer in time raises `JudgeTimeoutError`,
+which makes that sample `verifier_timeout` (the message names the judge's model and the limit) while the
+other samples score.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from evsys.model.base import Completion, ModelClient, SamplingParams
+from evsys.model.base import Completion, Message, ModelClient, SamplingParams
+from evsys.verify.base import VerifierTimeoutError
 from evsys.verify.rubric import Rubric, RubricObservation, record_warning
 
 DEFAULT_SCORE_PATTERN = r"(?i)score\s*[:=]?\s*\**\s*(-?\d+(?:\.\d+)?)"
 """Matches e.g. `Score: 7`, `score = 0.5`, `**Score:** 9`."""
 
 MAX_KEPT_WARNINGS = 1000
+JUDGE_TIMEOUT_SEC = 60.0
+"""How long one judge call (its request and any retries) may take by default."""
+
+
+class JudgeTimeoutError(VerifierTimeoutError):
+    """The judge's model did not answer within the judge's `timeout_s`."""
 
 
 class LLMJudge(Rubric):
@@ -47,8 +60,11 @@ class LLMJudge(Rubric):
         score_range: tuple[float, float] = (0.0, 10.0),
         system_prompt: str | None = None,
         params: SamplingParams | None = None,
+        timeout_s: float = JUDGE_TIMEOUT_SEC,
     ) -> None:
         super().__init__()
+        if not (math.isfinite(timeout_s) and timeout_s > 0):
+            raise ValueError(f"LLMJudge timeout_s must be a positive number, got {timeout_s}")
         if not isinstance(prompt_template, str) or not prompt_template.strip():
             raise ValueError("LLMJudge prompt_template must be a non-empty string")
         low, high = (float(x) for x in score_range)
@@ -63,6 +79,7 @@ class LLMJudge(Rubric):
         self.score_range = (low, high)
         self.system_prompt = system_prompt
         self.params = params or SamplingParams(temperature=0.0, max_tokens=256)
+        self.timeout_s = float(timeout_s)
         self._model_spec = model if isinstance(model, str) else None
         self._client: ModelClient | None = None if isinstance(model, str) else model
         self.last_reply: str | None = None
@@ -103,13 +120,23 @@ class LLMJudge(Rubric):
 
     async def forward(self, action: Any, observation: Any) -> float:
         """Ask the model, parse the score from its reply, normalize it."""
-        messages = [{"role": "user", "content": self.render(action, observation)}]
+        messages: list[Message] = [{"role": "user", "content": self.render(action, observation)}]
         if self.system_prompt:
             messages.insert(0, {"role": "system", "content": self.system_prompt})
-        completion: Completion = await self.client.complete(messages, params=self.params)
+        completion = await self._ask(messages)
         self.last_reply = completion.text
         self.last_warning = None
         return self.parse_score(completion.text)
+
+    async def _ask(self, messages: list[Message]) -> Completion:
+        """The judge model's reply, within `timeout_s` (else `JudgeTimeoutError`)."""
+        try:
+            return await asyncio.wait_for(self.client.complete(messages, params=self.params), self.timeout_s)
+        except TimeoutError:
+            model = self._model_spec or self.client.model
+            raise JudgeTimeoutError(
+                f"LLM judge (model {model!r}) did not reply within {self.timeout_s:g} s"
+            ) from None
 
     def parse_score(self, reply: str) -> float:
         """The normalized score in `reply`, or the default score (with a warning) when there is none."""

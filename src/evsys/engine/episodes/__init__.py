@@ -5,8 +5,9 @@ transport only) and the framework integrations (evsys.integrations).
 - `protocol`: the step API's records (`ResetParams`, `MessageAction`, `CallToolAction`, `ServedObservation`,
   `ServedState`) and its errors (`ServeError`, `ErrorCode`);
 - `catalog`: the tasks an episode may start (`TaskCatalog`, `ServedTask`) and the job they record into;
-- `episode`: one episode over a trial (`Episode`, `EpisodeLimits`); `harness`: one driven by an agent harness
-  (`HarnessEpisode`);
+- `agents`: the agent phase of an episode (`EpisodeAgent`, `ServedAgent`: the client's tool calls, the task's
+  MCP tools among them, once per step of a multi-step task); `episode`: one episode over a trial (`Episode`,
+  `EpisodeLimits`); `harness`: one driven by an agent harness (`HarnessEpisode`);
 - `service`: sessions and their episodes, capacity and the job's result (`ServeService`, `ServeSettings`,
   `Session`, `build_service`).
 """

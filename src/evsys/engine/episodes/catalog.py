@@ -37,12 +37,14 @@ class TaskCatalog:
 
     @classmethod
     def load(cls, dataset: Path, job: JobConfig) -> TaskCatalog:
-        """Plan every task of `dataset` once; a task that cannot run is skipped (and named in `skipped`)."""
+        """Plan every task of `dataset` once; a task that cannot run or be served is skipped (and named in
+        `skipped`, which `evsys serve` prints at start)."""
         tasks: list[ServedTask] = []
         skipped: list[str] = []
+        harness = job.agents[0].name != SERVED_AGENT
         for planned in plan_trials(job):
-            if planned.failure is not None or planned.task is None:
-                reason = planned.failure.message if planned.failure else "not loadable"
+            reason = _unservable(planned, harness)
+            if reason is not None or planned.task is None:
                 skipped.append(f"{planned.config.task_name}: {reason}")
                 continue
             tasks.append(ServedTask(planned.config.task_name, planned.task, planned.spec))
@@ -97,6 +99,18 @@ class TaskCatalog:
             update={"trial_name": f"{slugify(task.name, max_len=80)}__served__{n}", "attempt": n}
         )
         return task.spec.model_copy(update={"config": config})
+
+
+def _unservable(planned: PlannedTrial, harness: bool) -> str | None:
+    """Why a planned task cannot be served (None when it can): it cannot run, or it has `[[steps]]` and the
+    server runs a harness (a harness turn has no step boundary to score)."""
+    if planned.failure is not None:
+        return planned.failure.message
+    if planned.task is None:
+        return "not loadable"
+    if harness and planned.task.steps:
+        return "a multi-step task cannot be served with --harness (serve it without one: one submit per step)"
+    return None
 
 
 __all__ = ["SERVED_AGENT", "PlannedTrial", "ServedTask", "TaskCatalog"]

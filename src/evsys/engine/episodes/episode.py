@@ -15,15 +15,18 @@ background; its step count and the reason are in the trial's agent metadata.
 from __future__ import annotations
 
 import asyncio
-import secrets
-from abc import abstractmethod
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from evsys.agent.base import Agent, AgentContext, AgentError, AgentResult
-from evsys.agent.tools import SandboxTools, ToolOutcome
-from evsys.engine.episodes.catalog import SERVED_AGENT, ServedTask
+from evsys.agent.tools import ToolOutcome
+from evsys.engine.episodes.agents import (
+    EpisodeAgent,
+    EpisodeLeft,
+    EpisodeLimits,
+    ServedAgent,
+    _Request,
+)
+from evsys.engine.episodes.catalog import ServedTask
 from evsys.engine.episodes.protocol import (
     CallToolAction,
     ErrorCode,
@@ -36,138 +39,14 @@ from evsys.engine.episodes.protocol import (
 from evsys.engine.store import JobStore
 from evsys.engine.trial import Trial
 from evsys.model.base import ModelClient
-from evsys.records import Observation, ObservationResult, ToolCall, TrialResult
-from evsys.sandbox.base import Sandbox
+from evsys.records import TrialResult
 from evsys.sandbox.slots import SlotPool
-from evsys.util.version import __version__
+
+__all__ = ["Episode", "EpisodeAgent", "EpisodeLeft", "EpisodeLimits", "ServedAgent"]
 
 T = TypeVar("T")
-TOOL_NAMES = [s["function"]["name"] for s in SandboxTools.schemas()]
 STEP_GRACE_SEC = 10.0  # beyond the step timeout, before an unanswered tool call ends the episode
-
-
-@dataclass(frozen=True)
-class EpisodeLimits:
-    """Per-episode bounds: steps, seconds per step (a command's timeout), characters of tool output."""
-
-    max_steps: int = 100
-    step_timeout_sec: float = 30.0
-    max_output_chars: int = 10_000
-
-
-class EpisodeLeft(AgentError):
-    """The client left the episode before it ended (reset, close, disconnect, idle timeout)."""
-
-
-@dataclass
-class _Request:
-    call: CallToolAction
-    reply: asyncio.Future[ToolOutcome]
-
-
-class EpisodeAgent(Agent):
-    """The agent phase of a served episode, fed by the episode: `ready` is set once it can take requests
-    (put on `requests`, each kind of episode its own), `leave` ends it early."""
-
-    ready: asyncio.Future[None]
-    requests: asyncio.Queue[Any]
-
-    @abstractmethod
-    def leave(self, reason: str) -> None:
-        """End the run at the next request boundary (the trial then verifies what was done)."""
-
-
 AgentT = TypeVar("AgentT", bound=EpisodeAgent)
-
-
-class ServedAgent(EpisodeAgent):
-    """The agent phase of a served episode: runs the client's tool calls until submit or the step limit."""
-
-    name = SERVED_AGENT
-    version = __version__
-
-    def __init__(self, limits: EpisodeLimits) -> None:
-        self.limits = limits
-        self.ready: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.requests: asyncio.Queue[_Request | str] = asyncio.Queue()
-        self.steps = 0
-        self.left = asyncio.Event()
-        self.left_reason = ""
-
-    async def setup(self, sandbox: Sandbox, ctx: AgentContext) -> None:
-        """Nothing to install: the tools run through the sandbox's exec daemon."""
-
-    async def run(self, instruction: str, sandbox: Sandbox, ctx: AgentContext) -> AgentResult:
-        """Execute requests as they arrive; return at submit or at the step limit."""
-        workdir = ctx.task.environment.workdir or "/"
-        tools = SandboxTools(
-            sandbox,
-            workdir=workdir,
-            command_timeout=self.limits.step_timeout_sec,
-            max_output_chars=self.limits.max_output_chars,
-        )
-        ctx.trajectory.agent.tool_definitions = list(SandboxTools.schemas())
-        ctx.trajectory.add("user", instruction)
-        self.ready.set_result(None)
-        try:
-            while True:
-                request = await self.requests.get()
-                if isinstance(request, str):
-                    raise EpisodeLeft(f"{request} after {self.steps} step(s), before submit")
-                outcome = await self._execute_unless_left(tools, request.call, ctx)
-                if not request.reply.done():
-                    request.reply.set_result(outcome)
-                if outcome.error_kind in ("unknown_tool", "bad_arguments"):
-                    continue
-                self.steps += 1
-                if outcome.submitted:
-                    return AgentResult(metadata={"steps": self.steps, "ended_by": "submit"})
-                if self.steps >= self.limits.max_steps:
-                    return AgentResult(metadata={"steps": self.steps, "ended_by": "max_steps"})
-        finally:
-            await tools.close()
-
-    async def _execute_unless_left(
-        self, tools: SandboxTools, call: CallToolAction, ctx: AgentContext
-    ) -> ToolOutcome:
-        """The tool call, abandoned (and the run ended) as soon as the client leaves the episode."""
-        execution = asyncio.ensure_future(self._execute(tools, call, ctx))
-        left = asyncio.ensure_future(self.left.wait())
-        try:
-            await asyncio.wait({execution, left}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            left.cancel()
-        if not execution.done():
-            execution.cancel()
-            raise EpisodeLeft(f"{self.left_reason} during step {self.steps + 1}, before submit")
-        return execution.result()
-
-    async def _execute(self, tools: SandboxTools, call: CallToolAction, ctx: AgentContext) -> ToolOutcome:
-        call_id = f"call_{secrets.token_hex(6)}"
-        tool_call = ToolCall(tool_call_id=call_id, function_name=call.tool_name, arguments=call.arguments)
-        outcome = await tools.call(tool_call)
-        # a Python task's verifier scores the last agent message: `submit`'s message is the answer
-        message = str(call.arguments.get("message", "")) if outcome.submitted else ""
-        ctx.trajectory.add(
-            "agent",
-            message,
-            tool_calls=[tool_call],
-            observation=Observation(
-                results=[
-                    ObservationResult(
-                        source_call_id=call_id, content=outcome.content, is_error=outcome.is_error
-                    )
-                ]
-            ),
-        )
-        return outcome
-
-    def leave(self, reason: str) -> None:
-        """End the run now: a running tool call is abandoned (the trial kills what it left and verifies)."""
-        if not self.left.is_set():
-            self.left_reason = reason
-            self.left.set()
-        self.requests.put_nowait(reason)
 
 
 class Episode(Generic[AgentT]):
@@ -229,17 +108,26 @@ class Episode(Generic[AgentT]):
             result = await self.runner
             failure = result.failure.message if result.failure else "the trial ended before its agent phase"
             raise ServeError(ErrorCode.SESSION_ERROR, f"the episode could not start: {failure}")
+        instruction = self.agent.instruction or self.task.task.instruction
         return ServedObservation(
-            task=self.task.name, instruction=self.task.task.instruction, metadata=self._start_metadata()
+            task=self.task.name, instruction=instruction, metadata=self._start_metadata()
         )
 
+    @property
+    def tool_names(self) -> list[str]:
+        """The names of the tools the episode offers (the built-in ones, then the task's MCP tools)."""
+        return [schema["function"]["name"] for schema in self.agent.tool_schemas]
+
     def _start_metadata(self) -> dict[str, Any]:
-        return {
+        metadata = {
             "episode_id": self.episode_id,
             "trial_name": self.trial.config.trial_name,
-            "tools": TOOL_NAMES,
+            "tools": self.tool_names,
             "max_steps": self.limits.max_steps,
         }
+        if self.task.task.steps:  # a multi-step task: which step the instruction is
+            metadata.update(task_step=self.task.task.steps[0].name, task_steps=len(self.task.task.steps))
+        return metadata
 
     def _require_running(self) -> None:
         if self.runner is None:
@@ -258,10 +146,10 @@ class Episode(Generic[AgentT]):
                 ErrorCode.VALIDATION_ERROR,
                 "message actions need a harness (evsys serve --harness NAME -m MODEL)",
             )
-        if call.tool_name not in TOOL_NAMES:
+        if call.tool_name not in self.tool_names:
             error = ToolError(
                 error_type="tool_not_found",
-                message=f"unknown tool {call.tool_name!r}; tools: {', '.join(TOOL_NAMES)}",
+                message=f"unknown tool {call.tool_name!r}; tools: {', '.join(self.tool_names)}",
             )
             return ServedObservation(tool_name=call.tool_name, error=error), None, False
         reply: asyncio.Future[ToolOutcome] = asyncio.get_running_loop().create_future()
@@ -279,9 +167,38 @@ class Episode(Generic[AgentT]):
             result={"data": outcome.content, "is_error": outcome.is_error},
             metadata={"step": self.step_count},
         )
+        if outcome.submitted and self.task.task.steps and isinstance(self.agent, ServedAgent):
+            moved_on = await self._next_step(observation)
+            if moved_on is not None:
+                return moved_on
         if outcome.submitted or self.step_count >= self.limits.max_steps:
             return await self.final(observation)
         return observation, None, False
+
+    async def _next_step(
+        self, observation: ServedObservation
+    ) -> tuple[ServedObservation, float | None, bool] | None:
+        """After a multi-step task's submit: the scored step's reward and the next step's instruction once
+        it starts, or None when the trial ends instead (the last step, a step below its min_reward)."""
+        assert self.runner is not None and isinstance(self.agent, ServedAgent)
+        next_run = self.agent.next_run
+        waiting: set[asyncio.Future[Any]] = {next_run, self.runner}
+        await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        if not next_run.done():
+            return None
+        *scored, current = self.trial.result.steps or []  # the step just scored, and the one now running
+        step = scored[-1]
+        observation.instruction = next_run.result()
+        observation.metadata.update(
+            {
+                "task_step": current.name,
+                "scored_step": step.name,
+                "trial_name": self.trial.config.trial_name,
+                "rewards": step.rewards,
+                "failure": step.failure.model_dump(mode="json") if step.failure else None,
+            }
+        )
+        return observation, step.reward, False
 
     async def _wait_reply(self, reply: asyncio.Future[T], step_timeout: float) -> T | None:
         """The agent's reply, or None when the trial ended without one (or it took past the step timeout

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from evsys.agent.tools import SandboxTools
 from evsys.engine.episodes.catalog import EPISODE_NUMBER, TaskCatalog
 from evsys.engine.episodes.episode import Episode, EpisodeAgent, EpisodeLimits
 from evsys.engine.episodes.protocol import (
@@ -93,6 +94,13 @@ class Session:
         if self.episode is None:
             raise ServeError(ErrorCode.NO_EPISODE, "no episode: send reset first")
         return await self.episode.step(action, sink)
+
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        """The tools the current episode offers (OpenAI shape): the built-in ones, then the task's MCP tools;
+        the built-in ones before the first reset."""
+        if self.episode is None:
+            return SandboxTools.schemas()
+        return list(self.episode.agent.tool_schemas)
 
     def state(self) -> ServedState:
         """The current episode's state (an empty state before the first reset)."""

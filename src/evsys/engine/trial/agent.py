@@ -17,7 +17,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from evsys.agent.base import Agent, AgentContext, AgentResult
 from evsys.agent.registry import resolve_agent
@@ -44,12 +44,34 @@ def classify_agent_exception(exc: BaseException) -> FailureCause:
         return FailureCause.AGENT_ERROR
 
 
+ATTEMPT_SEED_STRIDE = 1_000_003
+"""Attempt a's seed is `seed + (a - 1) * ATTEMPT_SEED_STRIDE`: apart by more than any run's turn count, so
+the loop agent's per-turn seeds (`seed + turn`) of two attempts never meet."""
+
+
+def attempt_seed(seed: int, attempt: int) -> int:
+    """The seed attempt `attempt` (1-based; a `run_rollouts` sample index + 1) samples with: `seed` itself
+    for the first, distinct and reproducible for the others."""
+    return seed + (attempt - 1) * ATTEMPT_SEED_STRIDE
+
+
+def trial_kwargs(state: TrialState) -> dict[str, Any]:
+    """The agent kwargs of this trial: the job's, with an integer `seed` combined with the attempt, so `-k`
+    attempts (and `num_samples`) of one task sample differently from one seed."""
+    kwargs = dict(state.config.agent.kwargs)
+    seed = kwargs.get("seed")
+    if isinstance(seed, int) and not isinstance(seed, bool):
+        kwargs["seed"] = attempt_seed(seed, state.config.attempt)
+    return kwargs
+
+
 def trial_agent(state: TrialState) -> Agent:
-    """The agent of the trial: `SingleTurnAgent` for a Python task without a sandbox, else the named one."""
-    agent = state.config.agent
+    """The agent of the trial: `SingleTurnAgent` for a Python task without a sandbox, else the named one;
+    either with the trial's kwargs (`trial_kwargs`)."""
+    agent, kwargs = state.config.agent, trial_kwargs(state)
     if not state.uses_sandbox:
-        return SingleTurnAgent(**agent.kwargs)
-    return resolve_agent(agent.name, agent.kwargs)
+        return SingleTurnAgent(**kwargs)
+    return resolve_agent(agent.name, kwargs)
 
 
 def agent_info(state: TrialState, agent: Agent) -> AgentInfo:

@@ -31,7 +31,14 @@ from evsys.agent.registry import AgentNotFoundError
 from evsys.engine.config import TrialConfig
 from evsys.engine.spec import TrialSpec
 from evsys.engine.store import JobStore
-from evsys.engine.trial.agent import agent_info, begin_early, end_early, prepare_sandbox, trial_agent
+from evsys.engine.trial.agent import (
+    agent_info,
+    begin_early,
+    end_early,
+    prepare_sandbox,
+    trial_agent,
+    trial_kwargs,
+)
 from evsys.engine.trial.environment import environment_spec, start_sandbox, stop_sandbox
 from evsys.engine.trial.exhaustion import judge_exhaustion
 from evsys.engine.trial.fresh import release_grading_preparation, start_grading_preparation
@@ -152,7 +159,7 @@ class Trial:
             model_name=state.config.agent.model,
             model_client=state.model_client,
             timeout_sec=state.config.agent_timeout_sec,
-            kwargs=state.config.agent.kwargs,
+            kwargs=trial_kwargs(state),
             on_event=state.on_event,
             env={name: value.get_secret_value() for name, value in state.config.agent.env.items()},
         )
