@@ -30,6 +30,7 @@ def test_every_example_loads_without_errors_or_warnings(examples_dir):
     result = load_tasks(examples_dir / "tasks", require_solution=True)
     assert [str(e) for e in result.errors] == []
     assert {t.name for t in result.tasks} >= {f"evsys/{name}" for name in EXPECTED}  # Harbor's org/name
+    assert result.by_name("create-file") is result.by_name("evsys/create-file")  # the short name picks it too
     for task in result.tasks:
         assert task.warnings == [], task.name
         assert not task.environment.needs_image, task.name
