@@ -51,7 +51,7 @@ async def test_oracle_reaches_one_on_every_example_and_nop_fails_nop_must_fail(e
     assert len(oracle) >= 6
     assert {t.task_name: t.reward for t in oracle} == {t.task_name: 1.0 for t in oracle}
     assert all(t.failure is None and t.usage.cost_usd == 0 for t in oracle)
-    assert nop["nop-must-fail"].reward == 0.0
+    assert nop["evsys/nop-must-fail"].reward == 0.0
     metrics = {m.agent: m for m in result.metrics}
     assert metrics["oracle"].mean_reward == 1.0
     assert metrics["oracle"].pass_at_k is None or metrics["oracle"].pass_at_k[1] == 1.0

@@ -104,6 +104,34 @@ def test_exclude_task_patterns_leave_tasks_out(task_factory):
         plan_trials(config(task_factory.dataset, task_names=["b*"], exclude_task_names=["b*"]))
 
 
+def org_task(task_factory, directory: str, name: str) -> None:
+    task_factory(directory, toml=f'[task]\nname = "{name}"\n[agent]\ntimeout_sec = 60.0\n')
+
+
+def test_a_task_named_org_slash_name_is_selected_by_its_short_name_too(task_factory):
+    org_task(task_factory, "create-file", "evsys/create-file")
+    org_task(task_factory, "other", "evsys/other")
+    names = lambda **kw: [p.config.task_name for p in plan_trials(config(task_factory.dataset, **kw))]  # noqa: E731
+    assert names(task_names=["evsys/create-file"]) == ["evsys/create-file"]
+    assert names(task_names=["create-file"]) == ["evsys/create-file"]  # what `--task create-file` gives
+    assert names(task_names=["create-*"]) == ["evsys/create-file"]
+    assert names(exclude_task_names=["create-file"]) == ["evsys/other"]
+    with pytest.raises(PlanError, match="no tasks matching vsys/create-file"):
+        names(task_names=["vsys/create-file"])  # a pattern with '/' is matched against the full name only
+
+
+def test_trials_are_named_after_the_short_name_unless_two_orgs_share_it(task_factory):
+    org_task(task_factory, "create-file", "evsys/create-file")
+    org_task(task_factory, "a-copy", "acme/copy")
+    org_task(task_factory, "b-copy", "zeta/copy")
+    trials = {p.config.task_name: p.config.trial_name for p in plan_trials(config(task_factory.dataset))}
+    assert trials == {
+        "evsys/create-file": "create-file__oracle__1",  # as Harbor names its trials
+        "acme/copy": "acme-copy__oracle__1",
+        "zeta/copy": "zeta-copy__oracle__1",
+    }
+
+
 def test_n_tasks_samples_the_same_tasks_every_time_and_all_attempts_of_them(task_factory):
     for i in range(10):
         task_factory(f"t{i}")

@@ -99,7 +99,7 @@ async def test_a_harness_agent_without_a_model_says_so(tmp_path, tiny_agent):
 
 def test_evsys_run_stream_prints_harness_events_live(tmp_path):
     """`evsys run ... --stream` prints one line per harness event (model call, response, turn end)."""
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])}  # this tree
     args = [sys.executable, "-m", "evsys.cli.main", "run", str(EXAMPLES), "--task", "create-file"]
     args += ["-a", "stream_agents:TinyHarnessAgent", "-m", f"local:{build_tiny_model(DEMO_RECIPE)}"]
     args += ["--jobs-dir", str(tmp_path), "--job-name", "streamed", "--stream"]

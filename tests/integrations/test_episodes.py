@@ -3,6 +3,7 @@ as the TRL and OpenEnv integrations drive them."""
 
 from __future__ import annotations
 
+import shutil
 import threading
 from pathlib import Path
 
@@ -68,5 +69,24 @@ def test_a_closed_session_still_records_its_episode(tmp_path: Path) -> None:
         ]
         assert result.reward == 1.0
         assert result.failure is not None and "the session was closed" in result.failure.message
+    finally:
+        runner.close()
+
+
+def test_a_task_is_picked_by_its_full_or_unambiguous_short_name(tmp_path: Path) -> None:
+    dataset = tmp_path / "tasks"
+    for directory, name in (("create-file", "evsys/create-file"), ("a", "acme/copy"), ("b", "zeta/copy")):
+        shutil.copytree(TASK, dataset / directory)
+        toml = dataset / directory / "task.toml"
+        toml.write_text(toml.read_text().replace('name = "evsys/create-file"', f'name = "{name}"'))
+    runner = EpisodeRunner(dataset, jobs_dir=tmp_path / "jobs", job_name="names")
+    try:
+        assert runner.require_tasks(["create-file", "zeta/copy"]) == ["evsys/create-file", "zeta/copy"]
+        with pytest.raises(ValueError, match=r"'copy' names 2 tasks \(acme/copy, zeta/copy\); give the full"):
+            runner.require_tasks(["copy"])
+        client = runner.open()
+        started = client.start("create-file")
+        assert started.task == "evsys/create-file"
+        client.close()
     finally:
         runner.close()

@@ -112,7 +112,7 @@ async def test_dataset_builder_for_the_cookbooks_train_config(model_dir: Path, t
     assert isinstance(train, EvsysRLDataset) and test is None
     async with train:
         names = [b.task.name for i in range(len(train)) for b in train.get_batch(i)]  # type: ignore[attr-defined]
-        assert "create-file" in names and len(names) == len(set(names)) > 3
+        assert "evsys/create-file" in names and len(names) == len(set(names)) > 3
         assert all(len(train.get_batch(i)) <= 3 for i in range(len(train)))
     assert (tmp_path / "train" / "config.json").is_file()
 

@@ -26,22 +26,22 @@ def two_tasks(tmp_path: Path, examples_dir: Path) -> Path:
 async def test_a_directory_of_tasks_given_as_a_string_rolls_out_with_the_oracle(two_tasks, tmp_path):
     groups = await run_rollouts(str(two_tasks), agent="oracle", num_samples=2, jobs_dir=tmp_path / "jobs")
     by_task = {g.task_id: g for g in groups}
-    assert set(by_task) == {"create-file", "nop-must-fail"}
+    assert set(by_task) == {"evsys/create-file", "evsys/nop-must-fail"}  # the tasks' [task] names
     for group in groups:
         assert [t.attempt for t in group.trajectories] == [1, 2]
         assert group.n_errors == 0 and group.prompt  # the task's instruction
-    assert by_task["create-file"].rewards == [1.0, 1.0]
+    assert by_task["evsys/create-file"].rewards == [1.0, 1.0]
     assert (tmp_path / "jobs").is_dir()
 
 
 async def test_a_task_directory_path_and_loaded_tasks_with_nop(two_tasks, tmp_path):
     one = await run_rollouts(two_tasks / "create-file", agent="nop", jobs_dir=tmp_path / "a")
-    assert [g.task_id for g in one] == ["create-file"] and one[0].rewards == [0.0]
+    assert [g.task_id for g in one] == ["evsys/create-file"] and one[0].rewards == [0.0]
     loaded = load_tasks(two_tasks)
     both = await run_rollouts(loaded, agent="nop", jobs_dir=tmp_path / "b")
-    assert sorted(g.task_id for g in both) == ["create-file", "nop-must-fail"]
+    assert sorted(g.task_id for g in both) == ["evsys/create-file", "evsys/nop-must-fail"]
     listed = await run_rollouts(loaded.tasks, agent="nop", jobs_dir=tmp_path / "c")
-    assert sorted(g.task_id for g in listed) == ["create-file", "nop-must-fail"]
+    assert sorted(g.task_id for g in listed) == ["evsys/create-file", "evsys/nop-must-fail"]
 
 
 async def test_an_agent_that_talks_to_a_model_still_needs_one(two_tasks, tmp_path):

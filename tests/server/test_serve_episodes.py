@@ -27,7 +27,7 @@ async def test_episode_reaches_reward_1_through_tool_actions_and_is_recorded(ser
     async with GenericEnvClient(base_url=server.url) as env:
         first = await env.reset(task="create-file")
         assert first.done is False and "/app/greeting.txt" in first.observation["instruction"]
-        assert first.observation["task"] == "create-file"
+        assert first.observation["task"] == "evsys/create-file"  # picked by its short name
         wrote = await env.step(call("write_file", path="/app/greeting.txt", content=GREETING))
         assert wrote.done is False and wrote.reward is None
         shown = await env.step(call("bash", command="cat greeting.txt && pwd"))

@@ -10,12 +10,17 @@ from evsys.cli.tasks import tasks_app
 from evsys.task import load_task
 
 runner = CliRunner()
+# a task Harbor loads too (`[task] name` as org/name, an environment/), so the counts below are evsys's own
+PLAIN_IMAGE = "FROM ubuntu:24.04\n"  # runs on the host rootfs: no warning of its own
+HARBOR_READY = {"toml": '[task]\nname = "test/{name}"\n', "dockerfile": PLAIN_IMAGE}
 
 
 def test_check_lists_errors_as_file_field_message_and_exits_1(tmp_path, make_task):
     dataset = tmp_path / "ds"
-    make_task("good", parent=dataset)
-    make_task("bad", parent=dataset, toml='[agent]\ntimeout_sec = "abc"\n', test_sh=None)
+    make_task("good", parent=dataset, **HARBOR_READY)
+    make_task(
+        "bad", parent=dataset, toml='[agent]\ntimeout_sec = "abc"\n', test_sh=None, dockerfile=PLAIN_IMAGE
+    )
     result = runner.invoke(tasks_app, ["check", str(dataset)])
     assert result.exit_code == 1
     lines = result.output.splitlines()
@@ -25,7 +30,9 @@ def test_check_lists_errors_as_file_field_message_and_exits_1(tmp_path, make_tas
 
 
 def test_check_shows_warnings_but_exits_0(tmp_path, make_task):
-    task = make_task("w", toml='[agent]\ntimeout_sec = 5\nflavour = "x"\n', solve_sh=None)
+    task = make_task(
+        "w", toml='[agent]\ntimeout_sec = 5\nflavour = "x"\n', solve_sh=None, dockerfile=PLAIN_IMAGE
+    )
     result = runner.invoke(tasks_app, ["check", str(task)])
     assert result.exit_code == 0, result.output
     assert (
@@ -72,8 +79,41 @@ def test_new_scaffolds_a_task_that_check_accepts(tmp_path):
     assert check.exit_code == 0, check.output
     assert "0 error(s), 0 warning(s)" in check.output
     task = load_task(task_dir)
-    assert task.name == "my-task" and task.warnings == []
+    assert task.name == "local/my-task" and task.warnings == []  # Harbor's org/name, the org by default
     assert "# memory_mb = 2048" in (task_dir / "task.toml").read_text()
+
+
+def test_new_takes_an_org_in_the_name_or_as_an_option(tmp_path):
+    assert runner.invoke(tasks_app, ["new", "acme/first", "--dir", str(tmp_path)]).exit_code == 0
+    assert runner.invoke(tasks_app, ["new", "second", "--org", "acme", "--dir", str(tmp_path)]).exit_code == 0
+    assert load_task(tmp_path / "first").name == "acme/first"
+    assert load_task(tmp_path / "second").name == "acme/second"
+    result = runner.invoke(tasks_app, ["new", "Acme/third", "--dir", str(tmp_path)])
+    assert result.exit_code == 2 and "org 'Acme' must start with" in result.output
+
+
+def test_check_warns_when_harbor_would_skip_a_task_naming_the_key_or_directory(tmp_path, make_task):
+    dataset = tmp_path / "ds"
+    make_task("bare-name", parent=dataset, dockerfile=PLAIN_IMAGE)
+    make_task("no-env", parent=dataset, toml='[task]\nname = "test/no-env"\n')
+    make_task("no-name", parent=dataset, toml='[task]\nversion = "1"\n', dockerfile=PLAIN_IMAGE)
+    make_task("empty-env", parent=dataset, toml="", files={"environment/data.txt": "x"})
+    make_task("image", parent=dataset, toml='[environment]\ndocker_image = "ubuntu:24.04"\n')
+    make_task("fine", parent=dataset, **HARBOR_READY)
+    result = runner.invoke(tasks_app, ["check", str(dataset)])
+    assert result.exit_code == 0, result.output  # warnings: evsys runs them all
+    assert (
+        f"{dataset}/bare-name/task.toml:task.name: warning: 'bare-name' is not org/name: Harbor skips this "
+        "task (e.g. 'myorg/bare-name'; renamed, evsys still selects it by its short name)"
+    ) in result.output
+    assert (
+        f"{dataset}/no-env/environment: warning: missing: Harbor skips this task (it needs environment/ or "
+        "[environment] docker_image)"
+    ) in result.output
+    assert f"{dataset}/no-name/task.toml:task.name: warning: missing in [task]: Harbor skips" in result.output
+    empty = f"{dataset}/empty-env/environment/Dockerfile: warning: missing: Harbor's Docker environment"
+    assert f"{empty} cannot start this task" in result.output
+    assert "6 task(s) checked: 6 ok, 0 with errors; 0 error(s), 4 warning(s)" in result.output
 
 
 def test_new_refuses_an_existing_directory_and_bad_names(tmp_path):
@@ -95,7 +135,8 @@ def test_check_fails_a_test_sh_with_crlf_line_endings(make_task):
 
 
 def test_strict_makes_misspelt_keys_errors_and_suggests_the_known_one(make_task):
-    task = make_task("typo", toml="[agent]\ntimeout_secs = 5\n[verifer]\ntimeout_sec = 5\n")
+    toml = "[agent]\ntimeout_secs = 5\n[verifer]\ntimeout_sec = 5\n"
+    task = make_task("typo", toml=toml, dockerfile=PLAIN_IMAGE)
     lenient = runner.invoke(tasks_app, ["check", str(task)])
     assert lenient.exit_code == 0, lenient.output  # without --strict: warnings
     result = runner.invoke(tasks_app, ["check", "--strict", str(task)])

@@ -6,6 +6,7 @@ import pytest
 from task_bwrap_runner import BWRAP, run_task
 
 from evsys.task import load_task, load_tasks
+from evsys.task.check import check_tasks
 from evsys.task.scaffold import scaffold_task
 
 needs_bwrap = pytest.mark.skipif(BWRAP is None, reason="bubblewrap (bwrap) is not installed")
@@ -28,12 +29,18 @@ def _example_names(examples_dir):
 def test_every_example_loads_without_errors_or_warnings(examples_dir):
     result = load_tasks(examples_dir / "tasks", require_solution=True)
     assert [str(e) for e in result.errors] == []
-    assert {t.name for t in result.tasks} >= EXPECTED
+    assert {t.name for t in result.tasks} >= {f"evsys/{name}" for name in EXPECTED}  # Harbor's org/name
+    assert result.by_name("create-file") is result.by_name("evsys/create-file")  # the short name picks it too
     for task in result.tasks:
         assert task.warnings == [], task.name
         assert not task.environment.needs_image, task.name
         assert task.config.task.description and task.config.metadata.get("difficulty"), task.name
         assert task.config.agent.timeout_sec <= 120 and task.config.verifier.timeout_sec <= 120
+
+
+def test_tasks_check_has_nothing_to_say_about_the_examples_not_even_for_harbor(examples_dir):
+    report = check_tasks(examples_dir / "tasks", require_solution=True)
+    assert len(report.tasks) >= len(EXPECTED) and report.lines() == []
 
 
 def test_the_dockerfile_examples_place_their_files(examples_dir):

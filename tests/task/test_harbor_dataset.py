@@ -85,7 +85,7 @@ def test_evsys_run_on_a_harbor_dataset_runs_the_listed_tasks(tmp_path, make_task
     job = json.loads((jobs / "j" / "result.json").read_text())
     assert (job["n_done"], job["mean_reward"]) == (2, 1.0)
     trials = sorted(p.name for p in (jobs / "j").iterdir() if p.is_dir())
-    assert trials == ["acme-first__oracle__1", "second__oracle__1"]
+    assert trials == ["first__oracle__1", "second__oracle__1"]  # named after the short name, as in Harbor
 
 
 def test_evsys_python_manifests_still_load_as_python_tasks(tmp_path):

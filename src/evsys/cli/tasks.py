@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 from evsys.cli import repo_tasks
+from evsys.task.scaffold import DEFAULT_ORG
 
 tasks_app = typer.Typer(
     no_args_is_help=True, help="Check, scaffold, validate and export tasks (directories, SWE rows)."
@@ -106,16 +107,21 @@ tasks_app.command("export")(repo_tasks.export)
 
 @tasks_app.command("new")
 def new(
-    name: Annotated[str, typer.Argument(help="Name of the task (also the directory name).")],
+    name: Annotated[
+        str, typer.Argument(help="ORG/NAME or NAME: the task's name (NAME is also the directory name).")
+    ],
     directory: Annotated[
         Path, typer.Option("--dir", "-d", help="Where to create the task directory.")
     ] = Path("."),
+    org: Annotated[
+        str, typer.Option("--org", help="The org of a NAME given without one (Harbor names tasks ORG/NAME).")
+    ] = DEFAULT_ORG,
 ) -> None:
-    """Scaffold a task directory NAME that `evsys tasks check` accepts and the oracle solves."""
+    """Scaffold a task directory NAME that `evsys tasks check` accepts, the oracle solves and Harbor loads."""
     from evsys.task.scaffold import ScaffoldError, scaffold_task
 
     try:
-        task_dir = scaffold_task(name, directory)
+        task_dir = scaffold_task(name, directory, org=org)
     except ScaffoldError as exc:
         _console(stderr=True).print(f"[red]error:[/red] {_escape(str(exc))}")
         raise typer.Exit(2) from None

@@ -19,7 +19,7 @@ from pydantic import (
 
 from evsys.engine.executor_plugins import DEFAULT_EXECUTOR, NoOptions, parse_executor_options
 from evsys.records import DEFAULT_LIMITS, CopyOutLimits, NetworkMode
-from evsys.task.select import TaskFilter, parse_filter
+from evsys.task.select import TaskFilter, name_matches, parse_filter
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -242,8 +242,7 @@ class TrialConfig(BaseModel):
 
 
 def selects_task(config: JobConfig, name: str) -> bool:
-    """True when the job's `--task` patterns (if any) match `name` and no `--exclude-task` pattern does."""
-    from fnmatch import fnmatchcase
-
-    included = not config.task_names or any(fnmatchcase(name, p) for p in config.task_names)
-    return included and not any(fnmatchcase(name, p) for p in config.exclude_task_names)
+    """True when the job's `--task` patterns (if any) match `name` and no `--exclude-task` pattern does (a
+    pattern without `/` also matches the short name: `create-file` selects `evsys/create-file`)."""
+    included = not config.task_names or any(name_matches(p, name) for p in config.task_names)
+    return included and not any(name_matches(p, name) for p in config.exclude_task_names)

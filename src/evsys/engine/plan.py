@@ -15,7 +15,8 @@ and a dataset's verifier module is listed for a worker to import.
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +37,7 @@ from evsys.task.python import (
     load_python_tasks,
     read_dataset_config,
 )
-from evsys.task.select import metadata_selected
+from evsys.task.select import metadata_selected, short_name
 from evsys.verify.functions import verifier_reference
 
 PythonTaskItem = VerifiedTask | PromptTask
@@ -253,19 +254,15 @@ def plan_trials(
             wanted += f" (excluding {', '.join(config.exclude_task_names)})"
         raise PlanError(f"no tasks{wanted} in {', '.join(str(p) for p in config.datasets)}")
     datasets = _sample_tasks(datasets, config)
-    counts: dict[str, int] = {}
-    for _, entries in datasets:
-        for name, *_ in entries:
-            counts[name] = counts.get(name, 0) + 1
+    task_slug = _task_slugger([name for _, entries in datasets for name, *_ in entries])
     slugs = _agent_slugs(config.agents)
     used: set[str] = set()
     planned: list[PlannedTrial] = []
     for attempt in range(1, config.n_attempts + 1):
         for label, entries in datasets:
             for name, path, task, failure, ref in entries:
-                task_slug = slugify(name if counts[name] == 1 else f"{label}.{name}")
                 for agent, agent_slug in zip(config.agents, slugs, strict=True):
-                    trial_name = _unique(f"{task_slug}__{agent_slug}__{attempt}", used)
+                    trial_name = _unique(f"{task_slug(label, name)}__{agent_slug}__{attempt}", used)
                     trial_config = TrialConfig(
                         trial_name=trial_name,
                         task_name=name,
@@ -280,6 +277,20 @@ def plan_trials(
                     spec = TrialSpec.for_job(config, trial_config, ref, failure)
                     planned.append(PlannedTrial(spec=spec, task=task))
     return planned
+
+
+def _task_slugger(names: list[str]) -> Callable[[str, str], str]:
+    """How a task shows in its trials' names: its short name (`create-file` for `evsys/create-file`, as
+    Harbor names trials) when no other task of the job has it, else its full name, else `dataset.name`."""
+    shorts = Counter(short_name(name) for name in names)
+    fulls = Counter(names)
+
+    def slug(label: str, name: str) -> str:
+        if shorts[short_name(name)] == 1:
+            return slugify(short_name(name))
+        return slugify(name if fulls[name] == 1 else f"{label}.{name}")
+
+    return slug
 
 
 def _unique(name: str, used: set[str]) -> str:

@@ -13,7 +13,7 @@ integrations hand to the trainer.
 ```python
 runner = EpisodeRunner("examples/tasks", jobs_dir="jobs")
 client = runner.open()
-first = client.start("create-file")
+first = client.start("create-file")  # or its full name, "evsys/create-file"
 client.tool("bash", {"command": "printf 'Hello from evsys!\\n' > /app/greeting.txt"})
 print(client.finish().reward)  # 1.0
 runner.close()
@@ -42,9 +42,9 @@ from evsys.engine.episodes.service import ServeService, ServeSettings, Session, 
 from evsys.engine.sources import resolve_tasks
 from evsys.records import IntegrityPolicy, Trajectory, TrialResult
 from evsys.task.loader import TaskSet
+from evsys.task.select import TaskNameError, resolve_task_name
 from evsys.trajectory.integrity import JudgedReward, integrity_policy, judged_reward
 from evsys.util.atexit_close import close_at_exit
-from evsys.util.registry import did_you_mean
 
 T = TypeVar("T")
 SUBMIT = "submit"
@@ -151,15 +151,12 @@ class EpisodeRunner:
         return self.service.catalog.names
 
     def require_tasks(self, names: list[str]) -> list[str]:
-        """`names`, each a task of the dataset; ValueError naming the unknown ones, the closest known name
-        and the known ones."""
-        known = self.task_names
-        unknown = [name for name in names if name not in known]
-        if unknown:
-            shown = ", ".join(known[:20]) + (" ..." if len(known) > 20 else "")
-            hint = did_you_mean(unknown[0], known)
-            raise ValueError(f"no task named {unknown[0]!r}{hint}; tasks: {shown}")
-        return names
+        """The full names of `names`, each a task of the dataset by its full or (unambiguous) short name;
+        ValueError naming the first unknown one, the closest known name and the known ones."""
+        try:
+            return [resolve_task_name(name, self.task_names) for name in names]
+        except TaskNameError as exc:
+            raise ValueError(str(exc)) from None
 
     def instruction(self, task: str) -> str:
         """What `task` asks the agent to do."""

@@ -7,6 +7,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from evsys.task.config import UNKNOWN_KEY_PREFIXES
+from evsys.task.harbor_task import harbor_problems
 from evsys.task.loader import TaskLoadError, load_task, task_dirs
 from evsys.task.models import Problem
 
@@ -56,7 +57,8 @@ class CheckReport(BaseModel):
 
 def check_tasks(path: Path | str, *, require_solution: bool = False, strict: bool = False) -> CheckReport:
     """Load every task under `path` and collect its problems (errors and warnings); bad tasks never raise.
-    With `strict`, unknown or misspelt keys and sections of task.toml are errors, not warnings.
+    With `strict`, unknown or misspelt keys and sections of task.toml are errors, not warnings. Whatever would
+    make Harbor skip a task (evsys.task.harbor_task) is a warning.
 
     Raises `DatasetNotFoundError` when `path` is missing or holds no task directory.
     """
@@ -67,10 +69,11 @@ def check_tasks(path: Path | str, *, require_solution: bool = False, strict: boo
             task = load_task(task_dir, require_solution=require_solution)
         except TaskLoadError as exc:
             problems = [_strict(p) if strict else p for p in exc.problems]
+            problems += harbor_problems(task_dir)
             report.tasks.append(TaskReport(name=exc.task_name, path=task_dir, problems=problems))
             continue
         problems = [_parse_warning(w) for w in task.warnings]
-        problems = [_strict(p) if strict else p for p in problems]
+        problems = [_strict(p) if strict else p for p in problems] + harbor_problems(task_dir)
         if task.name in names:
             problems.append(
                 Problem(

@@ -30,6 +30,7 @@ from evsys.task.harbor_dataset import (
     read_harbor_manifest,
 )
 from evsys.task.models import Problem, ResolvedEnvironment, Severity, Task, TaskConfig
+from evsys.task.select import TaskNameError, resolve_task_name
 from evsys.task.steps import load_steps
 
 TASK_MARKERS = ("task.toml", "instruction.md")
@@ -79,11 +80,13 @@ class TaskSet(BaseModel):
         return len(self.tasks)
 
     def by_name(self, name: str) -> Task:
-        """The task called `name`; KeyError when there is none."""
-        for task in self.tasks:
-            if task.name == name:
-                return task
-        raise KeyError(name)
+        """The task called `name` (its full name, or its short name when no other task has it); KeyError
+        saying why when there is none, or several."""
+        try:
+            name = resolve_task_name(name, [task.name for task in self.tasks])
+        except TaskNameError as exc:
+            raise KeyError(str(exc)) from None
+        return next(task for task in self.tasks if task.name == name)
 
 
 def is_task_dir(path: Path) -> bool:

@@ -9,6 +9,8 @@ from pathlib import Path
 from evsys.util.atomic import write_text_atomic
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]*$")
+DEFAULT_ORG = "local"
+"""The org of a task scaffolded by its short name: Harbor needs `[task] name` as `org/name`."""
 
 INSTRUCTION = """\
 Create the file `/app/hello.txt` containing exactly one line: `Hello, world!`
@@ -20,7 +22,7 @@ TASK_TOML = """\
 # Task configuration (Harbor task.toml, schema 1.4). Every key is optional; defaults are shown commented out.
 
 [task]
-name = "{name}"
+name = "{name}"                 # Harbor's org/name; evsys also selects the task by the part after "/"
 version = "0.1.0"
 description = "Write hello.txt (replace with a one-line summary of the task)."
 
@@ -91,19 +93,25 @@ class ScaffoldError(ValueError):
     """The task cannot be scaffolded (bad name, or the directory already exists)."""
 
 
-def scaffold_task(name: str, parent: Path | str = ".") -> Path:
-    """Create `parent/name/` with instruction.md, task.toml, environment/Dockerfile, tests/ and solution/."""
-    if not _NAME.match(name):
-        raise ScaffoldError(
-            f"task name '{name}' must start with a lower-case letter or digit "
-            "and use only a-z, 0-9, '.', '_', '-'"
-        )
-    task_dir = Path(parent) / name
+def scaffold_task(name: str, parent: Path | str = ".", *, org: str = DEFAULT_ORG) -> Path:
+    """Create `parent/<short name>/` with instruction.md, task.toml, environment/Dockerfile, tests/ and
+    solution/. `name` is `org/name` (Harbor's form), or a short name that gets `org`; `[task] name` is the
+    full `org/name`, so Harbor loads the task too."""
+    short = name
+    if "/" in name:
+        org, _, short = name.partition("/")
+    for part, what in ((org, "org"), (short, "task name")):
+        if not _NAME.match(part) or ".." in part:
+            raise ScaffoldError(
+                f"{what} '{part}' must start with a lower-case letter or digit "
+                "and use only a-z, 0-9, '.', '_', '-'"
+            )
+    task_dir = Path(parent) / short
     if task_dir.exists():
         raise ScaffoldError(f"'{task_dir}' already exists; choose another name or remove it")
     files = {
         "instruction.md": INSTRUCTION,
-        "task.toml": TASK_TOML.format(name=name),
+        "task.toml": TASK_TOML.format(name=f"{org}/{short}"),
         "environment/Dockerfile": DOCKERFILE,
         "tests/test.sh": TEST_SH,
         "solution/solve.sh": SOLVE_SH,

@@ -35,11 +35,11 @@ def make_task(tasks: Path, name: str, dockerfile: str, docker_image: str | None 
     left in /opt/seed/ran.txt."""
     task = tasks / name
     shutil.copytree(REPO / "examples" / "tasks" / "create-file", task)
-    toml = (task / "task.toml").read_text().replace('name = "create-file"', f'name = "{name}"')
+    toml = (task / "task.toml").read_text().replace('name = "evsys/create-file"', f'name = "{name}"')
     if docker_image:
         toml = toml.replace("[environment]", f'[environment]\ndocker_image = "{docker_image}"')
     (task / "task.toml").write_text(toml)
-    (task / "environment").mkdir()
+    (task / "environment").mkdir(exist_ok=True)  # create-file has one (its plain FROM)
     (task / "environment" / "Dockerfile").write_text(dockerfile)
     (task / "environment" / "seed.txt").write_text(GREETING)
     solve = "#!/bin/bash\nset -euo pipefail\ncat /opt/seed/ran.txt > /app/greeting.txt\n"

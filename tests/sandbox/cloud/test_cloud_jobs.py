@@ -27,8 +27,9 @@ async def _run_job(backend: str, jobs_dir: Path, key: str) -> None:
     job = Job(config)
     result = await job.run()
     outcomes = sorted((t.task_name, t.failure, t.reward) for t in result.trials)
-    assert outcomes == [("create-file", None, 1.0), ("nop-must-fail", None, 1.0)]  # the oracle solves both
-    trial = next(t for t in result.trials if t.task_name == "create-file")
+    # the oracle solves both
+    assert outcomes == [("evsys/create-file", None, 1.0), ("evsys/nop-must-fail", None, 1.0)]
+    trial = next(t for t in result.trials if t.task_name == "evsys/create-file")
     assert (job.store.trial_dir(trial.trial_name) / "agent" / "oracle.txt").is_file()  # copied out
     written = [p for p in (jobs_dir / backend).rglob("*") if p.is_file()]
     assert written  # positive control: the job wrote its records
@@ -56,11 +57,11 @@ async def test_a_job_on_modal_hands_modal_the_tasks_dockerfile_or_docker_image(m
     for name, extra in (("from-dockerfile", None), ("from-registry", f'docker_image = "{STANDIN_IMAGE}"')):
         task = tasks / name
         shutil.copytree(REPO / "examples" / "tasks" / "create-file", task)
-        toml = (task / "task.toml").read_text().replace('name = "create-file"', f'name = "{name}"')
+        toml = (task / "task.toml").read_text().replace('name = "evsys/create-file"', f'name = "{name}"')
         if extra:
             toml = toml.replace("[environment]", f"[environment]\n{extra}")
         (task / "task.toml").write_text(toml)
-        (task / "environment").mkdir()
+        (task / "environment").mkdir(exist_ok=True)  # create-file has one (its plain FROM)
         (task / "environment" / "Dockerfile").write_text(f"FROM {STANDIN_IMAGE}\nRUN true\n")
     before = len(modal_standin.built)
     config = JobConfig(datasets=[tasks], sandbox="modal", jobs_dir=tmp_path / "jobs", job_name="images")

@@ -12,6 +12,7 @@ from evsys.engine.episodes.protocol import ErrorCode, ServeError
 from evsys.engine.plan import plan_trials
 from evsys.engine.spec import PlannedTrial, TrialSpec
 from evsys.task.models import Task
+from evsys.task.select import TaskNameError, resolve_task_name, short_name
 
 SERVED_AGENT = "openenv-client"
 EPISODE_NUMBER = re.compile(r"__served__(\d+)$")
@@ -79,13 +80,14 @@ class TaskCatalog:
         return [t.name for t in self.tasks]
 
     def pick(self, name: str | None, seed: int | None) -> ServedTask:
-        """The task called `name`, else the one at `seed` modulo the task count, else the first."""
+        """The task called `name` (its full `org/name`, or its short name when no other task shares it), else
+        the one at `seed` modulo the task count, else the first."""
         if name is not None:
-            for task in self.tasks:
-                if task.name == name:
-                    return task
-            shown = ", ".join(self.names[:20]) + (" ..." if len(self.tasks) > 20 else "")
-            raise ServeError(ErrorCode.UNKNOWN_TASK, f"no task named {name!r}; tasks: {shown}")
+            try:
+                name = resolve_task_name(name, self.names)
+            except TaskNameError as exc:
+                raise ServeError(ErrorCode.UNKNOWN_TASK, str(exc)) from None
+            return next(task for task in self.tasks if task.name == name)
         return self.tasks[(seed or 0) % len(self.tasks)]
 
     def continue_after(self, taken: int) -> None:
@@ -96,7 +98,7 @@ class TaskCatalog:
         """A spec for a new episode of `task`, under a trial name no other episode of this server has."""
         n = next(self._counter)
         config = task.spec.config.model_copy(
-            update={"trial_name": f"{slugify(task.name, max_len=80)}__served__{n}", "attempt": n}
+            update={"trial_name": f"{slugify(short_name(task.name), max_len=80)}__served__{n}", "attempt": n}
         )
         return task.spec.model_copy(update={"config": config})
 
