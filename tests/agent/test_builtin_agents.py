@@ -44,6 +44,7 @@ async def run_agent(agent, task_dir: Path, tmp_path: Path):
     return result, recorder, listing.stdout
 
 
+@pytest.mark.needs_sandbox
 async def test_oracle_runs_solve_as_root_in_workdir_with_solution_env(tmp_path):
     solve = '#!/bin/bash\necho "$(id -u) $(pwd) $WHO" > /work/out.txt\necho solved\nexit 4\n'
     result, recorder, listing = await run_agent(OracleAgent(), make_task(tmp_path, solve), tmp_path)
@@ -55,11 +56,13 @@ async def test_oracle_runs_solve_as_root_in_workdir_with_solution_env(tmp_path):
     assert "solved" in recorder.steps[1].message and "exited with 4" in recorder.steps[1].message
 
 
+@pytest.mark.needs_sandbox
 async def test_oracle_without_a_solution_is_an_agent_error(tmp_path):
     with pytest.raises(AgentError, match=r"has no solution/solve\.sh"):
         await run_agent(OracleAgent(), make_task(tmp_path, None), tmp_path)
 
 
+@pytest.mark.needs_sandbox
 async def test_nop_leaves_the_sandbox_untouched(tmp_path):
     _, recorder, listing = await run_agent(NopAgent(), make_task(tmp_path, "#!/bin/bash\n"), tmp_path)
     assert listing == ""

@@ -24,6 +24,7 @@ def test_import_evsys_is_lazy_and_exports_the_engine():
     assert "module 'evsys' has no attribute 'NoSuchThing'" in done.stdout
 
 
+@pytest.mark.needs_sandbox
 async def test_resume_with_a_different_config_is_refused(tmp_path):
     dataset = tmp_path / "ds"
     dataset.mkdir()
@@ -48,6 +49,7 @@ class FakeClientForFactory:
         self.closed = True
 
 
+@pytest.mark.needs_sandbox
 async def test_model_client_factory_feeds_agents_and_clients_are_closed(tmp_path):
     dataset = tmp_path / "ds"
     dataset.mkdir()
@@ -98,6 +100,7 @@ def test_agent_base_url_reaches_the_model_client():
         asyncio.run(client.aclose())
 
 
+@pytest.mark.needs_sandbox
 async def test_two_jobs_started_in_one_second_get_two_directories(tmp_path):
     make_task(tmp_path / "dataset", "a")
     common = {"datasets": [tmp_path / "dataset"], "jobs_dir": tmp_path / "jobs"}

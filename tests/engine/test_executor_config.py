@@ -94,6 +94,7 @@ def test_invalid_executor_options_are_refused_when_the_config_is_made(tmp_path: 
         _config(tmp_path, executor={"name": "nope"})
 
 
+@pytest.mark.needs_sandbox
 async def test_a_resumed_job_runs_on_the_recorded_executor_with_its_options(tmp_path: Path):
     executor = {"name": "labelling", "options": {"label": "first run"}}
     job_dir = await _finished_job_missing_one_trial(tmp_path, executor=executor)
@@ -104,6 +105,7 @@ async def test_a_resumed_job_runs_on_the_recorded_executor_with_its_options(tmp_
     assert LabellingExecutor.ran == [("b__oracle__1", "first run")]
 
 
+@pytest.mark.needs_sandbox
 async def test_a_resume_may_name_another_executor(tmp_path: Path):
     job_dir = await _finished_job_missing_one_trial(tmp_path, executor={"name": "labelling"})
     job = Job.resume(job_dir, changes={"executor": ExecutorSpec(name="local")})
@@ -112,6 +114,7 @@ async def test_a_resume_may_name_another_executor(tmp_path: Path):
     assert json.loads((job_dir / "config.json").read_text())["executor"]["name"] == "local"
 
 
+@pytest.mark.needs_sandbox
 async def test_a_config_json_from_before_the_executor_was_recorded_resumes_locally(tmp_path: Path):
     job_dir = await _finished_job_missing_one_trial(tmp_path, executor={"name": "labelling"})
     saved = json.loads((job_dir / "config.json").read_text())
@@ -128,6 +131,7 @@ def _evsys(*args: str) -> tuple[int, str]:
     return result.exit_code, result.output + (result.stderr if result.stderr_bytes is not None else "")
 
 
+@pytest.mark.needs_sandbox
 def test_evsys_run_resume_keeps_the_recorded_executor_and_its_options(tmp_path: Path):
     import asyncio
 
@@ -138,6 +142,7 @@ def test_evsys_run_resume_keeps_the_recorded_executor_and_its_options(tmp_path: 
     assert LabellingExecutor.ran == [("b__oracle__1", "recorded")]
 
 
+@pytest.mark.needs_sandbox
 def test_evsys_run_resume_with_another_executor_named_runs_there(tmp_path: Path):
     import asyncio
 
@@ -148,6 +153,7 @@ def test_evsys_run_resume_with_another_executor_named_runs_there(tmp_path: Path)
     assert json.loads((job_dir / "config.json").read_text())["executor"]["name"] == "local"
 
 
+@pytest.mark.needs_sandbox
 def test_the_resume_hint_of_a_cancelled_job_names_its_executor(tmp_path: Path):
     import asyncio
 
