@@ -6,7 +6,8 @@ closure holds one of HEAVY_FIXTURES gets that fixture's `needs_*` mark. A test t
 itself carries the `needs_*` mark explicitly (on the test, or `pytestmark` on its module). Every `needs_*`
 mark implies `heavy`.
 
-`pytest --fast` (`make test-fast`) is the fast tier: it deselects the heavy tests and guards the rest, so the
+`pytest --fast` (`make test-fast`) is the fast tier: it deselects the heavy tests (and those marked `slow`)
+and guards the rest, so the
 tier stays honest as tests are added: a test in it that starts a local sandbox, loads a model engine or runs
 a process of those kinds (bwrap, evsysd, dockerd, Ray, a browser, an `evsys` command, another virtualenv's
 python) fails, naming the marks that would move it to the heavy tier. Without `--fast` nothing is guarded.
@@ -64,6 +65,9 @@ HEAVY_FIXTURES: dict[str, tuple[str, ...]] = {
     "needs_venv": ("harbor",),
     "needs_images": ("image_storage", "images", "image_tools"),
 }
+# What the fast tier deselects: the heavy tests, and the slow ones (seconds each, e.g. a pytest run in a
+# subprocess).
+FAST_TIER_LEAVES_OUT = ("heavy", "slow")
 FIXTURE_NEEDS = {fixture: mark for mark, fixtures in HEAVY_FIXTURES.items() for fixture in fixtures}
 
 # Programs a fast test may not start (by file name), and what the heavy tier has that they need.
@@ -86,8 +90,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--fast",
         action="store_true",
-        help="the fast tier: deselect heavy tests (tests/tiers.py) and fail a test that starts a sandbox, "
-        "model engine, daemon, cluster or server process",
+        help="the fast tier: deselect heavy and slow tests (tests/tiers.py) and fail a test that starts a "
+        "sandbox, model engine, daemon, cluster or server process",
     )
 
 
@@ -112,17 +116,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     """Mark each item by the heavy fixtures it uses; with --fast, deselect the heavy ones."""
     for item in items:
         needs = {FIXTURE_NEEDS[name] for name in getattr(item, "fixturenames", ()) if name in FIXTURE_NEEDS}
-        needs.update(mark.name for mark in item.iter_markers() if mark.name in NEEDS)
+        marked = {mark.name for mark in item.iter_markers() if mark.name.startswith("needs_")}
+        if marked - NEEDS.keys():
+            raise pytest.UsageError(
+                f"{item.nodeid}: unknown marks {sorted(marked - NEEDS.keys())} (tests/tiers.py)"
+            )
+        needs.update(marked)
         for mark in sorted(needs):
             item.add_marker(mark)
         if needs:
             item.add_marker("heavy")
     if not config.getoption("fast"):
         return
-    heavy = [item for item in items if item.get_closest_marker("heavy")]
-    if heavy:
-        config.hook.pytest_deselected(items=heavy)
-        items[:] = [item for item in items if not item.get_closest_marker("heavy")]
+    left_out = [item for item in items if any(item.get_closest_marker(m) for m in FAST_TIER_LEAVES_OUT)]
+    if left_out:
+        config.hook.pytest_deselected(items=left_out)
+        items[:] = [item for item in items if item not in set(left_out)]
 
 
 @pytest.fixture(autouse=True)

@@ -3,6 +3,7 @@ promptly and cleanly even mid-generation."""
 
 from __future__ import annotations
 
+import pytest
 import os
 import queue
 import signal
@@ -65,6 +66,7 @@ class Server:
         return "".join(self.seen)
 
 
+@pytest.mark.needs_process
 def test_disconnect_cancels_generation_and_ctrl_c_exits_cleanly():
     server = Server()
     try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import typer
 from typer.testing import CliRunner
 
@@ -15,6 +16,7 @@ def _app() -> typer.Typer:
     return app
 
 
+@pytest.mark.needs_sandbox
 def test_checks_find_what_this_machine_has():
     found = {c.name: c for c in checks.run_checks(smoke=False)}
     assert found["bubblewrap"].ok and "bubblewrap" in found["bubblewrap"].detail
@@ -23,6 +25,7 @@ def test_checks_find_what_this_machine_has():
     assert found["seccomp"].ok and "syscalls denied" in found["seccomp"].detail
 
 
+@pytest.mark.needs_sandbox
 def test_doctor_prints_a_table_and_exits_0_when_everything_works(monkeypatch):
     monkeypatch.setattr(
         checks, "check_link_protections", lambda: checks.Check("link protections", True, "on")
@@ -32,6 +35,7 @@ def test_doctor_prints_a_table_and_exits_0_when_everything_works(monkeypatch):
     assert "sandbox smoke test" in result.output and "fully supported" in result.output
 
 
+@pytest.mark.needs_images
 def test_doctor_exits_1_with_the_fix_when_something_required_is_missing(monkeypatch):
     monkeypatch.setattr(
         checks,
@@ -61,6 +65,7 @@ def test_doctor_reports_the_kernels_link_protections_when_they_are_off(monkeypat
     assert checks.check_link_protections().ok
 
 
+@pytest.mark.needs_sandbox
 def test_doctor_on_an_80_column_terminal_wraps_and_cuts_nothing(monkeypatch):
     long_path = "/var/tmp/evsys-sandbox-cache/exec-daemon/" + "x" * 40
     monkeypatch.setattr(

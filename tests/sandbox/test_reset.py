@@ -37,6 +37,7 @@ async def test_every_way_of_running_commands_works_after_a_reset(sandbox):
         assert (await sandbox.exec("ls -d /app/d")).stdout == "/app/d\n"
 
 
+@pytest.mark.needs_sandbox
 async def test_binds_stay_and_stay_read_only(tmp_path):
     (tmp_path / "shared.txt").write_text("host data\n")
     sb = LocalSandbox(spec(binds=[Bind(src=tmp_path, dst="/data", read_only=True)]))
@@ -51,6 +52,7 @@ async def test_binds_stay_and_stay_read_only(tmp_path):
     assert (tmp_path / "shared.txt").read_text() == "host data\n"
 
 
+@pytest.mark.needs_sandbox
 @pytest.mark.slow
 async def test_100_resets_leave_no_mount_or_process_behind():
     sb = LocalSandbox(spec())
@@ -73,6 +75,7 @@ async def test_100_resets_leave_no_mount_or_process_behind():
     assert own_cgroup_dirs() == []
 
 
+@pytest.mark.needs_sandbox
 async def test_reset_needs_a_running_sandbox():
     sb = LocalSandbox(spec())
     with pytest.raises(SandboxError, match="not running"):
@@ -93,6 +96,7 @@ def test_reuse_key_ignores_the_name_only():
     assert reuse_key(spec(network="public")) is None
 
 
+@pytest.mark.needs_sandbox
 async def test_pool_reuses_sandboxes_of_an_equal_spec_only():
     pool = SandboxPool(LocalSandbox, max_idle=2)
     try:
@@ -117,6 +121,7 @@ async def test_pool_reuses_sandboxes_of_an_equal_spec_only():
     assert own_cgroup_dirs() == []
 
 
+@pytest.mark.needs_sandbox
 async def test_pool_stops_a_sandbox_it_cannot_reset_and_caps_idle_ones():
     pool = SandboxPool(LocalSandbox, max_idle=1)
     try:
@@ -138,6 +143,7 @@ async def test_pool_stops_a_sandbox_it_cannot_reset_and_caps_idle_ones():
     assert own_cgroup_dirs() == []
 
 
+@pytest.mark.needs_sandbox
 async def test_close_waits_for_a_release_in_flight():
     pool = SandboxPool(LocalSandbox, max_idle=2)
     sb = await pool.acquire(spec())
@@ -149,6 +155,7 @@ async def test_close_waits_for_a_release_in_flight():
     assert own_cgroup_dirs() == []
 
 
+@pytest.mark.needs_sandbox
 async def test_a_burst_of_releases_keeps_max_idle_and_stops_the_rest():
     """Releases at once (the end of a wave of trials) each see the others' resets in flight: the pool resets
     and keeps `max_idle` of them and stops the rest instead of resetting every one."""
@@ -163,6 +170,7 @@ async def test_a_burst_of_releases_keeps_max_idle_and_stops_the_rest():
     assert sandbox_processes() == []
 
 
+@pytest.mark.needs_sandbox
 async def test_no_sandbox_is_reset_for_trials_that_will_not_come():
     """With `demand` (a job's trials not started yet) a released sandbox nobody can take any more is stopped
     rather than reset: the last wave of a job resets nothing."""

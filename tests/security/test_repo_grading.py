@@ -76,6 +76,7 @@ def _rewards(trials, agent: str) -> tuple[float | None, float | None]:
     return trials[("legacy", agent)].reward, trials[("fresh", agent)].reward
 
 
+@pytest.mark.needs_sandbox
 def test_gold_scores_one_and_no_change_zero_under_both(trials):
     assert _rewards(trials, "oracle") == (1.0, 1.0)
     assert _rewards(trials, "nop") == (0.0, 0.0)
