@@ -94,10 +94,11 @@ def test_invalid_executor_options_are_refused_when_the_config_is_made(tmp_path: 
         _config(tmp_path, executor={"name": "nope"})
 
 
-@pytest.mark.needs_sandbox
-async def test_a_resumed_job_runs_on_the_recorded_executor_with_its_options(tmp_path: Path):
+async def test_a_resumed_job_runs_on_the_recorded_executor_with_its_options(
+    tmp_path: Path, memory_sandbox: str
+):
     executor = {"name": "labelling", "options": {"label": "first run"}}
-    job_dir = await _finished_job_missing_one_trial(tmp_path, executor=executor)
+    job_dir = await _finished_job_missing_one_trial(tmp_path, executor=executor, sandbox=memory_sandbox)
     saved = json.loads((job_dir / "config.json").read_text())["executor"]
     assert saved == {"name": "labelling", "options": {"label": "first run", "interrupt": False}}
     result = await Job.resume(job_dir).run()
@@ -105,18 +106,22 @@ async def test_a_resumed_job_runs_on_the_recorded_executor_with_its_options(tmp_
     assert LabellingExecutor.ran == [("b__oracle__1", "first run")]
 
 
-@pytest.mark.needs_sandbox
-async def test_a_resume_may_name_another_executor(tmp_path: Path):
-    job_dir = await _finished_job_missing_one_trial(tmp_path, executor={"name": "labelling"})
+async def test_a_resume_may_name_another_executor(tmp_path: Path, memory_sandbox: str):
+    job_dir = await _finished_job_missing_one_trial(
+        tmp_path, executor={"name": "labelling"}, sandbox=memory_sandbox
+    )
     job = Job.resume(job_dir, changes={"executor": ExecutorSpec(name="local")})
     result = await job.run()
     assert result.complete and LabellingExecutor.ran == []  # it ran locally
     assert json.loads((job_dir / "config.json").read_text())["executor"]["name"] == "local"
 
 
-@pytest.mark.needs_sandbox
-async def test_a_config_json_from_before_the_executor_was_recorded_resumes_locally(tmp_path: Path):
-    job_dir = await _finished_job_missing_one_trial(tmp_path, executor={"name": "labelling"})
+async def test_a_config_json_from_before_the_executor_was_recorded_resumes_locally(
+    tmp_path: Path, memory_sandbox: str
+):
+    job_dir = await _finished_job_missing_one_trial(
+        tmp_path, executor={"name": "labelling"}, sandbox=memory_sandbox
+    )
     saved = json.loads((job_dir / "config.json").read_text())
     del saved["executor"]
     (job_dir / "config.json").write_text(json.dumps(saved))
