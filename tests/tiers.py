@@ -111,7 +111,7 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         guard.remove()
 
 
-@pytest.hookimpl(trylast=True)
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects: `-m heavy`, `-m "not needs_docker"` see the marks
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark each item by the heavy fixtures it uses; with --fast, deselect the heavy ones."""
     for item in items:
