@@ -19,10 +19,6 @@ from pathlib import Path
 
 import pytest
 
-from evsys.sandbox import register_sandbox, unregister_sandbox
-from evsys.testing.memory_sandbox import Program
-from evsys.testing.memory_sandbox import memory_backend as make_memory_backend
-
 # A private dockerd and a synthesised Debian base for the docker backend (started only by tests that ask);
 # the fast and heavy tiers (`make test-fast`: tests/tiers.py).
 pytest_plugins = ["dockerd_fixtures", "tiers"]
@@ -60,9 +56,12 @@ def memory_backend():
     """`memory_backend(programs)` registers an in-memory sandbox backend running `programs`
     (evsys.testing.memory_sandbox) and returns its name; `sandbox_class(name).made` lists its sandboxes. For
     tests of behaviour around a sandbox; each is unregistered after the test."""
+    from evsys.sandbox import register_sandbox, unregister_sandbox  # here: other venvs load this conftest too
+    from evsys.testing.memory_sandbox import memory_backend as make_memory_backend
+
     names: list[str] = []
 
-    def register(programs: dict[str, Program] | None = None) -> str:
+    def register(programs: dict | None = None) -> str:
         name = f"memory-{next(_MEMORY_NAMES)}"
         register_sandbox(name, make_memory_backend(programs))
         names.append(name)
