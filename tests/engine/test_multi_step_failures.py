@@ -3,10 +3,10 @@ sandbox (still fit for use) goes back to the pool for the next trial."""
 
 from __future__ import annotations
 
-import pytest
 import secrets
 from pathlib import Path
 
+import pytest
 from engine_tasks import make_task
 
 from evsys.engine import Job, JobConfig

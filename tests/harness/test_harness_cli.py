@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import pytest
 import subprocess
 import sys
+
+import pytest
 
 EVSYS = [sys.executable, "-m", "evsys.cli.main", "harness"]
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
 import shutil
 
+import pytest
 from typer.testing import CliRunner
 
 from evsys.cli.main import app

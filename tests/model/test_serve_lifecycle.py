@@ -3,7 +3,6 @@ promptly and cleanly even mid-generation."""
 
 from __future__ import annotations
 
-import pytest
 import os
 import queue
 import signal
@@ -13,6 +12,7 @@ import sys
 import threading
 
 import httpx
+import pytest
 
 LAUNCH = "from evsys.cli.model import model_app; model_app()"
 SAFETY_TIMEOUT = 120  # seconds; only guards against a hung test, never asserts speed
