@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 EVSYS  := $(VENV)/bin/evsys
 JOBS   ?= jobs
 
-.PHONY: setup setup-run run test bench lint format clean
+.PHONY: setup setup-run run test test-fast bench lint format clean
 
 # Everything the test suite needs (image tools, chromium, dockerd, every extra, the frameworks' venvs).
 setup:
@@ -27,6 +27,12 @@ run: setup-run
 
 test: setup
 	$(PY) -m pytest -q
+
+# The fast tier (a few minutes on 2 cores): every test that needs no real sandbox, model engine, daemon,
+# cluster, server process or other virtualenv, on all CPUs (pytest-xdist); tests/tiers.py marks the rest by
+# the fixtures they use and fails a fast test that starts one of those. `make test` runs everything.
+test-fast: setup
+	$(PY) -m pytest -q --fast -n auto
 
 bench: setup
 	$(PY) bench/run_all.py $(BENCH)

@@ -14,12 +14,14 @@ The suite passes whichever of its files run, in whatever order:
 from __future__ import annotations
 
 import asyncio
+import itertools
 from pathlib import Path
 
 import pytest
 
-# A private dockerd and a synthesised Debian base for the docker backend (started only by tests that ask).
-pytest_plugins = ["dockerd_fixtures"]
+# A private dockerd and a synthesised Debian base for the docker backend (started only by tests that ask);
+# the fast and heavy tiers (`make test-fast`: tests/tiers.py).
+pytest_plugins = ["dockerd_fixtures", "tiers"]
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO_ROOT / "examples"
@@ -44,3 +46,27 @@ def eventually():
     """`await eventually(condition, what)`: wait until `condition()` holds (checked every 20 ms); the test
     fails naming `what` after two minutes (a bound on hanging, never a speed assertion)."""
     return _eventually
+
+
+_MEMORY_NAMES = itertools.count(1)
+
+
+@pytest.fixture
+def memory_backend():
+    """`memory_backend(programs)` registers an in-memory sandbox backend running `programs`
+    (evsys.testing.memory_sandbox) and returns its name; `sandbox_class(name).made` lists its sandboxes. For
+    tests of behaviour around a sandbox; each is unregistered after the test."""
+    from evsys.sandbox import register_sandbox, unregister_sandbox  # here: other venvs load this conftest too
+    from evsys.testing.memory_sandbox import memory_backend as make_memory_backend
+
+    names: list[str] = []
+
+    def register(programs: dict | None = None) -> str:
+        name = f"memory-{next(_MEMORY_NAMES)}"
+        register_sandbox(name, make_memory_backend(programs))
+        names.append(name)
+        return name
+
+    yield register
+    for name in names:
+        unregister_sandbox(name)

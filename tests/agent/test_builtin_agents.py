@@ -46,6 +46,7 @@ async def run_agent(agent, task_dir: Path, tmp_path: Path):
     return result, recorder, listing.stdout
 
 
+@pytest.mark.needs_sandbox
 async def test_oracle_runs_solve_as_root_in_workdir_with_solution_env(tmp_path):
     solve = '#!/bin/bash\necho "$(id -u) $(pwd) $WHO" > /work/out.txt\necho solved\nexit 4\n'
     result, recorder, listing = await run_agent(OracleAgent(), make_task(tmp_path, solve), tmp_path)
@@ -57,6 +58,7 @@ async def test_oracle_runs_solve_as_root_in_workdir_with_solution_env(tmp_path):
     assert "solved" in recorder.steps[1].message and "exited with 4" in recorder.steps[1].message
 
 
+@pytest.mark.needs_sandbox
 async def test_oracle_without_a_solution_is_the_tasks_defect(tmp_path):
     """A task that ships no solution fails under the oracle as `task_invalid` (its defect, never retried)."""
     with pytest.raises(MissingSolutionError, match=r"ships no solution/solve\.sh") as caught:
@@ -65,6 +67,7 @@ async def test_oracle_without_a_solution_is_the_tasks_defect(tmp_path):
     assert not is_retryable(caught.value.failure_cause)
 
 
+@pytest.mark.needs_sandbox
 async def test_nop_leaves_the_sandbox_untouched(tmp_path):
     _, recorder, listing = await run_agent(NopAgent(), make_task(tmp_path, "#!/bin/bash\n"), tmp_path)
     assert listing == ""

@@ -107,6 +107,7 @@ def test_bad_settings_name_the_field():
         LoopAgent(no_such_option=1)
 
 
+@pytest.mark.needs_process
 def test_loop_solves_create_file_through_evsys_run(loop_model, tmp_path):
     """`evsys run create-file -a loop -m local:<tiny>` reaches reward 1.0 with token-exact turns recorded."""
     jobs = tmp_path / "jobs"
@@ -171,6 +172,7 @@ async def _run_agent(loop_model: Path, instruction: str, **kwargs) -> tuple[dict
     return result.metadata, recorder.steps
 
 
+@pytest.mark.needs_sandbox
 async def test_huge_tool_output_is_clipped(loop_model):
     """A 10 MB bash output reaches the model as a clipped observation; the run goes on to submit."""
     stats, steps = await _run_agent(loop_model, BIG_OUTPUT)
@@ -182,6 +184,7 @@ async def test_huge_tool_output_is_clipped(loop_model):
     assert stats["stop_reason"] == "submitted" and stats["tool_errors"] == 0
 
 
+@pytest.mark.needs_sandbox
 async def test_unknown_tool_and_broken_json_become_counted_error_observations(loop_model):
     """Neither crashes the run: each is an error observation, counted, and the model then submits."""
     stats, steps = await _run_agent(loop_model, UNKNOWN_TOOL)
@@ -193,6 +196,7 @@ async def test_unknown_tool_and_broken_json_become_counted_error_observations(lo
     assert stats["parse_errors"] == 1 and stats["stop_reason"] == "submitted"
 
 
+@pytest.mark.needs_sandbox
 async def test_context_overflow_elides_old_outputs_then_stops(loop_model):
     """With a window too small for the big output, the oldest observation is elided, recorded and counted."""
     _, plain = await _run_agent(loop_model, BIG_OUTPUT)

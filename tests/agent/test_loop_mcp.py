@@ -25,6 +25,7 @@ def mcp_client() -> LocalModelClient:
     return LocalModelClient(str(build_tiny_model(mcp_recipe())))
 
 
+@pytest.mark.needs_model
 async def test_the_loop_agent_lists_and_calls_the_tasks_mcp_tool(tmp_path, mcp_client):
     """The tool is offered under `mcp__facts__lookup_fact`, called with the model's arguments inside the
     sandbox (the server logs the call, which the task's test reads: reward 1), and answered."""
@@ -48,6 +49,7 @@ async def test_the_loop_agent_lists_and_calls_the_tasks_mcp_tool(tmp_path, mcp_c
     assert trial.reward == 1.0  # the server, inside the sandbox, logged the call the test looks for
 
 
+@pytest.mark.needs_model
 async def test_a_server_that_cannot_start_fails_the_trial_with_its_stderr(tmp_path, mcp_client):
     """A stdio server whose command fails: the trial fails with agent_error naming the server and its
     stderr (positive control: the same task with the right command runs, above)."""

@@ -97,10 +97,12 @@ def _complete(words: str, cwd: Path, shell: str = "bash") -> list[str]:
         ("evsys view jobs/ar", ["jobs/archive/"]),
     ],
 )
+@pytest.mark.needs_process
 def test_the_shell_protocol_completes_values(jobs: Path, words: str, expected: list[str]):
     assert _complete(words, jobs.parent) == expected
 
 
+@pytest.mark.needs_process
 def test_zsh_gets_the_same_values(jobs: Path):
     out = " ".join(_complete("evsys export jobs/alpha --format ", jobs.parent, shell="zsh"))
     assert re.findall(r'"([^"]+)"', out) == [

@@ -88,6 +88,7 @@ def _run(tmp_path: Path, registry_file: Path, reference: str, name: str) -> dict
     return json.loads((tmp_path / "jobs" / name / "result.json").read_text())
 
 
+@pytest.mark.needs_sandbox
 def test_run_by_name_uses_the_pinned_commit_of_each_version(tmp_path, registry):
     registry_file, _, _ = registry
     assert _run(tmp_path, registry_file, "mini@1.0", "v1")["mean_reward"] == 1.0
@@ -95,6 +96,7 @@ def test_run_by_name_uses_the_pinned_commit_of_each_version(tmp_path, registry):
     assert _run(tmp_path, registry_file, "mini", "newest")["mean_reward"] == 0.5  # bare name: newest version
 
 
+@pytest.mark.needs_sandbox
 def test_a_fetched_dataset_is_recorded_and_runs_offline(tmp_path, registry):
     registry_file, repo, commits = registry
     dataset = read_registry_file(registry_file).find("mini@1.0")

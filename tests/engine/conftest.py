@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from engine_tasks import make_task
+from engine_tasks import MEMORY_PROGRAMS, make_task
 
 
 @pytest.fixture
@@ -19,3 +19,10 @@ def task_factory(tmp_path: Path):
 
     factory.dataset = dataset
     return factory
+
+
+@pytest.fixture
+def memory_sandbox(memory_backend) -> str:
+    """An in-memory sandbox backend running the engine tests' scripts and agents (engine_tasks.py); its name,
+    for `JobConfig(sandbox=...)`."""
+    return memory_backend(MEMORY_PROGRAMS)

@@ -18,6 +18,7 @@ for bar in (transformers_tqdm, datasets_tqdm):
 """
 
 
+@pytest.mark.needs_process
 @pytest.mark.slow
 def test_transformers_and_datasets_progress_bars_stay_silent():
     env = {k: v for k, v in os.environ.items() if "PROGRESS_BARS" not in k}

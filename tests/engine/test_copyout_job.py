@@ -24,6 +24,7 @@ def read_result(trial_dir: Path) -> dict:
     return json.loads((trial_dir / "result.json").read_bytes().decode("utf-8"))  # strict: valid UTF-8
 
 
+@pytest.mark.needs_sandbox
 async def test_a_name_that_is_not_utf8_fails_nothing_and_resume_is_a_noop(task_factory):
     task_factory("bad-name", solve=BAD_NAME_SOLVE)
     task_factory("plain")
@@ -91,6 +92,7 @@ def run_cli(args: list[str], rss_file: Path) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.needs_process
 @pytest.mark.slow
 def test_log_bombs_beside_ordinary_trials_at_n4(task_factory, tmp_path):
     for name, (attack, extra) in BOMBS.items():

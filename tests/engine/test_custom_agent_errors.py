@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from engine_tasks import make_task
 
 AGENT = """
@@ -30,6 +31,7 @@ def explode_deep_inside():
 """
 
 
+@pytest.mark.needs_process
 def test_custom_agent_from_cwd_and_its_traceback_in_exception_txt(tmp_path: Path):
     project = tmp_path / "project"
     (project / "my_agents").mkdir(parents=True)

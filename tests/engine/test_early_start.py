@@ -119,6 +119,7 @@ def _job(dataset: Path, jobs: Path, url: str, name: str) -> Job:
     return Job(JobConfig(datasets=[dataset], agents=[agent], jobs_dir=jobs, job_name=name))
 
 
+@pytest.mark.needs_sandbox
 async def test_a_sandbox_that_fails_while_the_first_model_call_is_in_flight(tmp_path: Path) -> None:
     dataset = tmp_path / "ds"
     make_task(dataset, "slow-start", toml=HEALTHCHECK_TOML.format(name="slow-start"))
@@ -143,6 +144,7 @@ async def test_a_sandbox_that_fails_while_the_first_model_call_is_in_flight(tmp_
     assert sandbox_processes() == []
 
 
+@pytest.mark.needs_sandbox
 async def test_the_first_model_call_overlaps_the_sandbox_start(tmp_path: Path) -> None:
     dataset = tmp_path / "ds"
     make_task(dataset, "quick")

@@ -24,11 +24,11 @@ def test_import_evsys_is_lazy_and_exports_the_engine():
     assert "module 'evsys' has no attribute 'NoSuchThing'" in done.stdout
 
 
-async def test_resume_with_a_different_config_is_refused(tmp_path):
+async def test_resume_with_a_different_config_is_refused(tmp_path, memory_sandbox):
     dataset = tmp_path / "ds"
     dataset.mkdir()
     make_task(dataset, "a")
-    config = JobConfig(datasets=[dataset], jobs_dir=tmp_path / "jobs", job_name="j")
+    config = JobConfig(datasets=[dataset], jobs_dir=tmp_path / "jobs", job_name="j", sandbox=memory_sandbox)
     await Job(config).run()
     changed = config.model_copy(update={"n_attempts": 3})
     with pytest.raises(JobStoreError, match="differs from this job's config: cannot resume"):
@@ -48,7 +48,7 @@ class FakeClientForFactory:
         self.closed = True
 
 
-async def test_model_client_factory_feeds_agents_and_clients_are_closed(tmp_path):
+async def test_model_client_factory_feeds_agents_and_clients_are_closed(tmp_path, memory_sandbox):
     dataset = tmp_path / "ds"
     dataset.mkdir()
     make_task(dataset, "a")
@@ -60,7 +60,12 @@ async def test_model_client_factory_feeds_agents_and_clients_are_closed(tmp_path
 
     agents = [AgentSpec(name="engine_agents:ModelEchoAgent", model="vllm:qwen"), AgentSpec(name="oracle")]
     config = JobConfig(
-        datasets=[dataset], agents=agents, jobs_dir=tmp_path / "jobs", job_name="m", n_attempts=2
+        datasets=[dataset],
+        agents=agents,
+        jobs_dir=tmp_path / "jobs",
+        job_name="m",
+        n_attempts=2,
+        sandbox=memory_sandbox,
     )
     result = await Job(config, model_client_factory=factory).run()
     echo = [t for t in result.trials if t.agent.endswith("ModelEchoAgent")]
@@ -98,9 +103,9 @@ def test_agent_base_url_reaches_the_model_client():
         asyncio.run(client.aclose())
 
 
-async def test_two_jobs_started_in_one_second_get_two_directories(tmp_path):
+async def test_two_jobs_started_in_one_second_get_two_directories(tmp_path, memory_sandbox):
     make_task(tmp_path / "dataset", "a")
-    common = {"datasets": [tmp_path / "dataset"], "jobs_dir": tmp_path / "jobs"}
+    common = {"datasets": [tmp_path / "dataset"], "jobs_dir": tmp_path / "jobs", "sandbox": memory_sandbox}
     now = datetime.now()
     taken = {(now + timedelta(seconds=s)).strftime("%Y-%m-%d__%H-%M-%S") for s in (0, 1)}
     for name in taken:  # jobs that started this second (and the next)

@@ -67,6 +67,7 @@ def assert_no_leftover_sandbox(job_name: str, scratch: Path) -> None:
     assert str(scratch) not in mounts and job_name not in mounts, "a sandbox mount was left behind"
 
 
+@pytest.mark.needs_process
 def test_sigkill_mid_run_then_resume_runs_every_trial_exactly_once(tmp_path):
     dataset = slow_dataset(tmp_path, n=6, seconds=0.5)
     job_name = f"kill-{secrets.token_hex(4)}"
@@ -111,6 +112,7 @@ def test_sigkill_mid_run_then_resume_runs_every_trial_exactly_once(tmp_path):
     assert_no_leftover_sandbox(job_name, tmp_path / "scratch")
 
 
+@pytest.mark.needs_process
 def test_ctrl_c_cancels_running_trials_then_resume_completes(tmp_path):
     dataset = slow_dataset(tmp_path, n=4, seconds=60)
     job_name = f"int-{secrets.token_hex(4)}"
@@ -156,6 +158,7 @@ def test_ctrl_c_cancels_running_trials_then_resume_completes(tmp_path):
         (["--agent-kwarg", "oops"], "agent kwarg 'oops' is not of the form key=value"),
     ],
 )
+@pytest.mark.needs_process
 def test_usage_errors_exit_2_with_a_clear_message(tmp_path, extra, expected):
     dataset = slow_dataset(tmp_path, n=1, seconds=0)
     done = subprocess.run(
@@ -169,6 +172,7 @@ def test_usage_errors_exit_2_with_a_clear_message(tmp_path, extra, expected):
     assert expected in done.stderr
 
 
+@pytest.mark.needs_process
 def test_missing_dataset_and_bad_resume_dir_are_usage_errors(tmp_path):
     missing = subprocess.run([*RUN, str(tmp_path / "nope")], capture_output=True, text=True, timeout=60)
     assert missing.returncode == 2 and "does not exist" in missing.stderr
@@ -176,6 +180,7 @@ def test_missing_dataset_and_bad_resume_dir_are_usage_errors(tmp_path):
     assert resume.returncode == 2 and "config.json does not exist" in resume.stderr
 
 
+@pytest.mark.needs_process
 def test_run_prints_a_summary_and_exits_0_even_when_rewards_are_0(tmp_path):
     dataset = slow_dataset(tmp_path, n=2, seconds=0)
     done = subprocess.run(
@@ -191,6 +196,7 @@ def test_run_prints_a_summary_and_exits_0_even_when_rewards_are_0(tmp_path):
     assert "job directory:" in done.stdout
 
 
+@pytest.mark.needs_process
 def test_summary_shows_reward_per_task_and_agent(tmp_path, examples_dir):
     """The end-of-run summary names each task with each agent's reward, so a user sees which task failed."""
     args = [*RUN, str(examples_dir / "tasks"), "-a", "oracle", "-a", "nop", "--task", "create-file"]
@@ -207,6 +213,7 @@ def test_summary_shows_reward_per_task_and_agent(tmp_path, examples_dir):
         assert cells[1:] == ["0.000", "1.000"], rows[task]  # columns sorted: nop, oracle
 
 
+@pytest.mark.needs_process
 def test_without_a_terminal_progress_lines_arrive_while_the_job_runs(tmp_path):
     dataset = slow_dataset(tmp_path, n=2, seconds=3)
     proc = subprocess.Popen(
@@ -225,6 +232,7 @@ def test_without_a_terminal_progress_lines_arrive_while_the_job_runs(tmp_path):
     assert proc.returncode == 0 and "job directory" in out
 
 
+@pytest.mark.needs_process
 def test_a_job_that_fails_before_its_first_trial_prints_no_progress(tmp_path):
     dataset = slow_dataset(tmp_path, n=1, seconds=0)
     args = [*RUN, str(dataset), "-a", "oracle", "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "dup"]
@@ -239,6 +247,7 @@ def test_a_job_that_fails_before_its_first_trial_prints_no_progress(tmp_path):
     assert "progress" not in again.stderr and "planning" not in again.stderr, again.stderr
 
 
+@pytest.mark.needs_process
 def test_option_errors_name_the_flags_not_internal_fields(tmp_path):
     dataset = slow_dataset(tmp_path, n=1, seconds=0)
     out = subprocess.run(
@@ -250,6 +259,7 @@ def test_option_errors_name_the_flags_not_internal_fields(tmp_path):
     assert "-n/--n-concurrent" in out.stderr and "n_attempts" not in out.stderr
 
 
+@pytest.mark.needs_process
 def test_a_job_file_runs_with_the_flags_given_on_top_and_is_written_back_from_a_job(tmp_path):
     dataset = slow_dataset(tmp_path, n=2, seconds=0)
     jobs = tmp_path / "jobs"
@@ -284,6 +294,7 @@ def test_a_job_file_runs_with_the_flags_given_on_top_and_is_written_back_from_a_
     assert sorted(results(jobs / "again")) == ["slow-0__oracle__1", "slow-1__oracle__1"]
 
 
+@pytest.mark.needs_process
 def test_a_job_file_with_a_misspelt_key_is_a_usage_error_naming_it(tmp_path):
     job_file = tmp_path / "job.yaml"
     job_file.write_text(f"datasets: [{tmp_path}]\nn_atempts: 2\n")
@@ -295,6 +306,7 @@ def test_a_job_file_with_a_misspelt_key_is_a_usage_error_naming_it(tmp_path):
     assert f"job file {job_file}: n_atempts: Extra inputs are not permitted" in out.stderr
 
 
+@pytest.mark.needs_process
 def test_agent_env_reaches_the_agent_and_is_never_written_in_clear(tmp_path):
     dataset = slow_dataset(tmp_path, n=1, seconds=0)
     token, from_file = f"secret-{secrets.token_hex(8)}", f"secret-{secrets.token_hex(8)}"

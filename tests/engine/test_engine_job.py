@@ -1,4 +1,6 @@
-"""Jobs end to end through the real local sandbox: rewards, bad input, timeouts, retries, callbacks, files."""
+"""Jobs end to end: rewards, bad input, timeouts, retries, callbacks, files. Through the real local sandbox
+where the sandbox takes part in what is checked (isolation, killed processes, logs it writes); through the
+in-memory one (`memory_sandbox`) where only the engine's own behaviour is (plans, retries, resume)."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from engine_agents import COUNTER_ENV
+from engine_tasks import REWARD_ONE
 
 from evsys.engine import AgentSpec, Job, JobConfig
 from evsys.records import FailureCause, TrialResult
@@ -37,6 +40,7 @@ def by_task(trials: list[TrialResult]) -> dict[str, TrialResult]:
     return {t.task_name: t for t in trials}
 
 
+@pytest.mark.needs_sandbox
 async def test_oracle_reaches_one_on_every_example_and_nop_fails_nop_must_fail(examples_dir, tmp_path):
     config = JobConfig(
         datasets=[examples_dir / "tasks"],
@@ -59,10 +63,10 @@ async def test_oracle_reaches_one_on_every_example_and_nop_fails_nop_must_fail(e
     assert saved["complete"] is True and saved["n_done"] == len(result.trials)
 
 
-async def test_attempts_plan_and_job_directory_layout(task_factory):
+async def test_attempts_plan_and_job_directory_layout(task_factory, memory_sandbox):
     for name in ("a", "b", "c"):
         task_factory(name)
-    config = job_config(task_factory.dataset, n_attempts=2, n_concurrent=8)
+    config = job_config(task_factory.dataset, n_attempts=2, n_concurrent=8, sandbox=memory_sandbox)
     calls: list[str] = []
     result = await Job(config, on_trial_done=lambda r: calls.append(r.trial_name)).run()
     assert result.n_planned == 6 and len(result.trials) == 6
@@ -84,6 +88,7 @@ async def test_attempts_plan_and_job_directory_layout(task_factory):
         assert trajectory["final_metrics"]["total_prompt_tokens"] == 0
 
 
+@pytest.mark.needs_sandbox
 async def test_async_callback_and_parallel_attempts_do_not_share_state(task_factory):
     # Each attempt appends to a file; if sandboxes were shared, a later attempt would see earlier lines.
     task_factory(
@@ -102,6 +107,7 @@ async def test_async_callback_and_parallel_attempts_do_not_share_state(task_fact
     assert len({t.sandbox_name for t in result.trials}) == 4
 
 
+@pytest.mark.needs_sandbox
 async def test_bad_input_each_fails_clearly_and_others_are_unaffected(task_factory):
     task_factory("good")
     task_factory("toml-syntax", toml="[task\nname = 'x'\n")
@@ -143,11 +149,13 @@ async def test_bad_input_each_fails_clearly_and_others_are_unaffected(task_facto
     assert group.errors_by_cause["task_invalid"] == 4 and group.errors_by_cause["reward_invalid"] == 3
 
 
-async def test_retries_recover_an_agent_that_fails_twice(task_factory, tmp_path, monkeypatch):
+async def test_retries_recover_an_agent_that_fails_twice(task_factory, tmp_path, monkeypatch, memory_sandbox):
     task_factory("a")
     monkeypatch.setenv(COUNTER_ENV, str(tmp_path / "counter"))
     agent = AgentSpec(name="engine_agents:FlakyAgent", kwargs={"failures": 2})
-    config = job_config(task_factory.dataset, agents=[agent], max_retries=2, retry_min_wait_sec=0.01)
+    config = job_config(
+        task_factory.dataset, agents=[agent], max_retries=2, retry_min_wait_sec=0.01, sandbox=memory_sandbox
+    )
     [trial] = (await Job(config).run()).trials
     assert trial.failure is None and trial.reward == 1.0
     assert [r.cause for r in trial.retries] == [FailureCause.AGENT_ERROR, FailureCause.AGENT_ERROR]
@@ -156,7 +164,7 @@ async def test_retries_recover_an_agent_that_fails_twice(task_factory, tmp_path,
     assert len(saved["retries"]) == 2
 
 
-async def test_agent_timeout_and_model_errors(task_factory, tmp_path, monkeypatch):
+async def test_agent_timeout_and_model_errors(task_factory, tmp_path, monkeypatch, memory_sandbox):
     task_factory("slow", agent_timeout=0.5)
     monkeypatch.setenv(COUNTER_ENV, str(tmp_path / "counter"))
     config = job_config(
@@ -167,6 +175,7 @@ async def test_agent_timeout_and_model_errors(task_factory, tmp_path, monkeypatc
         ],
         max_retries=2,
         retry_min_wait_sec=0.01,
+        sandbox=memory_sandbox,
     )
     result = await Job(config).run()
     trials = {t.agent: t for t in result.trials}
@@ -178,10 +187,10 @@ async def test_agent_timeout_and_model_errors(task_factory, tmp_path, monkeypatc
     assert "server unreachable" in broken.failure.message
 
 
-async def test_resume_skips_finished_trials_and_reruns_the_rest(task_factory):
+async def test_resume_skips_finished_trials_and_reruns_the_rest(task_factory, memory_sandbox):
     for name in ("a", "b"):
         task_factory(name)
-    config = job_config(task_factory.dataset, n_attempts=2)
+    config = job_config(task_factory.dataset, n_attempts=2, sandbox=memory_sandbox)
     first = await Job(config).run()
     names = sorted(t.trial_name for t in first.trials)
     # Simulate a crash: one result lost, one truncated, one cancelled.
@@ -199,9 +208,9 @@ async def test_resume_skips_finished_trials_and_reruns_the_rest(task_factory):
     assert resumed.complete
 
 
-async def test_resume_removes_temp_files_a_killed_run_left(task_factory):
+async def test_resume_removes_temp_files_a_killed_run_left(task_factory, memory_sandbox):
     task_factory("a")
-    config = job_config(task_factory.dataset, n_attempts=2)
+    config = job_config(task_factory.dataset, n_attempts=2, sandbox=memory_sandbox)
     first = await Job(config).run()
     job_dir = config.job_dir
     kept = sorted(t.trial_name for t in first.trials)[0]
@@ -218,9 +227,9 @@ async def test_resume_removes_temp_files_a_killed_run_left(task_factory):
     assert own.read_text() == "mine"
 
 
-async def test_existing_job_dir_without_resume_is_refused(task_factory):
+async def test_existing_job_dir_without_resume_is_refused(task_factory, memory_sandbox):
     task_factory("a")
-    config = job_config(task_factory.dataset)
+    config = job_config(task_factory.dataset, sandbox=memory_sandbox)
     await Job(config).run()
     try:
         await Job(config).run()
@@ -230,6 +239,7 @@ async def test_existing_job_dir_without_resume_is_refused(task_factory):
         raise AssertionError("a second run into the same job directory must be refused")
 
 
+@pytest.mark.needs_sandbox
 async def test_an_image_that_cannot_be_had_fails_the_build_and_skip_build_runs_on_the_host(task_factory):
     task_factory("img", dockerfile="FROM registry.invalid/none:1\nRUN pip install nothing\nWORKDIR /app\n")
     config = job_config(task_factory.dataset, job_name="no-skip", pull="never")
@@ -240,6 +250,7 @@ async def test_an_image_that_cannot_be_had_fails_the_build_and_skip_build_runs_o
     assert ran.failure is None and ran.reward == 1.0 and ran.ran_on_host_image is True and ran.image is None
 
 
+@pytest.mark.needs_sandbox
 async def test_cancelling_job_run_records_cancelled_trials_and_stays_resumable(task_factory):
     for name in ("a", "b", "c"):
         task_factory(name, solve="#!/bin/bash\nsleep 60\n")
@@ -263,12 +274,12 @@ async def test_cancelling_job_run_records_cancelled_trials_and_stays_resumable(t
     assert job_result["n_cancelled"] == 2 and job_result["complete"] is False
 
 
-async def test_resume_keeps_errored_trials_unless_retry_errors(task_factory):
+async def test_resume_keeps_errored_trials_unless_retry_errors(task_factory, memory_sandbox):
     task = task_factory("fixable", test="#!/bin/bash\necho 'forgot the reward'\n")
-    config = job_config(task_factory.dataset)
+    config = job_config(task_factory.dataset, sandbox=memory_sandbox)
     [first] = (await Job(config).run()).trials
     assert first.cause == FailureCause.REWARD_MISSING
-    (task / "tests" / "test.sh").write_text("#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n")
+    (task / "tests" / "test.sh").write_text(REWARD_ONE)
     rerun: list[str] = []
     kept = await Job.resume(config.job_dir, on_trial_done=lambda r: rerun.append(r.trial_name)).run()
     assert rerun == [] and kept.trials[0].cause == FailureCause.REWARD_MISSING
@@ -276,7 +287,7 @@ async def test_resume_keeps_errored_trials_unless_retry_errors(task_factory):
     assert fixed.trials[0].failure is None and fixed.trials[0].reward == 1.0
 
 
-async def test_setup_timeout_bounds_prepare_sandbox_and_setup_together(task_factory):
+async def test_setup_timeout_bounds_prepare_sandbox_and_setup_together(task_factory, memory_sandbox):
     """An agent's prepare_sandbox and setup share one setup timeout; the time of both is recorded."""
     toml = (
         '[task]\nname = "prep"\n[agent]\ntimeout_sec = 60.0\nsetup_timeout_sec = 1.0\n'
@@ -290,6 +301,7 @@ async def test_setup_timeout_bounds_prepare_sandbox_and_setup_together(task_fact
             AgentSpec(name="engine_agents:SlowPreparingAgent", kwargs={"seconds": 0.05}),
         ],
         task_names=["prep"],
+        sandbox=memory_sandbox,
     )
     trials = (await Job(config).run()).trials
     slow = next(t for t in trials if t.failure is not None)
@@ -299,6 +311,7 @@ async def test_setup_timeout_bounds_prepare_sandbox_and_setup_together(task_fact
     assert fast.reward == 1.0 and fast.timing.agent_setup >= 0.1
 
 
+@pytest.mark.needs_sandbox
 async def test_logs_from_the_sandbox_cannot_replace_the_trials_own_files(task_factory):
     solve = (
         "#!/bin/bash\necho ok > /app/out.txt\n"

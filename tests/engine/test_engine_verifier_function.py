@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from engine_tasks import make_task
 
 from evsys.engine import AgentSpec, Job, JobConfig
@@ -35,6 +36,7 @@ def _task(root: Path, name: str, function: str) -> Path:
     return task
 
 
+@pytest.mark.needs_sandbox
 async def test_rubric_gates_the_script_reward_and_weighs_another_criterion(tmp_path):
     dataset = tmp_path / "dataset"
     _task(dataset, "rubric", "tests/rubric.py:verifier")

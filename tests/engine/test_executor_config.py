@@ -94,9 +94,11 @@ def test_invalid_executor_options_are_refused_when_the_config_is_made(tmp_path: 
         _config(tmp_path, executor={"name": "nope"})
 
 
-async def test_a_resumed_job_runs_on_the_recorded_executor_with_its_options(tmp_path: Path):
+async def test_a_resumed_job_runs_on_the_recorded_executor_with_its_options(
+    tmp_path: Path, memory_sandbox: str
+):
     executor = {"name": "labelling", "options": {"label": "first run"}}
-    job_dir = await _finished_job_missing_one_trial(tmp_path, executor=executor)
+    job_dir = await _finished_job_missing_one_trial(tmp_path, executor=executor, sandbox=memory_sandbox)
     saved = json.loads((job_dir / "config.json").read_text())["executor"]
     assert saved == {"name": "labelling", "options": {"label": "first run", "interrupt": False}}
     result = await Job.resume(job_dir).run()
@@ -104,16 +106,22 @@ async def test_a_resumed_job_runs_on_the_recorded_executor_with_its_options(tmp_
     assert LabellingExecutor.ran == [("b__oracle__1", "first run")]
 
 
-async def test_a_resume_may_name_another_executor(tmp_path: Path):
-    job_dir = await _finished_job_missing_one_trial(tmp_path, executor={"name": "labelling"})
+async def test_a_resume_may_name_another_executor(tmp_path: Path, memory_sandbox: str):
+    job_dir = await _finished_job_missing_one_trial(
+        tmp_path, executor={"name": "labelling"}, sandbox=memory_sandbox
+    )
     job = Job.resume(job_dir, changes={"executor": ExecutorSpec(name="local")})
     result = await job.run()
     assert result.complete and LabellingExecutor.ran == []  # it ran locally
     assert json.loads((job_dir / "config.json").read_text())["executor"]["name"] == "local"
 
 
-async def test_a_config_json_from_before_the_executor_was_recorded_resumes_locally(tmp_path: Path):
-    job_dir = await _finished_job_missing_one_trial(tmp_path, executor={"name": "labelling"})
+async def test_a_config_json_from_before_the_executor_was_recorded_resumes_locally(
+    tmp_path: Path, memory_sandbox: str
+):
+    job_dir = await _finished_job_missing_one_trial(
+        tmp_path, executor={"name": "labelling"}, sandbox=memory_sandbox
+    )
     saved = json.loads((job_dir / "config.json").read_text())
     del saved["executor"]
     (job_dir / "config.json").write_text(json.dumps(saved))
@@ -128,6 +136,7 @@ def _evsys(*args: str) -> tuple[int, str]:
     return result.exit_code, result.output + (result.stderr if result.stderr_bytes is not None else "")
 
 
+@pytest.mark.needs_sandbox
 def test_evsys_run_resume_keeps_the_recorded_executor_and_its_options(tmp_path: Path):
     import asyncio
 
@@ -138,6 +147,7 @@ def test_evsys_run_resume_keeps_the_recorded_executor_and_its_options(tmp_path: 
     assert LabellingExecutor.ran == [("b__oracle__1", "recorded")]
 
 
+@pytest.mark.needs_sandbox
 def test_evsys_run_resume_with_another_executor_named_runs_there(tmp_path: Path):
     import asyncio
 
@@ -148,6 +158,7 @@ def test_evsys_run_resume_with_another_executor_named_runs_there(tmp_path: Path)
     assert json.loads((job_dir / "config.json").read_text())["executor"]["name"] == "local"
 
 
+@pytest.mark.needs_sandbox
 def test_the_resume_hint_of_a_cancelled_job_names_its_executor(tmp_path: Path):
     import asyncio
 

@@ -51,6 +51,7 @@ def shipping_executor() -> Iterator[str]:
     EXECUTORS.unregister("shipping")
 
 
+@pytest.mark.needs_sandbox
 @pytest.mark.slow
 async def test_a_job_on_a_shipping_executor_matches_the_local_executor(tmp_path: Path, shipping_executor):
     dataset = tmp_path / "tasks"

@@ -39,6 +39,7 @@ def config(data: Path, name: str, **kw) -> JobConfig:
     return JobConfig(datasets=[data], jobs_dir=data.parent / "jobs", job_name=name, **kw)
 
 
+@pytest.mark.needs_sandbox
 async def test_the_next_step_runs_on_the_sandboxes_the_last_step_released_reset(tmp_path, eventually):
     names = ["a", "b", "c"]
     step1 = dataset(tmp_path / "step1", names, solve=LEAVE_MARKS, test=SEES_MARKS)
@@ -61,6 +62,7 @@ async def test_the_next_step_runs_on_the_sandboxes_the_last_step_released_reset(
     assert sandbox_processes() == []
 
 
+@pytest.mark.needs_sandbox
 async def test_a_cancelled_step_leaves_the_pool_serving_the_next(tmp_path, eventually):
     slow = dataset(tmp_path / "slow", ["a", "b"], solve="#!/bin/bash\nsleep 120\n", test=NO_MARKS)
     fast = dataset(tmp_path / "fast", ["c", "d"], solve=SOLVE_OUT, test=NO_MARKS)

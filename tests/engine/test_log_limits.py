@@ -41,6 +41,7 @@ def test_a_bad_log_limit_names_the_flag_and_value(text):
         parse_limit(text)
 
 
+@pytest.mark.needs_sandbox
 def test_evsys_run_saves_its_log_limits_and_refuses_bad_ones(task_factory, tmp_path):
     task_factory("t")
     jobs = tmp_path / "jobs"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import secrets
 from pathlib import Path
 
+import pytest
 from engine_tasks import make_task
 
 from evsys.engine import Job, JobConfig
@@ -26,6 +27,7 @@ def multi_step_task(root: Path) -> Path:
     return task
 
 
+@pytest.mark.needs_sandbox
 async def test_a_step_without_reward_is_reward_missing_not_retried_and_keeps_the_sandbox(tmp_path):
     multi_step_task(tmp_path / "tasks")
     make_task(tmp_path / "tasks", "b-after")  # the same environment: runs next, on the kept sandbox

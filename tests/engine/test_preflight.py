@@ -91,6 +91,7 @@ def test_the_probe_is_skippable_and_passes_a_listening_server():
     assert check_model("vllm:m", down) != []
 
 
+@pytest.mark.needs_sandbox
 def test_the_same_dataset_twice_runs_its_tasks_once(one_task, tmp_path, scratch_env):
     dataset = one_task.parent
     out = evsys("run", dataset, f"{dataset}/../tasks", "-a", "oracle", "--job-name", "dup")
@@ -109,6 +110,7 @@ def invalid_dataset(tmp_path: Path) -> Path:
     return dataset
 
 
+@pytest.mark.needs_sandbox
 def test_invalid_tasks_are_listed_before_the_job_and_strict_refuses_them(tmp_path, scratch_env):
     dataset = invalid_dataset(tmp_path)
     refused = evsys("run", dataset, "-a", "oracle", "--strict", "--job-name", "strict")
@@ -122,6 +124,7 @@ def test_invalid_tasks_are_listed_before_the_job_and_strict_refuses_them(tmp_pat
     assert "broken" in out.stderr[warning:] and "instruction" in out.stderr[warning:]
 
 
+@pytest.mark.needs_sandbox
 def test_run_prints_task_warnings_with_did_you_mean(tmp_path, scratch_env):
     toml = '[task]\nname = "typo"\n[verifer]\ntimeout_sec = 60.0\n[environment]\nworkdir = "/app"\n'
     make_task(tmp_path / "ds", "typo", toml=toml)
@@ -129,6 +132,7 @@ def test_run_prints_task_warnings_with_did_you_mean(tmp_path, scratch_env):
     assert "did you mean" in out.stderr and "verifier" in out.stderr, out.stderr
 
 
+@pytest.mark.needs_sandbox
 def test_resume_applies_safe_flags_and_names_the_others(one_task, tmp_path, scratch_env):
     assert evsys("run", one_task, "-a", "oracle", "--job-name", "first").exit_code == 0
     job_dir = tmp_path / "jobs" / "first"

@@ -88,6 +88,7 @@ async def _running_in_both_workers(job: Job, task: asyncio.Task, per_worker: int
     return list(job.executor.workers)
 
 
+@pytest.mark.needs_sandbox
 @pytest.mark.slow
 async def test_a_job_on_worker_processes_matches_the_local_executor(tmp_path: Path):
     dataset = _dataset(tmp_path, 5)
@@ -181,6 +182,7 @@ async def test_cancelling_the_job_records_its_running_trials_cancelled_and_stops
     assert not any(_alive(w.pid) for w in workers)
 
 
+@pytest.mark.needs_process
 @pytest.mark.slow
 def test_ctrl_c_on_evsys_run_cancels_the_workers_trials_and_names_the_executor_to_resume(tmp_path: Path):
     dataset = _dataset(tmp_path, 4)
@@ -238,6 +240,7 @@ async def test_a_model_that_runs_in_the_process_is_refused_before_anything_start
     assert not config.job_dir.exists()
 
 
+@pytest.mark.needs_process
 def test_evsys_run_refuses_a_local_model_on_worker_processes_with_a_usage_error(tmp_path: Path):
     dataset = _dataset(tmp_path, 1)
     args = [
@@ -283,6 +286,7 @@ def test_evsys_run_picks_worker_processes_only_for_wide_model_driven_jobs_on_eno
     assert automatic_executor(wide, ExecutorFlags()).executor.name == "local"
 
 
+@pytest.mark.needs_process
 def test_workers_flag_needs_the_processes_executor(tmp_path: Path):
     dataset = _dataset(tmp_path, 1)
     args = [sys.executable, "-m", "evsys.cli.main", "run", str(dataset), "--workers", "2"]

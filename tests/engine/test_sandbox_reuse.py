@@ -41,6 +41,7 @@ def processes_of(job_name: str) -> list[str]:
     return found
 
 
+@pytest.mark.needs_sandbox
 async def test_trials_reuse_reset_sandboxes_and_see_nothing_of_each_other(tmp_path):
     dataset = make_task(tmp_path / "tasks", "leak-check", solve=LEAK_CHECK_SOLVE)
     config = _config(dataset, n_attempts=8, n_concurrent=2)
@@ -51,6 +52,7 @@ async def test_trials_reuse_reset_sandboxes_and_see_nothing_of_each_other(tmp_pa
     assert processes_of(config.job_name) == []
 
 
+@pytest.mark.needs_sandbox
 async def test_reuse_can_be_switched_off(tmp_path):
     dataset = make_task(tmp_path / "tasks", "leak-check", solve=LEAK_CHECK_SOLVE)
     result = await Job(_config(dataset, n_attempts=3, n_concurrent=1, reuse_sandboxes=False)).run()
@@ -58,6 +60,7 @@ async def test_reuse_can_be_switched_off(tmp_path):
     assert not any(t.sandbox_reused for t in result.trials)
 
 
+@pytest.mark.needs_sandbox
 async def test_a_trial_whose_agent_timed_out_leaves_a_clean_sandbox_for_the_next(tmp_path):
     hang = "#!/bin/bash\necho ok > /app/out.txt\n(setsid sleep 3600 &)\nsleep 3600\n"
     make_task(tmp_path / "tasks", "a-hang", solve=hang, agent_timeout=1.0)
@@ -70,6 +73,7 @@ async def test_a_trial_whose_agent_timed_out_leaves_a_clean_sandbox_for_the_next
     assert processes_of(config.job_name) == []
 
 
+@pytest.mark.needs_process
 @pytest.mark.parametrize(("flag", "reused"), [([], 2), (["--fresh-sandboxes"], 0)])
 def test_cli_reuses_sandboxes_unless_told_not_to(tmp_path, flag, reused):
     dataset = make_task(tmp_path / "tasks", "leak-check", solve=LEAK_CHECK_SOLVE)

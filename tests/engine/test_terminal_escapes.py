@@ -44,6 +44,7 @@ def _cli(*args: object) -> str:
     return result.output
 
 
+@pytest.mark.needs_process
 def test_the_attack_bytes_are_stored_as_printed(attacked_job):
     """Positive control: the sandbox printed the sequences and the job kept them byte for byte."""
     trial = _trial_dir(attacked_job[0])
@@ -53,12 +54,14 @@ def test_the_attack_bytes_are_stored_as_printed(attacked_job):
     assert ATTACK in steps[0]["message"] and ATTACK in steps[0]["reasoning_content"]
 
 
+@pytest.mark.needs_process
 def test_run_stream_prints_the_event_escaped(attacked_job):
     _, output = attacked_job
     assert "event " + VISIBLE_OSC52 in output
     assert not any(c in output for c in RAW)
 
 
+@pytest.mark.needs_process
 def test_trial_show_prints_message_reasoning_and_failure_escaped(attacked_job):
     output = _cli("trial", "show", _trial_dir(attacked_job[0]))
     for where in ("message", "reasoning", "failure"):
@@ -67,6 +70,7 @@ def test_trial_show_prints_message_reasoning_and_failure_escaped(attacked_job):
     assert not any(c in output for c in RAW)
 
 
+@pytest.mark.needs_process
 def test_jobs_show_prints_the_failure_escaped(attacked_job):
     output = _cli("jobs", "show", attacked_job[0])
     assert VISIBLE_OSC52 in output.replace("\n", "")

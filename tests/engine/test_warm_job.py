@@ -40,6 +40,7 @@ def config(dataset: Path, **kw) -> JobConfig:
     return JobConfig(datasets=[dataset], jobs_dir=dataset.parent / "jobs", job_name="warm", **kw)
 
 
+@pytest.mark.needs_sandbox
 async def test_cancelling_a_job_stops_its_warm_pool(task_factory, eventually):
     for name in ("a", "b", "c", "d"):
         task_factory(name, solve="#!/bin/bash\nsleep 120\n")
@@ -57,6 +58,7 @@ async def test_cancelling_a_job_stops_its_warm_pool(task_factory, eventually):
     assert sandbox_processes() == []
 
 
+@pytest.mark.needs_sandbox
 async def test_a_job_with_a_warm_pool_finishes_its_trials_and_stops_the_pool(task_factory):
     for name in ("a", "b", "c", "d", "e"):
         task_factory(name)

@@ -97,6 +97,7 @@ async def test_a_harness_agent_without_a_model_says_so(tmp_path, tiny_agent):
     assert trial.failure is not None and "needs a model: pass -m" in trial.failure.message
 
 
+@pytest.mark.needs_sandbox
 def test_evsys_run_stream_prints_harness_events_live(tmp_path):
     """`evsys run ... --stream` prints one line per harness event (model call, response, turn end)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])}  # this tree

@@ -5,9 +5,12 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 EVSYS = [sys.executable, "-m", "evsys.cli.main", "harness"]
 
 
+@pytest.mark.needs_process
 def test_harness_list_names_every_catalog_harness_and_what_it_installs():
     done = subprocess.run([*EVSYS, "list"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
@@ -19,6 +22,7 @@ def test_harness_list_names_every_catalog_harness_and_what_it_installs():
     assert "acp:<command>" in done.stdout
 
 
+@pytest.mark.needs_process
 def test_harness_install_of_an_unknown_name_lists_the_known_ones():
     done = subprocess.run([*EVSYS, "install", "no-such-harness"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2

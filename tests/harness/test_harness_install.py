@@ -78,6 +78,7 @@ def wheel(tmp_path) -> Path:
     return build_wheel(tmp_path)
 
 
+@pytest.mark.needs_sandbox
 async def test_install_once_then_cached_and_runnable_without_network(tmp_path, wheel):
     """Two concurrent ensure() calls build once (network on); a later installer reuses the cache; a no-network
     trial sandbox gets the tree and runs the harness from it."""
@@ -105,6 +106,7 @@ async def test_install_once_then_cached_and_runnable_without_network(tmp_path, w
     assert not tamper.ok  # the cached tree is read-only in trials, even for the sandbox's root
 
 
+@pytest.mark.needs_sandbox
 async def test_failed_install_is_reported_and_not_cached(tmp_path):
     """A package that cannot be installed raises with pip's message; nothing lands in the cache."""
     bogus = tmp_path / "not_a_wheel-0.1-py3-none-any.whl"
@@ -141,6 +143,7 @@ def test_a_changed_install_procedure_gets_a_new_cache_key(monkeypatch):
     assert install.key() != before
 
 
+@pytest.mark.needs_sandbox
 async def test_npm_install_is_cached_and_its_bin_runs_in_a_trial(tmp_path):
     """An npm package installs into the prefix once; its bin runs in a no-network trial sandbox."""
     install = HarnessInstall(manager="npm", local_packages=[build_npm_tarball(tmp_path)])
@@ -155,6 +158,7 @@ async def test_npm_install_is_cached_and_its_bin_runs_in_a_trial(tmp_path):
     assert installer.builds == 1
 
 
+@pytest.mark.needs_sandbox
 async def test_installs_from_the_real_registries_work_in_a_cold_cache(tmp_path):
     """npm and pip reach their registries from the install sandbox (through this machine's TLS setup) and the
     trees work in a no-network trial."""

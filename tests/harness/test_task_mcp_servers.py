@@ -140,6 +140,7 @@ async def run_claude_code(tmp_path, client, name: str, **options: object):
     return trial, offered, events
 
 
+@pytest.mark.needs_model
 async def test_claude_code_lists_and_calls_the_tasks_mcp_tool(tmp_path, mcp_client):
     """`-a claude-code` on mcp-facts: Claude Code starts the task's stdio server inside the no-network
     sandbox, offers its tool to the model, calls it when the model asks, and gets the server's answer; the
@@ -153,6 +154,7 @@ async def test_claude_code_lists_and_calls_the_tasks_mcp_tool(tmp_path, mcp_clie
     assert trial.reward == 1.0
 
 
+@pytest.mark.needs_model
 async def test_harness_mcp_tools_injects_the_sandbox_tools(tmp_path, mcp_client):
     """With `mcp_tools` (`--harness-mcp-tools`) Claude Code is also offered evsys's sandbox tools over MCP,
     a name that collides with a built-in prefixed (`env_bash`), `submit` withheld, beside the task's tool."""

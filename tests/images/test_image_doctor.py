@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import shutil
 
+import pytest
 from typer.testing import CliRunner
 
 from evsys.cli.main import app
 from evsys.images import doctor as image_doctor
 
 
+@pytest.mark.needs_images
 def test_a_missing_image_tool_is_a_degraded_row_with_its_package(monkeypatch):
     real_which = shutil.which
     monkeypatch.setattr(
@@ -22,6 +24,7 @@ def test_a_missing_image_tool_is_a_degraded_row_with_its_package(monkeypatch):
     assert rows["image cache"].ok
 
 
+@pytest.mark.needs_sandbox
 def test_doctor_shows_the_image_rows_in_their_own_table():
     result = CliRunner().invoke(app, ["doctor"], env={"COLUMNS": "200"})
     assert "environment images" in result.output

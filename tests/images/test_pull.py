@@ -117,6 +117,7 @@ def storage(tmp_path):
     store.release()
 
 
+@pytest.mark.needs_sandbox
 async def test_pull_by_tag_and_by_digest(registries, storage, tmp_path, monkeypatch):
     monkeypatch.setenv("REGISTRY_AUTH_FILE", str(tmp_path / "none.json"))
     service = ImageService(storage)
@@ -127,6 +128,7 @@ async def test_pull_by_tag_and_by_digest(registries, storage, tmp_path, monkeypa
     assert by_digest != by_tag and _hello(storage, by_digest) == "hello from the registry\n"
 
 
+@pytest.mark.needs_sandbox
 async def test_a_missing_tag_is_a_clear_error(registries, storage):
     ref = parse_ref(f"{registries['open']}/evsys/tiny:no-such-tag")
     with pytest.raises(PullError) as info:
@@ -135,6 +137,7 @@ async def test_a_missing_tag_is_a_clear_error(registries, storage):
     assert f"registry {registries['open']} has no such image or tag" in str(info.value)
 
 
+@pytest.mark.needs_sandbox
 async def test_auth_without_credentials_names_the_registry_and_the_auth_file(
     registries, storage, tmp_path, monkeypatch
 ):

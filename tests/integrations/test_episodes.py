@@ -20,6 +20,7 @@ def recorded(runner: EpisodeRunner, name: str) -> TrialResult:
     return TrialResult.model_validate_json((runner.job_dir / name / "result.json").read_text())
 
 
+@pytest.mark.needs_sandbox
 def test_episodes_from_threads_are_verified_and_recorded(tmp_path: Path) -> None:
     runner = EpisodeRunner(TASK, jobs_dir=tmp_path, job_name="episodes")
     rewards: dict[str, float | None] = {}
@@ -56,6 +57,7 @@ def test_episodes_from_threads_are_verified_and_recorded(tmp_path: Path) -> None
         runner.open()
 
 
+@pytest.mark.needs_sandbox
 def test_a_closed_session_still_records_its_episode(tmp_path: Path) -> None:
     runner = EpisodeRunner(TASK, jobs_dir=tmp_path, job_name="left")
     try:

@@ -97,17 +97,20 @@ async def run_recipe(model_dir: Path, solve: bool, group_size: int = 2) -> dict[
     return rewards
 
 
+@pytest.mark.needs_sandbox
 @pytest.mark.slow
 def test_recipe_solves_both_tasks_in_evsys_sandboxes(model_dir: Path) -> None:
     rewards = asyncio.run(run_recipe(model_dir, solve=True))
     assert rewards == {name: [1.0, 1.0] for name in TASK_NAMES}
 
 
+@pytest.mark.needs_sandbox
 def test_recipe_scores_zero_when_the_policy_does_nothing(model_dir: Path) -> None:
     rewards = asyncio.run(run_recipe(model_dir, solve=False, group_size=1))
     assert rewards == {name: [0.0] for name in TASK_NAMES}
 
 
+@pytest.mark.needs_sandbox
 def test_sandbox_interface_behaviour(tmp_path: Path) -> None:
     canary = tmp_path / "host-canary.txt"
     canary.write_text("host secret")
@@ -146,6 +149,7 @@ def test_sandbox_interface_behaviour(tmp_path: Path) -> None:
     asyncio.run(scenario())
 
 
+@pytest.mark.needs_sandbox
 def test_sandbox_ends_after_its_lifetime() -> None:
     async def scenario() -> None:
         sb = await sandbox_factory()(TASKS / "write-greeting" / "environment", 1)

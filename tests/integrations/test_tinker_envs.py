@@ -70,6 +70,7 @@ def trials(jobs: Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(jobs.glob("*/*/result.json"))]
 
 
+@pytest.mark.needs_sandbox
 async def test_task_directory_envs_are_trials_rewarded_by_the_verifier(model_dir: Path, tmp_path: Path):
     """write_file then submit solves create-file (reward 1.0 from tests/test.sh, in the sandbox); a final
     answer without any tool call is submitted and scores 0.0. Every episode is a recorded trial."""
@@ -117,6 +118,7 @@ async def test_dataset_builder_for_the_cookbooks_train_config(model_dir: Path, t
     assert (tmp_path / "train" / "config.json").is_file()
 
 
+@pytest.mark.needs_sandbox
 async def test_python_task_answer_is_scored_by_its_verifier(model_dir: Path, tmp_path: Path):
     """A Python task in memory: the model's final answer is what its registered verifier scores."""
     register_verifier("tinker-envs-answer", lambda completion: 1.0 if completion.strip() == "42" else 0.0)
@@ -134,6 +136,7 @@ async def test_python_task_answer_is_scored_by_its_verifier(model_dir: Path, tmp
         unregister_verifier("tinker-envs-answer")
 
 
+@pytest.mark.needs_sandbox
 async def test_cancelled_rollout_still_ends_and_records_its_episodes(model_dir: Path, tmp_path: Path):
     """A rollout cancelled mid-episode: the cookbook's cleanup ends every episode, each is still verified
     and recorded, and no sandbox is left running."""
@@ -155,6 +158,7 @@ async def test_cancelled_rollout_still_ends_and_records_its_episodes(model_dir: 
     assert dataset.service.pool.idle_count == 0
 
 
+@pytest.mark.needs_sandbox
 async def test_local_engine_policy_through_the_cookbook_rollout(model_dir: Path, tmp_path: Path):
     """`LocalTokenCompleter` as the cookbook's policy: each action's token ids and logprobs match a teacher-
     forced recompute of the observation it was sampled from; the episodes are rewarded and recorded."""
@@ -194,6 +198,7 @@ def calc_repo_module():
     return module
 
 
+@pytest.mark.needs_sandbox
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 async def test_repository_rows_are_graded_by_their_tests(model_dir: Path, tmp_path: Path):

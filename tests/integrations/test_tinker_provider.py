@@ -55,6 +55,7 @@ def assert_teacher_forced(
     assert max(abs(a - b) for a, b in zip(logprobs, recomputed, strict=True)) < 1e-3
 
 
+@pytest.mark.needs_model
 def test_loop_agent_trial_with_tinker_model_records_exact_tokens(
     model_dir: Path, engine: LocalEngine, standin: tuple[TinkerStandIn, str], tmp_path: Path
 ) -> None:
@@ -89,6 +90,7 @@ def test_loop_agent_trial_with_tinker_model_records_exact_tokens(
     assert len(service.finished_sessions) == finished + 1  # the job closed the client: its session finished
 
 
+@pytest.mark.needs_model
 async def test_client_samples_saved_weights_with_the_sdk_types(
     model_dir: Path, engine: LocalEngine, standin: tuple[TinkerStandIn, str]
 ) -> None:

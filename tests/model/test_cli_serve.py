@@ -60,6 +60,7 @@ async def test_serve_command_answers_chat_requests(tiny_model_dir):
         await proc.wait()
 
 
+@pytest.mark.needs_process
 def test_serve_rejects_remote_providers():
     """Serving is for the local engine only; a remote model string is refused with a clear message."""
     out = subprocess.run(
@@ -83,6 +84,7 @@ def _serve(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.needs_process
 def test_serve_on_a_busy_port_fails_before_saying_serving():
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
@@ -94,6 +96,7 @@ def test_serve_on_a_busy_port_fails_before_saying_serving():
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.needs_process
 def test_serve_a_missing_local_model_is_one_clear_line(tmp_path):
     done = _serve("-m", f"local:{tmp_path}/nope", "--port", str(_free_port()))
     assert done.returncode == 2

@@ -52,6 +52,7 @@ async def socket_proxy(tmp_path):
     await proxy.stop()
 
 
+@pytest.mark.needs_model
 async def test_client_reaches_the_proxy_through_the_forwarder(socket_proxy):
     """An OpenAI client pointed at the forwarder's TCP port is served by the proxy behind the unix socket."""
     session = socket_proxy.open_session()

@@ -12,6 +12,7 @@ import sys
 import threading
 
 import httpx
+import pytest
 
 LAUNCH = "from evsys.cli.model import model_app; model_app()"
 SAFETY_TIMEOUT = 120  # seconds; only guards against a hung test, never asserts speed
@@ -65,6 +66,7 @@ class Server:
         return "".join(self.seen)
 
 
+@pytest.mark.needs_process
 def test_disconnect_cancels_generation_and_ctrl_c_exits_cleanly():
     server = Server()
     try:

@@ -177,6 +177,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([*EVSYS, "run", *args], capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.needs_sandbox
 def test_the_cli_refuses_bad_executor_flags_with_a_usage_error(tmp_path: Path):
     dataset = str(_dataset(tmp_path, 1))
     unknown = _cli(dataset, "--executor", "nope", "--jobs-dir", str(tmp_path / "jobs"))

@@ -78,6 +78,7 @@ def test_trial_resources_come_from_the_task(tmp_path: Path, cpus):
     assert trial_resources(planned) == (float(cpus), 512 * MB)
 
 
+@pytest.mark.needs_sandbox
 async def test_a_worker_stops_its_idle_sandboxes_once_no_trial_ran_for_a_while(tmp_path: Path, monkeypatch):
     import asyncio
 

@@ -1,38 +1,19 @@
 """`LLMJudge` over the ModelClient protocol: prompt rendering, score parsing, default score and warnings.
 
-`ScriptedModelClient` is a real, if simple, ModelClient: it replies with fixed texts in order and records the
-messages it was sent. The judge driven by the real local engine is tested in test_judge_local_engine.py.
+`ScriptedModelClient` (evsys.testing) is a real, if simple, ModelClient: it replies with fixed texts in order
+and records the messages it was sent. The judge driven by the real local engine is tested in
+test_judge_local_engine.py.
 """
 
 from __future__ import annotations
 
-import asyncio
-
 import pytest
 
-from evsys.model.base import Completion, ModelClient, SamplingParams
+from evsys.model.base import ModelClient
+from evsys.testing.scripted_model import ScriptedModelClient
 from evsys.verify.functions import run_verifier
 from evsys.verify.judge import LLMJudge
 from evsys.verify.rubric import Gate, RewardKey, RubricObservation, RubricVerifier, WeightedSum
-
-
-class ScriptedModelClient:
-    """Answers each request with the next scripted reply; keeps every request's messages and params."""
-
-    def __init__(self, *replies: str) -> None:
-        self.model = "scripted"
-        self.replies = list(replies)
-        self.requests: list[tuple[list[dict], SamplingParams | None]] = []
-        self.closed = False
-
-    async def complete(self, messages, *, tools=None, params=None) -> Completion:
-        self.requests.append((messages, params))
-        await asyncio.sleep(0)
-        return Completion(text=self.replies.pop(0), model=self.model)
-
-    async def aclose(self) -> None:
-        self.closed = True
-
 
 TEMPLATE = "Question: {prompt}\nReference: {answer}\nAnswer: {action}\nGive 'Score: N' from 0 to 10."
 
@@ -47,7 +28,7 @@ async def test_reply_with_a_score_is_parsed_and_normalized():
     observation = RubricObservation(prompt="2+2?", data={"answer": 4})
     assert await judge("4", observation) == pytest.approx(0.8)
     assert judge.last_score == pytest.approx(0.8) and judge.last_warning is None
-    messages, params = client.requests[0]
+    messages, params = client.requests[0].messages, client.requests[0].params
     assert messages == [
         {"role": "user", "content": "Question: 2+2?\nReference: 4\nAnswer: 4\nGive 'Score: N' from 0 to 10."}
     ]

@@ -43,6 +43,7 @@ def judge_model_dir() -> Path:
     return build_tiny_model(JUDGE_RECIPE)
 
 
+@pytest.mark.needs_model
 async def test_local_engine_judge_parses_a_score_and_falls_back_without_one(judge_model_dir: Path):
     judge = LLMJudge(
         TEMPLATE, f"local:{judge_model_dir}", params=SamplingParams(temperature=0.0, max_tokens=32)

@@ -75,6 +75,7 @@ def _same_outcome(local: JobStore, remote: JobStore, name: str) -> dict:
     return a.model_dump()
 
 
+@pytest.mark.needs_sandbox
 @pytest.mark.slow
 async def test_run_trial_in_a_spawned_process_matches_in_process_for_an_example_task(tmp_path: Path):
     spec = _spec(tmp_path, TaskRef.directory(EXAMPLE_TASK), AgentSpec(name="oracle"), "create-file")

@@ -134,6 +134,7 @@ def test_image_spec_round_trips_through_json():
     assert again == with_image and again.image.config.env == {"PATH": "/usr/bin"}
 
 
+@pytest.mark.needs_sandbox
 async def test_the_pool_restarts_backends_that_cannot_reset():
     pool = SandboxPool(ExecDefaultsSandbox, max_idle=2)
     try:
@@ -161,6 +162,7 @@ async def test_harness_launchers_refuse_a_backend_without_streaming_processes():
     SandboxLauncher(LocalSandbox(spec()))  # positive control: the local backend streams
 
 
+@pytest.mark.needs_sandbox
 def test_run_checks_the_sandbox_backend_before_creating_the_job(tmp_path):
     jobs = tmp_path / "jobs"
     argv = [*CLI, "run", str(REPO / "examples" / "tasks"), "--sandbox", "lcoal"]
@@ -179,6 +181,7 @@ def test_run_checks_the_sandbox_backend_before_creating_the_job(tmp_path):
     assert not (jobs / "never").exists()
 
 
+@pytest.mark.needs_sandbox
 async def test_a_backend_with_only_the_required_operations_runs_whole_trials(tmp_path):
     from evsys.engine import Job, JobConfig
 

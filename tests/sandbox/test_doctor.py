@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import typer
 from typer.testing import CliRunner
 
@@ -18,6 +19,7 @@ def _app() -> typer.Typer:
     return app
 
 
+@pytest.mark.needs_sandbox
 def test_checks_find_what_this_machine_has():
     found = {c.name: c for c in checks.run_checks(smoke=False)}
     assert found["bubblewrap"].ok and "bubblewrap" in found["bubblewrap"].detail
@@ -35,6 +37,7 @@ def test_doctor_says_when_the_machinery_has_no_headroom():
     assert not headroom.ok and "NOT SET: no nested memory cgroups (not delegated" in headroom.detail
 
 
+@pytest.mark.needs_sandbox
 def test_doctor_prints_a_table_and_exits_0_when_everything_works(monkeypatch):
     monkeypatch.setattr(
         checks, "check_link_protections", lambda: checks.Check("link protections", True, "on")
@@ -44,6 +47,7 @@ def test_doctor_prints_a_table_and_exits_0_when_everything_works(monkeypatch):
     assert "sandbox smoke test" in result.output and "fully supported" in result.output
 
 
+@pytest.mark.needs_images
 def test_doctor_exits_1_with_the_fix_when_something_required_is_missing(monkeypatch):
     monkeypatch.setattr(
         checks,
@@ -73,6 +77,7 @@ def test_doctor_reports_the_kernels_link_protections_when_they_are_off(monkeypat
     assert checks.check_link_protections().ok
 
 
+@pytest.mark.needs_sandbox
 def test_doctor_on_an_80_column_terminal_wraps_and_cuts_nothing(monkeypatch):
     long_path = "/var/tmp/evsys-sandbox-cache/exec-daemon/" + "x" * 40
     monkeypatch.setattr(

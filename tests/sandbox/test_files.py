@@ -80,6 +80,7 @@ async def test_bad_paths_are_rejected(sandbox, tmp_path):
         await sandbox.download("/no/such/file", tmp_path / "x")
 
 
+@pytest.mark.needs_sandbox
 async def test_spec_files_are_placed_with_copy_semantics_and_cached(tmp_path):
     env = make_tree(tmp_path / "env")
     cfg = tmp_path / "cfg.ini"
@@ -101,6 +102,7 @@ async def test_spec_files_are_placed_with_copy_semantics_and_cached(tmp_path):
     assert layers == ["base", "daemon", "files"]  # two trials of one task built the files layer once
 
 
+@pytest.mark.needs_sandbox
 async def test_missing_spec_file_source_names_it(tmp_path):
     sb = LocalSandbox(spec(files=[FileCopy(src=tmp_path / "missing", dst="/app/x")]), scratch_root=tmp_path)
     with pytest.raises(SandboxError, match="missing"):

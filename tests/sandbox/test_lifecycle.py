@@ -21,6 +21,7 @@ def _only_this_tests_sandboxes():
     note_preexisting()
 
 
+@pytest.mark.needs_sandbox
 async def test_32_sandboxes_at_once():
     boxes = [LocalSandbox(spec()) for _ in range(32)]
     await asyncio.gather(*(b.start() for b in boxes))
@@ -34,6 +35,7 @@ async def test_32_sandboxes_at_once():
     assert own_cgroup_dirs() == []
 
 
+@pytest.mark.needs_sandbox
 @pytest.mark.slow
 async def test_100_start_stop_cycles_leave_nothing_behind():
     mounts_before = open("/proc/self/mountinfo").read()
@@ -60,6 +62,7 @@ async def test_cannot_start_twice(sandbox):
         await sandbox.start()
 
 
+@pytest.mark.needs_sandbox
 async def test_unknown_backend_and_bad_default_user():
     with pytest.raises(SandboxUnsupported, match="unknown sandbox backend 'no-such-backend'"):
         create_sandbox(spec(), backend="no-such-backend")
@@ -85,6 +88,7 @@ def test_cleanup_stale_removes_cgroups_of_dead_owners():
                 d.rmdir()
 
 
+@pytest.mark.needs_sandbox
 async def test_limits_are_written_to_the_sandbox_cgroups():
     async with LocalSandbox(spec(cpus=0.5, memory_mb=256, pids_max=77)) as sb:
         dirs = sb._cgroup.dirs
@@ -110,6 +114,7 @@ async def test_limits_are_written_to_the_sandbox_cgroups():
         assert pids_line.endswith("/verifier")
 
 
+@pytest.mark.needs_sandbox
 async def test_public_network_has_its_own_namespace_behind_slirp_and_no_network_has_only_lo():
     async with LocalSandbox(spec(network="public")) as sb:
         out = await sb.exec("ip -o -4 addr show tap0 | awk '{print $4}'; ip route; cat /etc/resolv.conf")
@@ -129,6 +134,7 @@ async def test_public_network_has_its_own_namespace_behind_slirp_and_no_network_
         assert links == ["lo", "no-resolv"]
 
 
+@pytest.mark.needs_sandbox
 async def test_public_network_without_slirp4netns_is_a_clear_error(monkeypatch):
     monkeypatch.setattr("shutil.which", lambda *a, **k: None)
     with pytest.raises(SandboxError, match="apt-get install slirp4netns"):
@@ -136,6 +142,7 @@ async def test_public_network_without_slirp4netns_is_a_clear_error(monkeypatch):
     assert own_cgroup_dirs() == []
 
 
+@pytest.mark.needs_sandbox
 async def test_a_failed_mount_setup_is_reported_and_leaves_nothing(monkeypatch, tmp_path):
     real = LocalSandbox._prepare_layers
 

@@ -36,6 +36,7 @@ async def _forks(spec: SandboxSpec) -> int:
         return count
 
 
+@pytest.mark.needs_sandbox
 async def test_without_a_pids_cgroup_the_agents_processes_are_capped_by_its_uid_rlimit(without_pids):
     assert not LocalSandbox.supports(Capability.LIMITS)
     holds = {h.limit: h for h in limits.limit_holds(without_pids)}

@@ -32,6 +32,7 @@ async def pool():
     await pool.close()
 
 
+@pytest.mark.needs_sandbox
 async def test_the_next_acquire_takes_the_sandbox_being_reset_and_gets_it_clean(pool):
     first = await pool.acquire(SandboxSpec(name="one"))
     left = await first.exec("echo mine > /tmp/left; sleep 300 >/dev/null 2>&1 &", user="root")
@@ -50,6 +51,7 @@ async def test_the_next_acquire_takes_the_sandbox_being_reset_and_gets_it_clean(
     await pool.release(second)
 
 
+@pytest.mark.needs_sandbox
 async def test_acquires_beyond_the_resets_in_flight_start_their_own(pool):
     boxes = [await pool.acquire(SandboxSpec(name=f"a{i}")) for i in range(2)]
     for box in boxes:
@@ -60,6 +62,7 @@ async def test_acquires_beyond_the_resets_in_flight_start_their_own(pool):
         await pool.release(box)
 
 
+@pytest.mark.needs_sandbox
 async def test_closing_waits_for_the_resets_in_flight_and_leaves_nothing_running():
     before = sandbox_cgroups()
     pool = SandboxPool.for_backend("local", max_idle=4)
@@ -71,6 +74,7 @@ async def test_closing_waits_for_the_resets_in_flight_and_leaves_nothing_running
     assert sandbox_cgroups() - before == set()
 
 
+@pytest.mark.needs_sandbox
 async def test_whether_a_sandbox_is_kept_is_decided_when_it_is_released():
     """A job's pool keeps a released sandbox only while a trial not started yet can take it (`demand`). The
     next trial starts (demand falls to 0) before the background reset runs: the sandbox must still be kept

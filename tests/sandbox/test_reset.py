@@ -38,6 +38,7 @@ async def test_every_way_of_running_commands_works_after_a_reset(sandbox):
         assert (await sandbox.exec("ls -d /app/d")).stdout == "/app/d\n"
 
 
+@pytest.mark.needs_sandbox
 async def test_binds_stay_and_stay_read_only(tmp_path):
     (tmp_path / "shared.txt").write_text("host data\n")
     sb = LocalSandbox(spec(binds=[Bind(src=tmp_path, dst="/data", read_only=True)]))
@@ -52,6 +53,7 @@ async def test_binds_stay_and_stay_read_only(tmp_path):
     assert (tmp_path / "shared.txt").read_text() == "host data\n"
 
 
+@pytest.mark.needs_sandbox
 @pytest.mark.slow
 async def test_100_resets_leave_no_mount_or_process_behind():
     sb = LocalSandbox(spec())
@@ -74,6 +76,7 @@ async def test_100_resets_leave_no_mount_or_process_behind():
     assert own_cgroup_dirs() == []
 
 
+@pytest.mark.needs_sandbox
 async def test_reset_needs_a_running_sandbox():
     sb = LocalSandbox(spec())
     with pytest.raises(SandboxError, match="not running"):
@@ -94,6 +97,7 @@ def test_reuse_key_ignores_the_name_only():
     assert reuse_key(spec(network="public")) is None
 
 
+@pytest.mark.needs_sandbox
 async def test_pool_reuses_sandboxes_of_an_equal_spec_only():
     pool = SandboxPool(LocalSandbox, max_idle=2)
     try:
@@ -118,6 +122,7 @@ async def test_pool_reuses_sandboxes_of_an_equal_spec_only():
     assert own_cgroup_dirs() == []
 
 
+@pytest.mark.needs_sandbox
 async def test_pool_stops_a_sandbox_it_cannot_reset_and_caps_idle_ones():
     pool = SandboxPool(LocalSandbox, max_idle=1)
     try:
@@ -139,6 +144,7 @@ async def test_pool_stops_a_sandbox_it_cannot_reset_and_caps_idle_ones():
     assert own_cgroup_dirs() == []
 
 
+@pytest.mark.needs_sandbox
 async def test_close_waits_for_a_release_in_flight():
     pool = SandboxPool(LocalSandbox, max_idle=2)
     sb = await pool.acquire(spec())
@@ -150,6 +156,7 @@ async def test_close_waits_for_a_release_in_flight():
     assert own_cgroup_dirs() == []
 
 
+@pytest.mark.needs_sandbox
 async def test_a_burst_of_releases_keeps_max_idle_and_stops_the_rest():
     """Releases at once (the end of a wave of trials) each see the others' resets in flight: the pool resets
     and keeps `max_idle` of them and stops the rest instead of resetting every one."""
@@ -164,6 +171,7 @@ async def test_a_burst_of_releases_keeps_max_idle_and_stops_the_rest():
     assert sandbox_processes() == []
 
 
+@pytest.mark.needs_sandbox
 async def test_no_sandbox_is_reset_for_trials_that_will_not_come():
     """With `demand` (a job's trials not started yet) a released sandbox nobody can take any more is stopped
     rather than reset: the last wave of a job resets nothing."""

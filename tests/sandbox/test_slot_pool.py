@@ -63,6 +63,7 @@ async def test_acquire_waits_for_a_release_when_max_sandboxes_are_full(slot_back
         assert (await pool.acquire("e")).uid == a.uid
 
 
+@pytest.mark.needs_sandbox
 async def test_one_slot_per_sandbox_waits_at_max_sandboxes_too(eventually):
     async with SlotPool(_spec(), max_sandboxes=1) as pool:
         a = await pool.acquire("a")

@@ -28,6 +28,7 @@ def _spec(tmp_path) -> SandboxSpec:
     return SandboxSpec(name="slots", binds=[Bind(src=barrier, dst="/barrier", read_only=False)])
 
 
+@pytest.mark.needs_sandbox
 @pytest.mark.parametrize("per_sandbox", [1, 4])
 async def test_sixteen_slots_run_a_batch_concurrently_and_keep_their_files_apart(tmp_path, per_sandbox):
     pool = SlotPool(_spec(tmp_path), slots_per_sandbox=per_sandbox)
@@ -58,6 +59,7 @@ async def test_sixteen_slots_run_a_batch_concurrently_and_keep_their_files_apart
         await pool.close()
 
 
+@pytest.mark.needs_sandbox
 async def test_shared_slots_are_isolated_by_uid_workspace_and_process_group(tmp_path):
     pool = SlotPool(_spec(tmp_path), slots_per_sandbox=2)
     a, b = await pool.acquire("a"), await pool.acquire("b")
@@ -85,6 +87,7 @@ async def test_shared_slots_are_isolated_by_uid_workspace_and_process_group(tmp_
         await pool.close()
 
 
+@pytest.mark.needs_sandbox
 async def test_exec_tool_is_structured_and_tool_handler_returns_json(tmp_path):
     pool = SlotPool(_spec(tmp_path))
     slot = await pool.acquire("t")
@@ -120,6 +123,7 @@ class _ScriptedModel:
         return Completion(text="", tool_calls=[call], finish_reason="tool_calls")
 
 
+@pytest.mark.needs_sandbox
 async def test_the_loop_agent_runs_in_shared_slots_as_their_users(tmp_path):
     from evsys.agent.base import AgentContext
     from evsys.agent.loop import LoopAgent

@@ -72,6 +72,7 @@ async def test_spawn_timeout_kills_the_process(sandbox):
     assert await proc.stdout.read() == b"begun\n"
 
 
+@pytest.mark.needs_sandbox
 async def test_stopping_the_sandbox_ends_a_spawned_process():
     sandbox = LocalSandbox(spec())
     await sandbox.start()
@@ -89,6 +90,7 @@ async def test_spawn_rejects_an_empty_argv(sandbox):
         await sandbox.spawn([])
 
 
+@pytest.mark.needs_sandbox
 async def test_read_only_bind_is_visible_but_not_writable_even_for_root(tmp_path):
     (tmp_path / "tree").mkdir()
     (tmp_path / "tree" / "tool.txt").write_text("installed\n")
@@ -103,6 +105,7 @@ async def test_read_only_bind_is_visible_but_not_writable_even_for_root(tmp_path
     assert sorted(p.name for p in (tmp_path / "tree").iterdir()) == ["tool.txt"]
 
 
+@pytest.mark.needs_sandbox
 async def test_a_bind_from_the_hosts_sys_still_works():
     # the setup step drops the host's /sys from the mount table bwrap reads unless a bind needs it
     source = "/sys/class/net"
@@ -110,6 +113,7 @@ async def test_a_bind_from_the_hosts_sys_still_works():
         assert "lo" in (await sandbox.exec("ls /opt/hostnet")).stdout.split()
 
 
+@pytest.mark.needs_sandbox
 async def test_writable_bind_lets_root_write_to_the_host_directory(tmp_path):
     target = tmp_path / "out"
     target.mkdir()
@@ -118,6 +122,7 @@ async def test_writable_bind_lets_root_write_to_the_host_directory(tmp_path):
     assert (target / "result").read_text() == "built\n"
 
 
+@pytest.mark.needs_sandbox
 async def test_a_bound_unix_socket_is_reachable_from_the_no_network_sandbox(tmp_path):
     os.chmod(tmp_path, 0o755)
     path = tmp_path / "svc.sock"
@@ -153,12 +158,14 @@ async def _echo_upper(reader: asyncio.StreamReader, writer: asyncio.StreamWriter
         ("/opt/../etc", "must not contain"),
     ],
 )
+@pytest.mark.needs_sandbox
 async def test_binds_that_would_cover_sandbox_machinery_are_refused(tmp_path, dst, message):
     sandbox = LocalSandbox(spec(binds=[Bind(src=tmp_path, dst=dst)]))
     with pytest.raises(SandboxError, match=message):
         await sandbox.start()
 
 
+@pytest.mark.needs_sandbox
 async def test_a_bind_with_a_missing_source_names_it(tmp_path):
     missing = tmp_path / "not-there"
     with pytest.raises(SandboxError, match="not-there does not exist"):

@@ -45,6 +45,7 @@ async def _next_start_works() -> None:
         assert (await sb.exec("echo ok")).stdout == "ok\n"
 
 
+@pytest.mark.needs_sandbox
 async def test_a_burst_larger_than_the_socket_takes_is_sent_as_it_drains():
     await _next_start_works()
     assert spawn._SPAWNER.sock is not None
@@ -64,6 +65,7 @@ async def test_a_burst_larger_than_the_socket_takes_is_sent_as_it_drains():
         await _nothing_left(boxes)
 
 
+@pytest.mark.needs_sandbox
 async def test_starts_cancelled_while_their_requests_are_out_leave_nothing():
     await _next_start_works()  # the layers and the daemon are built
     boxes = [LocalSandbox(spec()) for _ in range(BURST)]
@@ -78,6 +80,7 @@ async def test_starts_cancelled_while_their_requests_are_out_leave_nothing():
     await _next_start_works()
 
 
+@pytest.mark.needs_sandbox
 async def test_a_spawner_killed_mid_burst_fails_those_starts_clearly_and_is_restarted():
     await _next_start_works()  # the spawner is up
     boxes = [LocalSandbox(spec()) for _ in range(BURST)]
@@ -93,6 +96,7 @@ async def test_a_spawner_killed_mid_burst_fails_those_starts_clearly_and_is_rest
     await _next_start_works()
 
 
+@pytest.mark.needs_sandbox
 async def test_a_cgroup_name_left_by_an_earlier_run_fails_the_start_and_is_not_touched(monkeypatch):
     """The spawner makes a sandbox's cgroup directories; one that already exists (an earlier run's, with its
     processes) fails the start naming it, the directories made before it are removed, and the teardown
@@ -120,6 +124,7 @@ async def test_a_cgroup_name_left_by_an_earlier_run_fails_the_start_and_is_not_t
     await _nothing_left([ok])
 
 
+@pytest.mark.needs_sandbox
 async def test_starts_cancelled_while_their_pipes_are_attached_leave_the_next_starts_working(monkeypatch):
     """A start cancelled while its pipes were being given transports used to close them under a live
     transport: the event loop kept watching those fd numbers, and the next sandbox whose stdout got one of

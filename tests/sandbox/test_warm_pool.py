@@ -22,6 +22,7 @@ def leak_probe():
     assert sandbox_processes() == [] and sandbox_mounts() == [] and own_cgroup_dirs() == []
 
 
+@pytest.mark.needs_sandbox
 async def test_a_spec_asked_for_once_has_warm_sandboxes_ready_for_the_next_trials(leak_probe, eventually):
     pool = SandboxPool.for_backend("local", max_idle=4, warm=2)
     try:
@@ -42,6 +43,7 @@ async def test_a_spec_asked_for_once_has_warm_sandboxes_ready_for_the_next_trial
     assert pool.idle_count == 0
 
 
+@pytest.mark.needs_sandbox
 async def test_prewarm_starts_them_before_the_first_trial_and_idle_ones_are_stopped(leak_probe, eventually):
     pool = SandboxPool.for_backend("local", max_idle=0, warm=2, idle_timeout_sec=0.5)
     try:
@@ -54,6 +56,7 @@ async def test_prewarm_starts_them_before_the_first_trial_and_idle_ones_are_stop
         await pool.close()
 
 
+@pytest.mark.needs_sandbox
 async def test_closing_while_warm_sandboxes_start_leaves_nothing_running(leak_probe, eventually):
     pool = SandboxPool.for_backend("local", max_idle=4, warm=6)
     trial = await pool.acquire(spec(name="warm-close"))

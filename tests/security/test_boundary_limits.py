@@ -122,6 +122,7 @@ async def test_dev_shm_is_shared_memory_for_all_and_dev_cannot_be_filled(make_sa
 AS_AGENT_TEST = '#!/bin/bash\necho "verifier runs as $(id -un)"\necho 1 > /logs/verifier/reward.txt\n'
 
 
+@pytest.mark.needs_sandbox
 async def test_a_verifier_running_as_the_agent_writes_its_output_and_reward(tmp_path):
     task = tmp_path / "tasks" / "as-agent"
     (task / "tests").mkdir(parents=True)

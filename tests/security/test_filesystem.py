@@ -86,6 +86,7 @@ async def test_agent_cannot_edit_etc_or_root_home(sandbox):
     assert r.stdout.strip() != "0"
 
 
+@pytest.mark.needs_sandbox
 async def test_tests_and_solution_are_absent_before_upload(tmp_path):
     task = tmp_path / "task"
     (task / "tests").mkdir(parents=True)

@@ -95,6 +95,7 @@ def test_spawned_process_nobody_reads_is_paused_not_buffered():
     assert report["after"] - report["before"] < 128 * MIB, report
 
 
+@pytest.mark.needs_sandbox
 async def test_head_and_tail_are_kept_on_every_command_path():
     """Forked (a user's first commands), worker (later ones), stderr: head and tail exact, middle counted."""
     async with LocalSandbox(spec(max_output_bytes=64 * 1024)) as sb:
@@ -114,6 +115,7 @@ async def check_head_and_tail(sb: LocalSandbox) -> None:
         assert "bytes of output omitted here" in r.stdout_shown
 
 
+@pytest.mark.needs_sandbox
 async def test_small_output_is_whole_and_unmarked():
     async with LocalSandbox(spec()) as sb:
         r = await sb.exec("echo hi; echo err >&2")
@@ -121,6 +123,7 @@ async def test_small_output_is_whole_and_unmarked():
     assert r.stdout_total_bytes == 3 and not r.stdout_truncated and r.stdout_shown == "hi\n"
 
 
+@pytest.mark.needs_sandbox
 async def test_loop_agent_shows_the_marker_to_the_model():
     async with LocalSandbox(spec(max_output_bytes=8192)) as sb:
         await check_loop_marker(sb)

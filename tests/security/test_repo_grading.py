@@ -77,12 +77,14 @@ def _rewards(trials, agent: str) -> tuple[float | None, float | None]:
     return trials[("legacy", agent)].reward, trials[("fresh", agent)].reward
 
 
+@pytest.mark.needs_sandbox
 def test_gold_scores_one_and_no_change_zero_under_both(trials):
     assert _rewards(trials, "oracle") == (1.0, 1.0)
     assert _rewards(trials, "nop") == (0.0, 0.0)
     assert trials[("fresh", "oracle")].tests_summary == "1 of 1 FAIL_TO_PASS pass; 2 of 2 PASS_TO_PASS pass"
 
 
+@pytest.mark.needs_sandbox
 @pytest.mark.parametrize("attack", [a.__name__ for a in repo_attacks.ATTACKS])
 def test_an_attack_that_wins_under_in_sandbox_grading_scores_zero_in_a_fresh_sandbox(trials, attack):
     agent = f"repo_attacks:{attack}"
@@ -121,10 +123,12 @@ def exported(noop_switch, tmp_path_factory):
     return {t.agent: t for t in asyncio.run(Job(config).run()).trials}
 
 
+@pytest.mark.needs_sandbox
 def test_an_exported_directorys_own_test_sh_grades_gold_one_and_no_change_zero(exported):
     assert (exported["oracle"].reward, exported["nop"].reward) == (1.0, 0.0)
 
 
+@pytest.mark.needs_sandbox
 @pytest.mark.parametrize("attack", [a.__name__ for a in repo_attacks.STOPPED_BY_EXPORTED_TEST_SH])
 def test_an_exported_directorys_own_test_sh_stops_log_xfail_git_and_history_attacks(trials, exported, attack):
     legacy_attack = attack.removesuffix("AsRoot")
@@ -134,6 +138,7 @@ def test_an_exported_directorys_own_test_sh_stops_log_xfail_git_and_history_atta
     assert trial.reward == 0.0, trial.tests_summary
 
 
+@pytest.mark.needs_sandbox
 def test_the_code_under_test_runs_as_root_no_more(trials):
     def uids(grading: str, log: str) -> set[str]:
         trial = trials[(grading, "repo_attacks:ReportUid")]

@@ -105,6 +105,7 @@ SNAPSHOT = (
 )
 
 
+@pytest.mark.needs_sandbox
 async def test_files_written_changed_or_deleted_anywhere_are_back_to_the_start(sb, handover):
     before = await root(sb, SNAPSHOT)
     await root(
@@ -122,6 +123,7 @@ async def test_files_written_changed_or_deleted_anywhere_are_back_to_the_start(s
     assert await root(sb, SNAPSHOT) == before
 
 
+@pytest.mark.needs_sandbox
 async def test_no_process_of_the_previous_trial_survives(sb, handover):
     await root(sb, "sleep 1000 & setsid sleep 1001 & nohup sleep 1002 >/dev/null 2>&1 & true")
     await sb.exec("(sleep 1003 &) ; sleep 1004 & true", user="agent")
@@ -132,6 +134,7 @@ async def test_no_process_of_the_previous_trial_survives(sb, handover):
     assert [line.split()[1] for line in ps.splitlines()] == ["/.evsys/daemon/evsysd", "ps"]
 
 
+@pytest.mark.needs_sandbox
 async def test_ipc_objects_are_gone(sb, handover):
     await root(sb, "ipcmk -M 4096 && ipcmk -Q && ipcmk -S 2")
     created = await root(sb, MQ.format(flags="os.O_CREAT | os.O_RDWR"))
@@ -144,6 +147,7 @@ async def test_ipc_objects_are_gone(sb, handover):
     assert reopened.split() == ["-1", "2"]  # ENOENT: the POSIX message queue is gone
 
 
+@pytest.mark.needs_sandbox
 async def test_a_lingering_tcp_connection_refuses_the_reset(sb, handover):
     await root(
         sb,
@@ -156,6 +160,7 @@ async def test_a_lingering_tcp_connection_refuses_the_reset(sb, handover):
         await sb.exec("true")
 
 
+@pytest.mark.needs_sandbox
 async def test_storage_of_the_previous_trial_is_freed(sb, handover):
     usage = sb._cgroup.dirs["memory"] / "memory.usage_in_bytes"
     base = int(usage.read_text())
@@ -165,6 +170,7 @@ async def test_storage_of_the_previous_trial_is_freed(sb, handover):
     assert int(usage.read_text()) < base + 50_000_000
 
 
+@pytest.mark.needs_sandbox
 async def test_limits_still_hold_after_resets(handover):
     handover.spec = SandboxSpec(name=f"{handover.spec.name}-limits"[:60], storage_mb=64, pids_max=64)
     box = await handover.start()

@@ -113,11 +113,13 @@ async def positive_control(sb: LocalSandbox) -> None:
     await as_root(sb, "rm -f /logs/verifier/reward.txt /tmp/planted-ran")
 
 
+@pytest.mark.needs_sandbox
 async def test_dockerfile_path_reaches_the_trial(trial):
     task, _ = trial
     assert task.environment.env["PATH"] == f"/app/.venv/bin:{DOCKER_DEFAULT_PATH}"
 
 
+@pytest.mark.needs_sandbox
 async def test_verifier_never_runs_the_agents_bash(trial, tmp_path):
     task, sb = trial
     await positive_control(sb)
@@ -130,6 +132,7 @@ async def test_verifier_never_runs_the_agents_bash(trial, tmp_path):
     assert ran.stdout == ""
 
 
+@pytest.mark.needs_sandbox
 async def test_generic_fallbacks_never_run_the_agents_programs(trial, tmp_path):
     """Through a backend with only `exec`: the tests are placed with rm/mkdir/find/tar, test.sh is started
     with `exec /bin/bash`, the logs are packed with tar, a file is read with tail; no plant runs."""
@@ -151,6 +154,7 @@ async def test_generic_fallbacks_never_run_the_agents_programs(trial, tmp_path):
     assert ran.stdout == ""
 
 
+@pytest.mark.needs_sandbox
 async def test_empty_path_entry_is_the_current_directory_not_root():
     """POSIX: an empty PATH entry (leading, trailing, or `::`) is the current directory."""
     async with LocalSandbox(spec(workdir="/app")) as sb:

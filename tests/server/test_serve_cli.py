@@ -18,6 +18,7 @@ from serve_process import SRC
         (["examples/tasks", "--harness", "oracle", "-m", "local"], "is not a harness agent"),
     ],
 )
+@pytest.mark.needs_process
 def test_serve_refuses_bad_arguments_with_a_clear_message(args, message, tmp_path, examples_dir):
     args = [str(examples_dir.parent / a) if a.startswith("examples/") else a for a in args]
     cmd = [sys.executable, "-m", "evsys.cli.main", "serve", *args, "--port", "0", "--jobs-dir", str(tmp_path)]

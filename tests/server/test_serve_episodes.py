@@ -116,6 +116,7 @@ def test_schema_metadata_health_and_stateless_http(server):
     assert step.status_code == 200 and body["done"] is True and body["reward"] == 1.0
 
 
+@pytest.mark.needs_process
 async def test_python_task_dataset_scores_the_submitted_answer_and_a_restart_keeps_the_job(
     tmp_path, examples_dir
 ):

@@ -33,6 +33,7 @@ def harness_server(tmp_path_factory):
     stop_serve(served)
 
 
+@pytest.mark.needs_sandbox
 async def test_a_harness_turn_streams_its_events_then_the_observation(harness_server):
     url = harness_server.url.replace("http://", "ws://") + "/ws"
     message = {"type": "message", "message": DEMO_GREETING[0]["content"]}
@@ -62,6 +63,7 @@ async def test_a_harness_turn_streams_its_events_then_the_observation(harness_se
     assert (harness_server.job_dir / trial / "agent" / "harness-events.jsonl").is_file()
 
 
+@pytest.mark.needs_sandbox
 async def test_openenv_client_gets_the_turns_events_in_the_observation(harness_server):
     async with GenericEnvClient(base_url=harness_server.url, message_timeout_s=120) as env:
         await env.reset(task="create-file")

@@ -230,6 +230,7 @@ async def test_a_client_cannot_see_or_drive_another_session(server):
     assert "unknown session_id" in closed.json()["error"]["message"]
 
 
+@pytest.mark.needs_sandbox
 async def test_episodes_still_being_verified_count_against_capacity(tmp_path):
     served = start_serve(tmp_path, "--max-sessions", "1", dataset=SLOW_VERIFIER)
     try:

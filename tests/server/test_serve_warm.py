@@ -15,6 +15,7 @@ def call(tool: str, **arguments) -> dict:
     return {"type": "call_tool", "tool_name": tool, "arguments": arguments}
 
 
+@pytest.mark.needs_sandbox
 async def test_a_served_task_keeps_warm_sandboxes_ready_for_the_next_episode(tmp_path, eventually):
     served = start_serve(tmp_path, "--warm-sandboxes", "2")
     try:

@@ -72,6 +72,7 @@ def test_copying_an_ignored_file_by_name_is_an_error_naming_the_line(tmp_path):
     assert problems == [] and [c.src.name for c in env.files] == ["keep.log"]  # globs skip ignored matches
 
 
+@pytest.mark.needs_sandbox
 @pytest.mark.parametrize("reuse", [False, True])
 async def test_the_sandbox_gets_exactly_the_files_docker_would_copy(tmp_path, reuse):
     context = _context(tmp_path)

@@ -52,6 +52,7 @@ def test_the_dockerfile_examples_place_their_files(examples_dir):
     assert [c.dst for c in task.environment.files] == ["/app/etc"]
 
 
+@pytest.mark.needs_sandbox
 @needs_bwrap
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_oracle_reaches_1_and_doing_nothing_scores_0(examples_dir, tmp_path, name):
@@ -62,6 +63,7 @@ def test_oracle_reaches_1_and_doing_nothing_scores_0(examples_dir, tmp_path, nam
     assert all(value == 0 for value in untouched.values()), untouched
 
 
+@pytest.mark.needs_sandbox
 @needs_bwrap
 def test_multi_key_and_partial_credit_rewards(examples_dir, tmp_path):
     solved = run_task(load_task(examples_dir / "tasks" / "multi-key-reward"), tmp_path / "mk", solve=False)
@@ -81,6 +83,7 @@ def test_every_example_directory_is_a_task(examples_dir):
         load_task(examples_dir / "tasks" / name, require_solution=True)
 
 
+@pytest.mark.needs_sandbox
 @needs_bwrap
 def test_scaffolded_task_reaches_1_with_its_solution(tmp_path):
     task = load_task(scaffold_task("fresh", tmp_path), require_solution=True)

@@ -77,6 +77,7 @@ def test_a_dataset_toml_of_neither_form_names_both(tmp_path, make_task):
     assert "Field required" not in result.output
 
 
+@pytest.mark.needs_sandbox
 def test_evsys_run_on_a_harbor_dataset_runs_the_listed_tasks(tmp_path, make_task):
     dataset = _harbor_dataset(tmp_path / "ds", make_task)
     jobs = tmp_path / "jobs"

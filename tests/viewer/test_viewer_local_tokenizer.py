@@ -79,6 +79,7 @@ def test_tokenizer_flag_wins_and_other_providers_are_not_guessed(tmp_path, cache
     assert texts(source_for(jobs), "served") is None  # a served model's name is not a path on this machine
 
 
+@pytest.mark.needs_process
 def test_evsys_view_decodes_without_tokenizer_flag(tmp_path):
     model = word_model(tmp_path / "models/qwen-mini", "v")
     jobs = job_with_model(tmp_path / "jobs", f"local:{model}").parent

@@ -22,6 +22,7 @@ def test_harbor_users_map_onto_the_sandboxs_two():
     assert (sandbox_user(None, "root"), sandbox_user(None, "agent")) == ("root", "agent")
 
 
+@pytest.mark.needs_sandbox
 async def test_an_environment_directory_becomes_a_running_sandbox(tmp_path):
     env_dir = tmp_path / "task" / "environment"
     env_dir.mkdir(parents=True)

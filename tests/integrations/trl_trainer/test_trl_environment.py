@@ -57,6 +57,7 @@ def test_tool_schemas_come_from_the_loop_agents_tools() -> None:
     assert schemas["write_file"]["parameters"]["required"] == ["path", "content"]
 
 
+@pytest.mark.needs_sandbox
 @pytest.mark.slow
 @pytest.mark.timeout(900)  # the first run builds the tiny policy
 def test_grpo_trains_on_episodes_in_evsys_sandboxes(tmp_path: Path) -> None:
@@ -95,6 +96,7 @@ def test_grpo_trains_on_episodes_in_evsys_sandboxes(tmp_path: Path) -> None:
     assert changed(before, trainer.model)
 
 
+@pytest.mark.needs_sandbox
 def test_an_environment_is_an_episode_whose_reward_the_policy_cannot_write(tmp_path: Path) -> None:
     factory = EnvironmentFactory(TASKS / "create-done", jobs_dir=tmp_path / "jobs")
     try:

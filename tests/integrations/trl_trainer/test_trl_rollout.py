@@ -70,6 +70,7 @@ def test_its_dataset_holds_the_prompts_of_python_tasks_and_repository_rows() -> 
         EvsysRolloutFunc(rows)
 
 
+@pytest.mark.needs_model
 @pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_grpo_trains_on_rollouts_evsys_runs(tmp_path: Path) -> None:
