@@ -1,0 +1,121 @@
+"""`evsys run --keep-state`, `evsys trial files` and `evsys rescore`, as a user runs them (in-process CLI)."""
+
+from __future__ import annotations
+
+import json
+import tarfile
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from evsys.cli.main import app
+
+# writes the answer, deletes a file of a lower layer, replaces a lower directory as a whole, leaves a fifo
+# and a link to a host-looking absolute path
+SOLVE = (
+    "#!/bin/bash\nset -e\necho ok > /app/out.txt\nrm /etc/hostname\n"
+    "rm -rf /opt && mkdir /opt && echo new > /opt/only.txt\nmkfifo /app/pipe\nln -s /etc/passwd /app/link\n"
+)
+# a corrected verifier: a quarter for each of the answer, the deletion and the replaced directory, so its
+# reward (0.75) differs from the task's own and depends on every part of the kept state
+CHANGED_TEST = (
+    "#!/bin/bash\nr=0\n"
+    '[ "$(cat /app/out.txt 2>/dev/null)" = ok ] && r=$((r + 25))\n'
+    "[ -e /etc/hostname ] || r=$((r + 25))\n"
+    '[ -e /opt/only.txt ] && [ "$(ls /opt)" = only.txt ] && r=$((r + 25))\n'
+    "printf '%d.%02d\\n' $((r / 100)) $((r % 100)) > /logs/verifier/reward.txt\n"
+)
+TIMEOUT_SOLVE = "#!/bin/bash\necho ok > /app/out.txt\nsleep 300\n"
+
+
+def evsys(*args: str) -> str:
+    result = CliRunner().invoke(app, list(args))
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def run_kept(task_factory, tmp_path: Path, *agents: str) -> Path:
+    task_factory("answer", solve=SOLVE)
+    flags = [flag for agent in agents for flag in ("-a", agent)]
+    evsys(
+        "run",
+        str(task_factory.dataset),
+        *flags,
+        "--keep-state",
+        "--jobs-dir",
+        str(tmp_path / "jobs"),
+        "--job-name",
+        "kept",
+        "--no-model-probe",
+    )
+    return tmp_path / "jobs" / "kept"
+
+
+def reward(result_json: Path) -> float | None:
+    return json.loads(result_json.read_text())["reward"]
+
+
+def test_keep_state_keeps_writes_and_deletions_not_devices(task_factory, tmp_path: Path) -> None:
+    trial = run_kept(task_factory, tmp_path, "oracle") / "answer__oracle__1"
+    manifest = json.loads((trial / "state" / "manifest.json").read_text())
+    assert "/etc/hostname" in manifest["deletions"]
+    assert "/opt" in manifest["opaque_dirs"]
+    assert manifest["skipped"] == ["/app/pipe"]
+    with tarfile.open(trial / "state" / "upper.tar.gz") as tar:
+        members = {m.name: m for m in tar.getmembers()}
+    assert all(m.isreg() or m.isdir() or m.issym() for m in members.values())  # no whiteout, no fifo
+    assert "etc/hostname" not in members and members["app/link"].linkname == "/etc/passwd"
+    assert evsys("trial", "files", str(trial), "/app/out.txt") == "ok\n"
+    listing = evsys("trial", "files", str(trial))
+    assert "/app/out.txt" in listing and "deleted /etc/hostname" in listing
+
+
+def test_trial_files_extracts_without_links_out(task_factory, tmp_path: Path) -> None:
+    trial = run_kept(task_factory, tmp_path, "oracle") / "answer__oracle__1"
+    assert "/app/link -> /etc/passwd" in evsys("trial", "files", str(trial), "/app")  # the link was kept
+    out = tmp_path / "out"
+    evsys("trial", "files", str(trial), "/app", "-o", str(out))
+    assert (out / "app" / "out.txt").read_text() == "ok\n"
+    assert not (out / "app" / "link").is_symlink()  # never a host link to the host's /etc/passwd
+
+
+def test_state_kept_after_agent_timeout(task_factory, tmp_path: Path) -> None:
+    task_factory("slow", solve=TIMEOUT_SOLVE, agent_timeout=1.0)
+    evsys(
+        "run",
+        str(task_factory.dataset),
+        "-a",
+        "oracle",
+        "--keep-state",
+        "--jobs-dir",
+        str(tmp_path / "jobs"),
+        "--job-name",
+        "slow",
+        "--no-model-probe",
+    )
+    trial = tmp_path / "jobs" / "slow" / "slow__oracle__1"
+    assert json.loads((trial / "result.json").read_text())["failure"]["cause"] == "agent_timeout"
+    assert evsys("trial", "files", str(trial), "/app/out.txt") == "ok\n"
+
+
+def test_rescore_reproduces_rewards_and_applies_changed_tests(task_factory, tmp_path: Path) -> None:
+    job = run_kept(task_factory, tmp_path, "oracle", "nop")
+    trials = {name: job / f"answer__{name}__1" for name in ("oracle", "nop")}
+    before = {name: (trial / "result.json").read_bytes() for name, trial in trials.items()}
+    assert [reward(t / "result.json") for t in trials.values()] == [1.0, 0.0]
+
+    rows = json.loads(evsys("rescore", str(job), "--json"))
+    assert {r["trial_name"]: (r["old_reward"], r["new_reward"]) for r in rows} == {
+        "answer__oracle__1": (1.0, 1.0),
+        "answer__nop__1": (0.0, 0.0),
+    }
+    tests = tmp_path / "corrected"
+    tests.mkdir()
+    (tests / "test.sh").write_text(CHANGED_TEST)
+    rows = json.loads(evsys("rescore", str(job), "--tests", str(tests), "--json"))
+    new = {r["trial_name"]: r["new_reward"] for r in rows}
+    # the corrected tests ran, and saw the answer, the deletion and the replaced directory the agent left
+    assert new == {"answer__oracle__1": 0.75, "answer__nop__1": 0.0}
+    for name, trial in trials.items():
+        assert (trial / "result.json").read_bytes() == before[name]  # the trial's own result untouched
+        assert len(list((trial / "rescore").glob("*/result.json"))) == 2  # both rescores kept, side by side
