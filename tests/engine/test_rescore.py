@@ -13,16 +13,17 @@ from evsys.cli.main import app
 # writes the answer, deletes a file of a lower layer, replaces a lower directory as a whole, leaves a fifo
 # and a link to a host-looking absolute path
 SOLVE = (
-    "#!/bin/bash\nset -e\necho ok > /app/out.txt\nrm /etc/hostname\n"
+    "#!/bin/bash\nset -e\necho ok > /app/out.txt\nchown agent:agent /app/out.txt\nrm /etc/hostname\n"
     "rm -rf /opt && mkdir /opt && echo new > /opt/only.txt\nmkfifo /app/pipe\nln -s /etc/passwd /app/link\n"
 )
-# a corrected verifier: a quarter for each of the answer, the deletion and the replaced directory, so its
-# reward (0.75) differs from the task's own and depends on every part of the kept state
+# a corrected verifier: a fifth for each of the answer, its owner, the deletion and the replaced directory, so
+# its reward (0.8) differs from the task's own and depends on every part of the kept state
 CHANGED_TEST = (
     "#!/bin/bash\nr=0\n"
-    '[ "$(cat /app/out.txt 2>/dev/null)" = ok ] && r=$((r + 25))\n'
-    "[ -e /etc/hostname ] || r=$((r + 25))\n"
-    '[ -e /opt/only.txt ] && [ "$(ls /opt)" = only.txt ] && r=$((r + 25))\n'
+    '[ "$(cat /app/out.txt 2>/dev/null)" = ok ] && r=$((r + 20))\n'
+    '[ "$(stat -c %U /app/out.txt 2>/dev/null)" = agent ] && r=$((r + 20))\n'
+    "[ -e /etc/hostname ] || r=$((r + 20))\n"
+    '[ -e /opt/only.txt ] && [ "$(ls /opt)" = only.txt ] && r=$((r + 20))\n'
     "printf '%d.%02d\\n' $((r / 100)) $((r % 100)) > /logs/verifier/reward.txt\n"
 )
 TIMEOUT_SOLVE = "#!/bin/bash\necho ok > /app/out.txt\nsleep 300\n"
@@ -115,7 +116,32 @@ def test_rescore_reproduces_rewards_and_applies_changed_tests(task_factory, tmp_
     rows = json.loads(evsys("rescore", str(job), "--tests", str(tests), "--json"))
     new = {r["trial_name"]: r["new_reward"] for r in rows}
     # the corrected tests ran, and saw the answer, the deletion and the replaced directory the agent left
-    assert new == {"answer__oracle__1": 0.75, "answer__nop__1": 0.0}
+    assert new == {"answer__oracle__1": 0.8, "answer__nop__1": 0.0}
     for name, trial in trials.items():
         assert (trial / "result.json").read_bytes() == before[name]  # the trial's own result untouched
         assert len(list((trial / "rescore").glob("*/result.json"))) == 2  # both rescores kept, side by side
+
+
+def test_state_over_its_limit_is_cut_with_a_warning(task_factory, tmp_path: Path) -> None:
+    solve = "#!/bin/bash\nhead -c 2000000 /dev/urandom > /app/big.bin\necho ok > /app/out.txt\n"
+    task_factory("big", solve=solve)
+    evsys(
+        "run",
+        str(task_factory.dataset),
+        "-a",
+        "oracle",
+        "--keep-state",
+        "--keep-state-limit",
+        "1",
+        "--jobs-dir",
+        str(tmp_path / "jobs"),
+        "--job-name",
+        "big",
+        "--no-model-probe",
+    )
+    trial = tmp_path / "jobs" / "big" / "big__oracle__1"
+    manifest = json.loads((trial / "state" / "manifest.json").read_text())
+    assert manifest["cut"] == ["/app/big.bin"] and manifest["size"] <= 1024 * 1024
+    warnings = json.loads((trial / "result.json").read_text())["warnings"]
+    assert any("exceeds 1 MB" in w and "/app/big.bin" in w for w in warnings)
+    assert evsys("trial", "files", str(trial), "/app/out.txt") == "ok\n"  # what fits is kept
