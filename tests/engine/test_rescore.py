@@ -35,21 +35,16 @@ def evsys(*args: str) -> str:
     return result.output
 
 
+def run_kept_job(task_factory, tmp_path: Path, name: str, *flags: str) -> Path:
+    """`evsys run` of the task_factory dataset with --keep-state and `flags`; the job dir."""
+    jobs = ["--jobs-dir", str(tmp_path / "jobs"), "--job-name", name, "--no-model-probe"]
+    evsys("run", str(task_factory.dataset), "--keep-state", *flags, *jobs)
+    return tmp_path / "jobs" / name
+
+
 def run_kept(task_factory, tmp_path: Path, *agents: str) -> Path:
     task_factory("answer", solve=SOLVE)
-    flags = [flag for agent in agents for flag in ("-a", agent)]
-    evsys(
-        "run",
-        str(task_factory.dataset),
-        *flags,
-        "--keep-state",
-        "--jobs-dir",
-        str(tmp_path / "jobs"),
-        "--job-name",
-        "kept",
-        "--no-model-probe",
-    )
-    return tmp_path / "jobs" / "kept"
+    return run_kept_job(task_factory, tmp_path, "kept", *[f for agent in agents for f in ("-a", agent)])
 
 
 def reward(result_json: Path) -> float | None:
@@ -82,19 +77,7 @@ def test_trial_files_extracts_without_links_out(task_factory, tmp_path: Path) ->
 
 def test_state_kept_after_agent_timeout(task_factory, tmp_path: Path) -> None:
     task_factory("slow", solve=TIMEOUT_SOLVE, agent_timeout=1.0)
-    evsys(
-        "run",
-        str(task_factory.dataset),
-        "-a",
-        "oracle",
-        "--keep-state",
-        "--jobs-dir",
-        str(tmp_path / "jobs"),
-        "--job-name",
-        "slow",
-        "--no-model-probe",
-    )
-    trial = tmp_path / "jobs" / "slow" / "slow__oracle__1"
+    trial = run_kept_job(task_factory, tmp_path, "slow", "-a", "oracle") / "slow__oracle__1"
     assert json.loads((trial / "result.json").read_text())["failure"]["cause"] == "agent_timeout"
     assert evsys("trial", "files", str(trial), "/app/out.txt") == "ok\n"
 
@@ -125,21 +108,10 @@ def test_rescore_reproduces_rewards_and_applies_changed_tests(task_factory, tmp_
 def test_state_over_its_limit_is_cut_with_a_warning(task_factory, tmp_path: Path) -> None:
     solve = "#!/bin/bash\nhead -c 2000000 /dev/urandom > /app/big.bin\necho ok > /app/out.txt\n"
     task_factory("big", solve=solve)
-    evsys(
-        "run",
-        str(task_factory.dataset),
-        "-a",
-        "oracle",
-        "--keep-state",
-        "--keep-state-limit",
-        "1",
-        "--jobs-dir",
-        str(tmp_path / "jobs"),
-        "--job-name",
-        "big",
-        "--no-model-probe",
+    trial = (
+        run_kept_job(task_factory, tmp_path, "big", "-a", "oracle", "--keep-state-limit", "1")
+        / "big__oracle__1"
     )
-    trial = tmp_path / "jobs" / "big" / "big__oracle__1"
     manifest = json.loads((trial / "state" / "manifest.json").read_text())
     assert manifest["cut"] == ["/app/big.bin"] and manifest["size"] <= 1024 * 1024
     warnings = json.loads((trial / "result.json").read_text())["warnings"]
