@@ -117,3 +117,16 @@ def test_state_over_its_limit_is_cut_with_a_warning(task_factory, tmp_path: Path
     warnings = json.loads((trial / "result.json").read_text())["warnings"]
     assert any("exceeds 1 MB" in w and "/app/big.bin" in w for w in warnings)
     assert evsys("trial", "files", str(trial), "/app/out.txt") == "ok\n"  # what fits is kept
+
+
+def test_a_job_without_kept_state_is_not_rescored(task_factory, tmp_path: Path) -> None:
+    task_factory("plain")
+    jobs = ["--jobs-dir", str(tmp_path / "jobs"), "--job-name", "plain", "--no-model-probe"]
+    evsys("run", str(task_factory.dataset), "-a", "oracle", *jobs)
+    job = tmp_path / "jobs" / "plain"
+    (row,) = json.loads(evsys("rescore", str(job), "--json"))
+    assert (row["old_reward"], row["new_reward"], row["result_dir"]) == (1.0, None, None)
+    assert "--keep-state" in row["skipped"]
+    files = CliRunner().invoke(app, ["trial", "files", str(job / "plain__oracle__1")])
+    assert files.exit_code == 2 and "kept no state" in files.output
+    assert not (job / "plain__oracle__1" / "rescore").exists()

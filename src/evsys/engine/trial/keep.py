@@ -53,6 +53,12 @@ async def keep_state(state: TrialState, trial_dir: Path) -> None:
         )
 
 
+def keep_no_steps(state: TrialState) -> None:
+    """A multi-step task keeps no state: say so on the trial when the job asked for it."""
+    if state.config.keep_state_mb is not None:
+        state.result.warnings.append("--keep-state: multi-step tasks keep no final filesystem")
+
+
 def _keep(layer: tuple[Path, int], directory: Path, manifest: KeptState) -> None:
     upper, agent_uid = layer
     pack_upper(upper, directory / STATE_ARCHIVE, manifest, agent_uid=agent_uid)

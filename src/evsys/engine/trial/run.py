@@ -35,6 +35,7 @@ from evsys.engine.trial.agent import agent_info, begin_early, end_early, prepare
 from evsys.engine.trial.environment import environment_spec, start_sandbox, stop_sandbox
 from evsys.engine.trial.exhaustion import judge_exhaustion
 from evsys.engine.trial.fresh import release_grading_preparation, start_grading_preparation
+from evsys.engine.trial.keep import keep_no_steps
 from evsys.engine.trial.multi_step import run_steps
 from evsys.engine.trial.sidecars import stop_sidecars
 from evsys.engine.trial.single_step import run_single_step
@@ -169,6 +170,7 @@ class Trial:
                     return
                 start_grading_preparation(state, task)  # a repository row's (evsys.engine.trial.fresh)
                 if task.steps:
+                    keep_no_steps(state)  # `--keep-state` keeps single-step trials only
                     await run_steps(state, agent, task, ctx, trial_dir)
                     return
             await run_single_step(state, agent, task, ctx, trial_dir, early)
