@@ -131,7 +131,7 @@ def pack_upper(upper: Path, archive: Path, manifest: KeptState, *, agent_uid: in
     tmp = archive.with_name(f".{archive.name}.tmp")
     root = os.open(upper, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        with tarfile.open(tmp, "w:gz", compresslevel=6, format=tarfile.PAX_FORMAT) as tar:
+        with tarfile.open(tmp, "w:gz", compresslevel=1, format=tarfile.PAX_FORMAT) as tar:
             _Packer(tar, manifest, agent_uid).walk(root, "")
         os.replace(tmp, archive)
     finally:
