@@ -13,10 +13,12 @@ from evsys.cli.harness import harness_app
 from evsys.cli.image import image_app
 from evsys.cli.jobs import jobs_app
 from evsys.cli.model import model_app
+from evsys.cli.rescore import rescore
 from evsys.cli.run import run
 from evsys.cli.serve import serve
 from evsys.cli.tasks import tasks_app
 from evsys.cli.trial import trial_app
+from evsys.cli.trial_files import trial_files
 from evsys.cli.view import view
 
 app = typer.Typer(
@@ -31,6 +33,7 @@ app.command("run", short_help="Run agents on tasks and score them (or --resume a
 app.command("doctor", short_help="Check bwrap, overlayfs, cgroups, seccomp, user namespaces.")(doctor)
 app.command("export", short_help="Export a job: RL rows, SFT chats or ATIF copies.")(export)
 app.command("serve", short_help="Serve tasks to OpenEnv trainers (WebSocket, HTTP, MCP).")(serve)
+app.command("rescore", short_help="Re-run the verifier on a --keep-state job's kept filesystems.")(rescore)
 app.command("view", short_help="Browse jobs and trials in a local web viewer.")(view)
 app.add_typer(tasks_app, name="tasks", help="Check, scaffold, validate and export tasks and SWE rows.")
 app.add_typer(image_app, name="image", help="Build, list, inspect and prune task environment images.")
@@ -40,6 +43,7 @@ app.add_typer(
     datasets_app, name="datasets", help="List and fetch datasets by name from a Harbor-format registry."
 )
 app.add_typer(jobs_app, name="jobs", help="List, summarise and compare job directories.")
+trial_app.command("files", short_help="List, print or extract a trial's kept final filesystem.")(trial_files)
 app.add_typer(trial_app, name="trial", help="Show one trial of a job.")
 
 

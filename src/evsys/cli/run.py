@@ -35,6 +35,7 @@ from evsys.cli.run_config import (
 )
 from evsys.cli.run_job import EXIT_CANCELLED, run_job
 from evsys.cli.summary import print_summary, stdout_console
+from evsys.records.state import DEFAULT_STATE_LIMIT_MB
 
 
 def run(
@@ -155,6 +156,18 @@ def run(
             "when idle and when the job ends).",
         ),
     ] = 0,
+    keep_state: Annotated[
+        bool,
+        typer.Option(
+            "--keep-state",
+            help="Keep each trial's final filesystem (what the agent phase wrote; local backend) in "
+            "<trial>/state/ for `evsys trial files` and `evsys rescore`; sandboxes are then not reused.",
+        ),
+    ] = False,
+    keep_state_limit: Annotated[
+        int,
+        typer.Option("--keep-state-limit", min=1, help="MB of file content --keep-state keeps per trial."),
+    ] = DEFAULT_STATE_LIMIT_MB,
     task: Annotated[
         list[str] | None,
         typer.Option("--task", "-t", help="Only tasks whose name matches (glob; repeat for more)."),
@@ -269,6 +282,7 @@ def run(
         "network": network.value if network is not None else None,
         "reuse_sandboxes": reuse_sandboxes,
         "warm_sandboxes": warm_sandboxes,
+        "keep_state_mb": keep_state_limit if keep_state else None,
         "task_names": task or [],
         "task_filters": task_filter or [],
         "exclude_task_names": exclude_task or [],

@@ -46,6 +46,7 @@ RESUME_SAFE_FIELDS = (
     "reuse_sandboxes",
     "warm_sandboxes",
     "executor",
+    "keep_state_mb",
 )
 """JobConfig fields a resume may change: how trials run, never which trials there are or what they do."""
 
@@ -164,6 +165,13 @@ class JobConfig(BaseModel):
         description="Bounds on copying each trial's /logs out; the fields set here win over the task's "
         "`[environment.logs]`, the evsys defaults fill the rest.",
     )
+    keep_state_mb: int | None = Field(
+        None,
+        ge=1,
+        description="`evsys run --keep-state`: keep each trial's final filesystem (what the agent phase "
+        "wrote, compressed, in `<trial>/state/`) up to this many MB of file content, for `evsys rescore`; "
+        "None: not kept. Kept sandboxes are not reused (a reset one's written layer is out of reach).",
+    )
     executor: ExecutorSpec = Field(
         default_factory=ExecutorSpec,
         description="Where the trials run (`evsys run --executor`); a resume keeps it unless told otherwise. "
@@ -178,6 +186,13 @@ class JobConfig(BaseModel):
             base, n = self.job_name, 2
             while (self.jobs_dir / self.job_name).exists():
                 self.job_name, n = f"{base}-{n}", n + 1
+        return self
+
+    @model_validator(mode="after")
+    def _fresh_sandboxes_for_kept_state(self) -> JobConfig:
+        """With `keep_state_mb`, every trial gets a sandbox started for it (`reuse_sandboxes` off)."""
+        if self.keep_state_mb is not None:
+            self.reuse_sandboxes = False
         return self
 
     @field_validator("task_filters")
@@ -238,6 +253,9 @@ class TrialConfig(BaseModel):
     network: NetworkMode | None = Field(None, description="The job's network override, if any.")
     log_limits: CopyOutLimits = Field(
         default_factory=lambda: DEFAULT_LIMITS, description="The bounds on copying this trial's /logs out."
+    )
+    keep_state_mb: int | None = Field(
+        None, description="Keep the trial's final filesystem up to this many MB (the job's `keep_state_mb`)."
     )
 
 

@@ -272,6 +272,7 @@ def plan_trials(
                         attempt=attempt,
                         not_runnable=failure.message if failure else None,
                         network=config.network,
+                        keep_state_mb=config.keep_state_mb,
                         **_timeouts(task, config),
                     )
                     spec = TrialSpec.for_job(config, trial_config, ref, failure)

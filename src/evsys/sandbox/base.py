@@ -212,6 +212,19 @@ class Sandbox(ABC):
         kernel's counters as evidence; [] when none, or when the backend cannot tell (this default)."""
         return []
 
+    def written_layer(self) -> tuple[Path, int] | None:
+        """Where the host reads what was written in this sandbox's root since it started — an overlay upper
+        layer (deletions as whiteouts) — and the uid its agent user's files have there; None where the backend
+        has no such layer (this default), or it is out of reach (a sandbox reset since it started)."""
+        return None
+
+    async def apply_tree(self, data: bytes, *, remove: Sequence[str] = ()) -> None:
+        """As root: remove each path of `remove` (like `rm -rf`), then extract the tar `data` at the root
+        (root-owned, modes kept)."""
+        steps = [f"rm -rf -- {shlex.join(remove)}"] if remove else []
+        steps.append("tar -x --no-same-owner -p -C / -f -")
+        await self._exec_checked(" && ".join(steps), "applying a kept state", stdin=data)
+
     def extra_uid(self, index: int) -> int:
         """The uid of the sandbox's `index`-th extra user (a shared slot's). This default is EXTRA_UID_BASE +
         index, the same in every sandbox; a backend that gives each sandbox uids of its own overrides it."""

@@ -42,6 +42,7 @@ from evsys.engine.trial.agent import (
 from evsys.engine.trial.environment import environment_spec, start_sandbox, stop_sandbox
 from evsys.engine.trial.exhaustion import judge_exhaustion
 from evsys.engine.trial.fresh import release_grading_preparation, start_grading_preparation
+from evsys.engine.trial.keep import keep_no_steps
 from evsys.engine.trial.multi_step import run_steps
 from evsys.engine.trial.sidecars import stop_sidecars
 from evsys.engine.trial.single_step import run_single_step
@@ -176,6 +177,7 @@ class Trial:
                     return
                 start_grading_preparation(state, task)  # a repository row's (evsys.engine.trial.fresh)
                 if task.steps:
+                    keep_no_steps(state)  # `--keep-state` keeps single-step trials only
                     await run_steps(state, agent, task, ctx, trial_dir)
                     return
             await run_single_step(state, agent, task, ctx, trial_dir, early)

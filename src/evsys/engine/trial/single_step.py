@@ -15,6 +15,7 @@ from evsys.agent.base import Agent, AgentContext
 from evsys.engine.trial.agent import run_agent, setup_agent
 from evsys.engine.trial.environment import kill_leftovers
 from evsys.engine.trial.fresh import grade_repository_row, graded_in_fresh_sandbox
+from evsys.engine.trial.keep import keep_state
 from evsys.engine.trial.separate import verify_separately
 from evsys.engine.trial.state import TrialState
 from evsys.engine.trial.verifier import verify_in_place
@@ -44,6 +45,7 @@ async def verify(state: TrialState, task: Task, trial_dir: Path) -> None:
     task's verifier chain here or in a separate sandbox."""
     chain = chain_for_task(task, state.spec.python_task, state.config.verifier_timeout_sec)
     await kill_leftovers(state)
+    await keep_state(state, trial_dir)  # `--keep-state`: what the agent phase left, before the tests run
     vctx = VerifyContext(
         verifier_dir=trial_dir / "verifier",
         sandbox=state.live_sandbox,

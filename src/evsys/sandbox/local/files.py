@@ -90,6 +90,11 @@ class LocalFilesMixin(LocalSandboxCore):
         `mkdir`, then extract the tar `data` at `dst` (root-owned, modes kept)."""
         await self.files(remove=[dst], empty=list(empty), mkdir=[*empty, *mkdir], extract=dst, data=data)
 
+    async def apply_tree(self, data: bytes, *, remove: Sequence[str] = ()) -> None:
+        """As root and without starting a process: remove each path of `remove`, then extract the tar
+        `data` at the root (root-owned, modes kept)."""
+        await self.files(remove=remove, extract="/", data=data)
+
     async def files(
         self,
         *,

@@ -88,11 +88,21 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
         self._uid: uids.AgentUid | None = None
         self._pod_owner: int | None = None  # this sandbox's daemon pid when its namespace is its pod's
         self._limit_mark: dict[str, int] = {}  # a new cgroup's counters are zero
+        self._was_reset = False  # its upper layer is then a detached mount (written_layer)
 
     @property
     def agent_uid(self) -> int | None:
         """The host uid the sandbox's `agent` user has (its own; kept across resets), None unless started."""
         return self._uid.uid if self._uid is not None else None
+
+    def written_layer(self) -> tuple[Path, int] | None:
+        """The overlay's upper layer as the host reaches it (through bwrap's mount namespace, which holds the
+        sandbox's storage tmpfs) and the sandbox's agent uid; None before start or after a reset (its new
+        upper layer is a detached mount)."""
+        if self._proc is None or self._uid is None or self._was_reset:
+            return None
+        mount_point = (self.scratch_root / "mnt").absolute()
+        return Path(f"/proc/{self._proc.pid}/root{mount_point}/upper"), self._uid.uid
 
     def extra_uid(self, index: int) -> int:
         """The uid of the sandbox's `index`-th extra user (a shared slot's): one of its own block, after the
@@ -277,6 +287,7 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
             killed = await client.request({"op": "kill"})
             if killed.header.get("left"):
                 raise SandboxError(f"{killed.header['left']} processes survived SIGKILL")
+            self._was_reset = True
             await run_reset_helper(self._target())
             self._fresh_since = time.time()
         except SandboxError as exc:
