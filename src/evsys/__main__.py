@@ -2,4 +2,5 @@
 
 from evsys.cli.main import app
 
-app(prog_name="evsys")
+if __name__ == "__main__":
+    app(prog_name="evsys")
