@@ -5,7 +5,11 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 
+
+@pytest.mark.needs_process
+@pytest.mark.needs_sandbox
 def test_python_m_evsys_runs_the_cli() -> None:
     done = subprocess.run(
         [sys.executable, "-m", "evsys", "tasks", "--help"], capture_output=True, text=True, timeout=120

@@ -44,6 +44,7 @@ async def _group(tmp_path: Path, name: str, modes: tuple[str, ...] = MODES) -> d
     return {t.agent.removeprefix("exhaustion_agents:").removesuffix("Agent").lower(): t for t in trials}
 
 
+@pytest.mark.needs_sandbox
 async def test_an_agent_exhausting_its_sandbox_scores_zero_once_and_spares_its_siblings(
     tmp_path, monkeypatch
 ):
@@ -86,6 +87,7 @@ async def test_an_agent_exhausting_its_sandbox_scores_zero_once_and_spares_its_s
         assert advantages[mode] == pytest.approx(advantages["wrong"]) == pytest.approx(-0.2), mode
 
 
+@pytest.mark.needs_sandbox
 async def test_a_failure_of_evsys_itself_stays_retryable(tmp_path):
     [crash] = (await _group(tmp_path, "crash", ("crash",))).values()
     assert crash.cause == FailureCause.SANDBOX_FAILED and len(crash.retries) == 2  # no limit hit: retried

@@ -112,6 +112,7 @@ WROTE_IT = (
 )
 
 
+@pytest.mark.needs_sandbox
 async def test_a_trial_cannot_lower_the_limits_the_next_steps_trial_inherits(tmp_path, eventually):
     step1 = dataset(tmp_path / "step1", ["attack"], solve=LOWER_PID1, test=ATTACK_RAN)
     step2 = dataset(tmp_path / "step2", ["innocent"], solve=WRITE_A_FILE, test=WROTE_IT)

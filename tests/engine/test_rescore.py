@@ -6,9 +6,12 @@ import json
 import tarfile
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from evsys.cli.main import app
+
+pytestmark = pytest.mark.needs_sandbox  # every test runs trials in local sandboxes
 
 # writes the answer, deletes a file of a lower layer, replaces a lower directory as a whole, leaves a fifo
 # and a link to a host-looking absolute path

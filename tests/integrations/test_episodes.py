@@ -75,6 +75,7 @@ def test_a_closed_session_still_records_its_episode(tmp_path: Path) -> None:
         runner.close()
 
 
+@pytest.mark.needs_sandbox
 def test_a_task_is_picked_by_its_full_or_unambiguous_short_name(tmp_path: Path) -> None:
     dataset = tmp_path / "tasks"
     for directory, name in (("create-file", "evsys/create-file"), ("a", "acme/copy"), ("b", "zeta/copy")):

@@ -32,6 +32,7 @@ def forged_task(tmp_path: Path):
     unregister_verifier(VERIFIER)
 
 
+@pytest.mark.needs_sandbox
 def test_trl_environment_reward_follows_the_runners_policy(forged_task, tmp_path: Path) -> None:
     from evsys.integrations.trl import EnvironmentFactory
 
@@ -81,6 +82,7 @@ def test_trl_rollout_func_leaves_screened_samples_out_and_counts_exhaustion_as_z
     assert out["env_mask"] == [[1, 1], [0], [1, 1], [0]]  # a screened sample is not trained on
 
 
+@pytest.mark.needs_sandbox
 async def test_tinker_envs_zero_or_flag_a_forged_reward(forged_task, tmp_path: Path) -> None:
     pytest.importorskip("tinker_cookbook.rl.rollouts", reason="tinker-cookbook is not installed")
     from test_tinker_envs import RENDERER, ScriptedPolicy

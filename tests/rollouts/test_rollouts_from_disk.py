@@ -23,6 +23,7 @@ def two_tasks(tmp_path: Path, examples_dir: Path) -> Path:
     return root
 
 
+@pytest.mark.needs_sandbox
 async def test_a_directory_of_tasks_given_as_a_string_rolls_out_with_the_oracle(two_tasks, tmp_path):
     groups = await run_rollouts(str(two_tasks), agent="oracle", num_samples=2, jobs_dir=tmp_path / "jobs")
     by_task = {g.task_id: g for g in groups}
@@ -34,6 +35,7 @@ async def test_a_directory_of_tasks_given_as_a_string_rolls_out_with_the_oracle(
     assert (tmp_path / "jobs").is_dir()
 
 
+@pytest.mark.needs_sandbox
 async def test_a_task_directory_path_and_loaded_tasks_with_nop(two_tasks, tmp_path):
     one = await run_rollouts(two_tasks / "create-file", agent="nop", jobs_dir=tmp_path / "a")
     assert [g.task_id for g in one] == ["evsys/create-file"] and one[0].rewards == [0.0]

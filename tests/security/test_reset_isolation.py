@@ -184,6 +184,7 @@ async def test_limits_still_hold_after_resets(handover):
     assert (await box.exec("df -m /app | tail -1 | awk '{print $2}'")).stdout.strip() == "64"
 
 
+@pytest.mark.needs_sandbox
 async def test_after_a_hostile_trial_a_reset_sandbox_is_indistinguishable_from_a_fresh_one(sb, handover):
     fresh = await fingerprint(sb)
     async with LocalSandbox(handover.spec.model_copy(update={"name": f"{sb.spec.name}-other"})) as other:
@@ -201,6 +202,7 @@ async def test_after_a_hostile_trial_a_reset_sandbox_is_indistinguishable_from_a
     assert differences(fresh, await fingerprint(sb)) == {}
 
 
+@pytest.mark.needs_sandbox
 async def test_a_verification_run_leaves_nothing_a_reset_carries_over(sb, handover, tmp_path):
     """The run seals the sandbox's own /tests (an empty read-only mount); the next trial must not find it."""
     fresh = await fingerprint(sb)
@@ -216,6 +218,7 @@ async def test_a_verification_run_leaves_nothing_a_reset_carries_over(sb, handov
     assert differences(fresh, await fingerprint(sb)) == {}
 
 
+@pytest.mark.needs_sandbox
 async def test_the_next_trials_agent_can_open_a_pty(sb, handover):
     openpty = "python3 -c 'import os; os.openpty(); print(\"pty\")'"
     await root(sb, "chmod 600 /dev/pts/ptmx")
