@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from evsys.cli.checks import require_writable
 from evsys.cli.complete import complete_job_dir
 from evsys.cli.markup import shown
 
@@ -234,6 +235,7 @@ def config(
     if output is None:
         typer.echo(text, nl=False)
         return
+    require_writable(output.parent, f"-o {output}")
     write_text_atomic(output, text)
     Console(stderr=True, highlight=False, soft_wrap=True).print(
         f"wrote {shown(str(output))}; rerun with `evsys run -c {shown(str(output))}`"
