@@ -215,3 +215,11 @@ def test_a_cloud_backend_without_its_sdk_is_refused_naming_the_extra(
         evsys("run", one_task, "--jobs-dir", jobs, "--sandbox", backend), jobs
     )
     assert f"pip install 'evsys[{backend}]'" in line, line
+
+
+async def test_the_cloud_check_also_answers_inside_a_running_event_loop(no_cloud_credentials):
+    """`check_sandbox_backend` is synchronous; code already in an event loop (a notebook) can call it too."""
+    from evsys.engine.preflight import check_sandbox_backend
+
+    [line] = check_sandbox_backend("e2b")
+    assert line.startswith("--sandbox e2b:") and "E2B_API_KEY" in line

@@ -18,8 +18,11 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+from collections.abc import Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 from evsys.agent.registry import talks_to_model
@@ -162,8 +165,19 @@ def check_sandbox_backend(name: str) -> list[str]:
         backend = sandbox_class(name)
     except SandboxUnsupported as exc:
         return [f"--sandbox {name}: {exc}"]
-    reason = asyncio.run(backend.unavailable()) if backend.checked_in_preflight else None
+    reason = _run_sync(backend.unavailable()) if backend.checked_in_preflight else None
     return [f"--sandbox {name}: {reason}"] if reason else []
+
+
+def _run_sync(check: Coroutine[Any, Any, str | None]) -> str | None:
+    """`check`'s result from this synchronous code, also when called inside a running event loop (in a thread
+    of its own then: pre-flight blocks its caller either way)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(check)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, check).result()
 
 
 def _check_tasks(config: JobConfig, report: PreflightReport) -> None:
