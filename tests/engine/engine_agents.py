@@ -109,3 +109,17 @@ class EnvCheckAgent(Agent):
         if all(ctx.env.get(name, "").startswith("secret-") for name in ("TOKEN", "FROM_FILE")):
             await sandbox.exec("echo ok > /app/out.txt")
         return AgentResult(metadata={"env_names": sorted(ctx.env)})
+
+
+class TalkingAgent(Agent):
+    """Records the instruction and one reply, and leaves the task undone (reward 0)."""
+
+    name = "talking"
+
+    async def setup(self, sandbox, ctx) -> None:
+        return None
+
+    async def run(self, instruction, sandbox, ctx) -> AgentResult:
+        ctx.trajectory.add("user", instruction)
+        ctx.trajectory.add("agent", "I will not do it.")
+        return AgentResult()

@@ -297,13 +297,28 @@ def test_a_job_file_runs_with_the_flags_given_on_top_and_is_written_back_from_a_
 @pytest.mark.needs_process
 def test_a_job_file_with_a_misspelt_key_is_a_usage_error_naming_it(tmp_path):
     job_file = tmp_path / "job.yaml"
-    job_file.write_text(f"datasets: [{tmp_path}]\nn_atempts: 2\n")
+    job_file.write_text(f"datasets: [{tmp_path}]\nn_atempts: 2\nagents:\n  - name: oracle\n    kwarg: {{}}\n")
     out = subprocess.run(
         [*RUN, "-c", str(job_file)], env={**cli_env(tmp_path), "COLUMNS": "300"},
         capture_output=True, text=True, timeout=SAFETY_TIMEOUT,
     )  # fmt: skip
     assert out.returncode == 2
-    assert f"job file {job_file}: n_atempts: Extra inputs are not permitted" in out.stderr
+    assert f"job file {job_file}: " in out.stderr
+    assert "line 2: n_atempts: Extra inputs are not permitted (did you mean 'n_attempts'?)" in out.stderr
+    assert "line 5: agents.0.kwarg: Extra inputs are not permitted (did you mean 'kwargs'?)" in out.stderr
+
+
+def test_an_env_file_line_that_is_not_key_value_stops_the_run_naming_file_and_line(tmp_path):
+    env_file = tmp_path / "agent.env"
+    env_file.write_text("GOOD=1\nANTHROPIC_API_KEY sk-123\n")
+    out = subprocess.run(
+        [*RUN, str(slow_dataset(tmp_path, n=1, seconds=0)), "-a", "oracle", "--env-file", str(env_file),
+         "--jobs-dir", str(tmp_path / "jobs")],
+        env={**cli_env(tmp_path), "COLUMNS": "300"}, capture_output=True, text=True, timeout=SAFETY_TIMEOUT,
+    )  # fmt: skip
+    assert out.returncode == 2, out.stderr
+    assert f"--env-file {env_file}:2: 'ANTHROPIC_API_KEY sk-123' is not KEY=VALUE" in out.stderr
+    assert not (tmp_path / "jobs").exists()
 
 
 @pytest.mark.needs_process

@@ -159,3 +159,11 @@ def test_a_job_plans_the_tasks_pre_flight_loaded_without_parsing_them_again(task
     plan = plan_trials(cfg, tasksets=report.tasksets)
     [loaded] = report.tasksets[task_factory.dataset.resolve()].tasks
     assert [p.config.task_name for p in plan] == ["a"] and plan[0].task is loaded
+
+
+def test_an_agent_on_the_local_engine_gets_a_longer_agent_timeout(task_factory):
+    """The local engine's provider scales the task's agent timeout (x4), on top of the job's multiplier."""
+    task_factory("a", agent_timeout=60.0)
+    agents = [AgentSpec(name="loop", model="local"), AgentSpec(name="loop", model="openai:gpt-4.1")]
+    plan = plan_trials(config(task_factory.dataset, agents=agents, agent_timeout_multiplier=0.5))
+    assert [p.config.agent_timeout_sec for p in plan] == [120.0, 30.0]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 from pathlib import Path
 
 import pytest
@@ -164,3 +165,65 @@ async def test_the_python_api_leaves_no_job_directory_when_the_model_cannot_be_b
     with pytest.raises(Exception, match="OPENAI_API_KEY"):
         await Job(config).run()
     assert not (tmp_path / "jobs" / "no-key").exists()
+
+
+CLOUD_CREDENTIALS = {
+    "modal": ("modal", ["MODAL_TOKEN_ID and MODAL_TOKEN_SECRET", "no-modal.toml"]),  # $MODAL_CONFIG_PATH
+    "e2b": ("e2b", ["E2B_API_KEY"]),
+    "daytona": ("daytona", ["DAYTONA_API_KEY", "DAYTONA_JWT_TOKEN and DAYTONA_ORGANIZATION_ID", ".env"]),
+}
+
+
+@pytest.fixture
+def no_cloud_credentials(tmp_path: Path, monkeypatch) -> None:
+    """No cloud service's credentials in the environment, the home directory or the working directory."""
+    for var in ("MODAL_TOKEN_ID", "MODAL_TOKEN_SECRET", "E2B_API_KEY", "E2B_ACCESS_TOKEN"):
+        monkeypatch.delenv(var, raising=False)
+    for var in ("DAYTONA_API_KEY", "DAYTONA_JWT_TOKEN", "DAYTONA_ORGANIZATION_ID"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("MODAL_CONFIG_PATH", str(tmp_path / "no-modal.toml"))
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+
+
+def refused_before_a_job_directory(out, jobs: Path) -> str:
+    """The one `error:` line of a refused run (exit 2) that left no job directory behind."""
+    assert out.exit_code == 2, out.output
+    assert "Traceback" not in out.output
+    assert [line for line in out.stderr.splitlines() if line.startswith("error:")] == out.stderr.splitlines()
+    assert len(out.stderr.splitlines()) == 1, out.stderr
+    assert not jobs.exists(), "a job directory was left behind"
+    return out.stderr
+
+
+@pytest.mark.parametrize("backend", list(CLOUD_CREDENTIALS))
+def test_a_cloud_backend_without_credentials_is_refused_naming_what_its_sdk_reads(
+    backend, one_task, tmp_path, no_cloud_credentials
+):
+    jobs = tmp_path / "jobs"
+    line = refused_before_a_job_directory(
+        evsys("run", one_task, "--jobs-dir", jobs, "--sandbox", backend), jobs
+    )
+    assert line.startswith(f"error: --sandbox {backend}:")
+    for name in CLOUD_CREDENTIALS[backend][1]:
+        assert name in line, line
+
+
+@pytest.mark.parametrize("backend", list(CLOUD_CREDENTIALS))
+def test_a_cloud_backend_without_its_sdk_is_refused_naming_the_extra(
+    backend, one_task, tmp_path, no_cloud_credentials, monkeypatch
+):
+    monkeypatch.setitem(sys.modules, CLOUD_CREDENTIALS[backend][0], None)  # `import modal` fails
+    jobs = tmp_path / "jobs"
+    line = refused_before_a_job_directory(
+        evsys("run", one_task, "--jobs-dir", jobs, "--sandbox", backend), jobs
+    )
+    assert f"pip install 'evsys[{backend}]'" in line, line
+
+
+async def test_the_cloud_check_also_answers_inside_a_running_event_loop(no_cloud_credentials):
+    """`check_sandbox_backend` is synchronous; code already in an event loop (a notebook) can call it too."""
+    from evsys.engine.preflight import check_sandbox_backend
+
+    [line] = check_sandbox_backend("e2b")
+    assert line.startswith("--sandbox e2b:") and "E2B_API_KEY" in line

@@ -74,12 +74,16 @@ async def test_a_misbehaving_harness_fails_the_trial_with_a_clear_cause(
     tmp_path, tiny_engine_client, tiny_agent, mode, expected
 ):
     """Crash at start, garbage instead of the protocol, a hang past the session timeout: each is recorded as
-    agent_error with the reason, the verifier still runs, and the sandbox is torn down."""
+    agent_error with the reason, the verifier still runs, the sandbox is torn down, and the trajectory still
+    holds the instruction the harness was given (it made no model call)."""
     name = tiny_agent(f"tiny-{mode}", "--mode", mode, session_timeout_s=2)
-    _, trial = await run_job(tmp_path, name, tiny_engine_client)
+    job, trial = await run_job(tmp_path, name, tiny_engine_client)
     assert trial.failure is not None and trial.failure.cause == "agent_error"
     assert expected in trial.failure.message
     assert trial.sandbox_name and trial.timing.sandbox_stop is not None
+    trajectory = json.loads((job.store.trial_dir(trial.trial_name) / "trajectory.json").read_text())
+    instruction = (EXAMPLES / "create-file" / "instruction.md").read_text()
+    assert [(s["source"], s["message"]) for s in trajectory["steps"]] == [("user", instruction)]
 
 
 async def test_a_harness_agent_without_a_model_says_so(tmp_path, tiny_agent):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
 
 import pytest
 from typer.testing import CliRunner
@@ -30,3 +31,20 @@ def test_doctor_shows_the_image_rows_in_their_own_table():
     assert "environment images" in result.output
     for row in ("buildah", "skopeo", "mmdebstrap", "container registry", "image cache"):
         assert row in result.output
+
+
+def test_a_long_registry_error_is_shortened_at_a_word_boundary_keeping_its_end(monkeypatch):
+    error = (
+        'level=fatal msg="Error parsing image name \\"docker://docker.io/library/debian:bookworm-slim\\": '
+    )
+    error += "pinging container registry registry-1.docker.io: Get https://registry-1.docker.io/v2/: "
+    error += "dial tcp: lookup registry-1.docker.io on 10.255.255.53:53: no such host"
+    failed = subprocess.CompletedProcess(["skopeo"], 1, stdout="", stderr=f"noise\n{error}\n")
+    monkeypatch.setattr(image_doctor.shutil, "which", lambda name, *a, **k: f"/usr/bin/{name}")
+    monkeypatch.setattr(image_doctor.subprocess, "run", lambda *a, **k: failed)
+    check = image_doctor.check_registry()
+    assert not check.ok and len(error) > 200  # positive control: the error is longer than a row shows
+    shown = check.detail.removeprefix("docker.io unreachable (").split("); debian/")[0]
+    assert shown.startswith("… ") and shown.endswith("no such host"), shown
+    kept = shown.removeprefix("… ")
+    assert error.endswith(kept) and error[-len(kept) - 1] == " ", shown  # whole words only

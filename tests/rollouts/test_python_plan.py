@@ -37,7 +37,7 @@ def test_python_dataset_plans_rows_in_order_times_attempts(tmp_path: Path):
         "alpha__loop-local__2",
     ]
     assert planned[1].python_task.data == {"answer": 2} and planned[1].config.dataset == "ds"
-    assert planned[0].config.agent_timeout_sec == 600.0
+    assert planned[0].config.agent_timeout_sec == 600.0 * 4  # a Python task's 600 s, x4 for the local engine
 
 
 def test_task_filter_applies_to_python_tasks(tmp_path: Path):

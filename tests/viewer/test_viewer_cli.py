@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import typer.main
 from typer.core import TyperGroup, TyperOption
@@ -84,6 +86,14 @@ def test_jobs_diff_prints_per_task_deltas(jobs_dir):
     assert len(rows) == 2
     assert all("oracle -> nop" in r and "1.000 (1)" in r and "-1.000" in r for r in rows)
     assert "2 in both: 0 better, 2 worse, 0 unchanged" in out.stdout
+    as_json = evsys("jobs", "diff", jobs_dir / "oracle-job", jobs_dir / "nop-job", "--json")
+    assert as_json.returncode == 0, as_json.stderr
+    diff = json.loads(as_json.stdout)
+    assert (diff["a"], diff["b"]) == ("oracle-job", "nop-job")
+    assert sorted((t["task"], t["a"], t["b"], t["delta"]) for t in diff["tasks"]) == [
+        ("create-file", 1.0, 0.0, -1.0),
+        ("nop-must-fail", 1.0, 0.0, -1.0),
+    ]
 
 
 def test_trial_show_tells_the_trial_story(jobs_dir):

@@ -9,7 +9,9 @@ Per model turn the trajectory step records the prompt ids, completion ids, sampl
 (1 for every completion token: exactly the tokens the model generated), usage and cost, and
 `extends_previous`: whether this turn's prompt starts with the previous turn's prompt + completion tokens. A
 break (a template that re-renders history differently, an elided observation) is recorded with
-`prefix_break_at`, never papered over.
+`prefix_break_at`, never papered over. A turn cut off mid-generation (the agent timeout) is recorded with the
+tokens sampled so far (`evsys.model.partial`), marked `finish_reason="cut_short"`. `max_tokens` defaults to
+the model provider's `turn_max_tokens` (short turns on the CPU-bound local engine).
 
 Context strategy (`context_strategy="elide_observations"`, the default): when the model reports a context
 overflow, the oldest tool result not yet elided is replaced by a short marker and the turn is retried; each
@@ -26,6 +28,7 @@ made while the sandbox starts unless the task has MCP servers: their tools are k
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -37,6 +40,8 @@ from evsys.agent.mcp_client import TaskMcpTools
 from evsys.agent.tools import SandboxTools, ToolOutcome
 from evsys.model.base import Completion, Message, SamplingParams
 from evsys.model.errors import ContextOverflowError, ModelError
+from evsys.model.partial import watch_partial
+from evsys.model.registry import turn_max_tokens
 from evsys.records import Observation, ObservationResult, StepMetrics, ToolCall
 from evsys.sandbox.base import Sandbox
 
@@ -54,7 +59,12 @@ class LoopConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     max_turns: int = Field(30, ge=1)
-    max_tokens: int = Field(1024, ge=1, description="Completion tokens per model turn.")
+    max_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="Completion tokens per model turn; default: the model provider's (96 on the local "
+        "engine, else 1024).",
+    )
     token_budget: int | None = Field(None, ge=1, description="Total completion tokens over the run.")
     temperature: float = Field(0.7, ge=0)
     top_p: float = Field(1.0, gt=0, le=1)
@@ -95,6 +105,7 @@ class _Opening:
     messages: list[Message]
     stats: LoopStats
     schemas: list[dict[str, Any]]
+    max_tokens: int
     completion: Completion | None = None
     events: list[str] = field(default_factory=list)
 
@@ -134,7 +145,8 @@ class LoopAgent(Agent):
             raise AgentError("the loop agent needs a model: pass -m, e.g. -m local or -m openai:gpt-4.1")
         system_prompt = ctx.task.system_prompt or self.config.system_prompt  # a Python task's own prompt wins
         messages = self.initial_messages(instruction, system_prompt)
-        opening = _Opening(messages=messages, stats=LoopStats(), schemas=list(schemas))
+        max_tokens = self.config.max_tokens or turn_max_tokens(ctx.model_name)
+        opening = _Opening(messages=messages, stats=LoopStats(), schemas=list(schemas), max_tokens=max_tokens)
         ctx.trajectory.agent.tool_definitions = list(schemas)  # what SFT exports need
         ctx.trajectory.add("system", system_prompt)
         ctx.trajectory.add("user", instruction)
@@ -203,44 +215,44 @@ class LoopAgent(Agent):
     async def _turn(
         self, ctx: AgentContext, opening: _Opening, turn: int, events: list[str]
     ) -> Completion | None:
-        """One turn's model call within the token budget, its time counted; None when nothing more fits."""
+        """One turn's model call within the token budget, its time counted; None when nothing more fits. A
+        call cut off mid-generation (the agent timeout) is recorded with the tokens it sampled so far."""
         cfg = self.config
         stats = opening.stats
-        remaining = None if cfg.token_budget is None else cfg.token_budget - stats.completion_tokens
+        budget = opening.max_tokens
+        if cfg.token_budget is not None:
+            budget = min(budget, cfg.token_budget - stats.completion_tokens)
         started = time.perf_counter()
         try:
-            return await self._complete(
-                ctx.model_client, opening.messages, opening.schemas, turn, remaining, events, stats
-            )
+            with watch_partial() as partial:
+                try:
+                    return await self._complete(ctx.model_client, opening, turn, budget, events)
+                except asyncio.CancelledError:
+                    record_cut_short(ctx, partial.completion(ctx.model_name or ""), events)
+                    raise
         finally:
             stats.model_time_s += time.perf_counter() - started
 
     async def _complete(
-        self,
-        client: Any,
-        messages: list[Message],
-        schemas: list[dict[str, Any]],
-        turn: int,
-        remaining: int | None,
-        events: list[str],
-        stats: LoopStats,
+        self, client: Any, opening: _Opening, turn: int, max_tokens: int, events: list[str]
     ) -> Completion | None:
         """One model call, eliding old observations on context overflow; None when nothing more fits."""
         cfg = self.config
+        messages = opening.messages
         params = SamplingParams(
             temperature=cfg.temperature,
             top_p=cfg.top_p,
-            max_tokens=min(cfg.max_tokens, remaining) if remaining is not None else cfg.max_tokens,
+            max_tokens=max_tokens,
             seed=None if cfg.seed is None else cfg.seed + turn,
         )
         while True:
             try:
-                return await client.complete(messages, tools=schemas, params=params)
+                return await client.complete(messages, tools=opening.schemas, params=params)
             except ContextOverflowError as exc:
                 if cfg.context_strategy == "stop" or not _elide_oldest_observation(messages):
                     events.append(f"context window full, stopping: {exc}")
                     return None
-                stats.context_elisions += 1
+                opening.stats.context_elisions += 1
                 events.append(f"elided the oldest tool output: {exc}")
             except ModelError as exc:
                 raise ModelCallError(f"model call failed: {exc}") from exc
@@ -301,6 +313,20 @@ class LoopAgent(Agent):
             finish_reason=completion.finish_reason,
             context_events=events or None,
         )
+
+
+def record_cut_short(ctx: AgentContext, completion: Completion | None, events: list[str]) -> None:
+    """A model turn cancelled mid-generation (an agent timeout, a cancelled job), recorded with the tokens
+    it sampled so far and marked `finish_reason="cut_short"`; nothing when it sampled none."""
+    if completion is None:
+        return
+    ctx.trajectory.add(
+        "agent",
+        completion.text,
+        metrics=StepMetrics.from_completion(completion),
+        finish_reason="cut_short",
+        context_events=[*events, "cut short: the model call was cancelled mid-generation"],
+    )
 
 
 def history_message(completion: Completion) -> Message:

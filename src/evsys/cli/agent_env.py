@@ -22,21 +22,35 @@ REDACTED = "**********"
 
 def read_agent_env(pairs: list[str], files: list[Path]) -> dict[str, str]:
     """The variables of the `--env-file` files (in order), then of `--agent-env KEY=VALUE` (which win)."""
-    from dotenv import dotenv_values
-
     env: dict[str, str] = {}
     for file in files:
-        if not file.is_file():
-            raise fail(f"--env-file {file}: no such file")
-        for name, value in dotenv_values(file).items():
-            if value is None:
-                raise fail(f"--env-file {file}: {name} has no value (write {name}=VALUE)")
-            env[_checked(name, f"--env-file {file}")] = value
+        env.update(_env_file(file))
     for pair in pairs:
         name, sep, value = pair.partition("=")
         if not sep:
             raise fail(f"--agent-env {pair!r}: write KEY=VALUE")
         env[_checked(name.strip(), "--agent-env")] = value
+    return env
+
+
+def _env_file(file: Path) -> dict[str, str]:
+    """The variables of one .env file; a usage error naming `file:line` for a line that is not KEY=VALUE
+    (python-dotenv would skip it with a warning and the job would run without the variable)."""
+    from dotenv import dotenv_values
+    from dotenv.parser import parse_stream
+
+    if not file.is_file():
+        raise fail(f"--env-file {file}: no such file")
+    with file.open(encoding="utf-8") as stream:
+        for binding in parse_stream(stream):
+            if binding.error:
+                line = binding.original.string.strip()
+                raise fail(f"--env-file {file}:{binding.original.line}: {line!r} is not KEY=VALUE")
+    env = {}
+    for name, value in dotenv_values(file).items():
+        if value is None:
+            raise fail(f"--env-file {file}: {name} has no value (write {name}=VALUE)")
+        env[_checked(name, f"--env-file {file}")] = value
     return env
 
 

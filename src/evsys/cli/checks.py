@@ -30,6 +30,44 @@ def fail(message: str) -> typer.Exit:
     return typer.Exit(EXIT_USAGE)
 
 
+def require_writable(directory: Path, given: str) -> None:
+    """A usage error (exit 2, one line starting with `given`, the flag and its value) unless a file can be
+    created in `directory` (or, while it does not exist yet, in its nearest existing parent). It creates and
+    removes a file there: root ignores permission bits, not a read-only mount."""
+    import tempfile
+
+    place = directory
+    while not place.exists() and place.parent != place:
+        place = place.parent
+    if not place.is_dir():
+        raise fail(f"{given}: {place} is not a directory")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".evsys-write-check-", dir=place)
+    except OSError as exc:
+        raise fail(f"{given}: cannot write in {place} ({exc.strerror or exc})") from None
+    os.close(fd)
+    os.unlink(probe)
+
+
+def filesystem_error(exc: OSError) -> typer.Exit:
+    """One `error:` line (exit 2) for a file that could not be read or written, instead of a traceback."""
+    where = f"{exc.filename} -> {exc.filename2}" if exc.filename2 else str(exc.filename)
+    return fail(f"{where}: {exc.strerror or exc}")
+
+
+class OneLineErrors(typer.Typer):
+    """The `evsys` app: a file that cannot be read or written (an OSError naming it) is one `error:` line and
+    exit code 2 from every command, never a traceback."""
+
+    def __call__(self, *args: object, **kwargs: object) -> object:
+        try:
+            return super().__call__(*args, **kwargs)
+        except OSError as exc:
+            if exc.filename is None:
+                raise
+            raise SystemExit(filesystem_error(exc).exit_code) from None
+
+
 def import_from_current_directory() -> None:
     """Make `-a my_pkg.agents:MyAgent` importable from the current directory, as `python -m` would (the
     installed `evsys` script puts only its own directory on sys.path)."""
@@ -132,15 +170,19 @@ def run_preflight(config: JobConfig, *, probe: bool, strict: bool) -> PreflightR
 
 
 def save_traceback(exc: Exception, job_dir: Path) -> Path:
-    """Write `exc`'s traceback to the job's exception.txt (a temp file when the job has no directory)."""
+    """Write `exc`'s traceback to the job's exception.txt (a temp file when the job has no directory or it
+    cannot be written)."""
     import tempfile
     import traceback
 
     text = "".join(traceback.format_exception(exc))
     if job_dir.is_dir():
         path = job_dir / "exception.txt"
-        path.write_text(text)
-        return path
+        try:
+            path.write_text(text)
+            return path
+        except OSError:
+            pass
     with tempfile.NamedTemporaryFile("w", prefix="evsys-exception-", suffix=".txt", delete=False) as f:
         f.write(text)
     return Path(f.name)

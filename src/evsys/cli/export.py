@@ -75,3 +75,7 @@ def export(
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
     Console(highlight=False, soft_wrap=True).print(f"wrote {len(written)} file(s) to {out}")
+    for path in written:
+        if path.stat().st_size == 0:
+            why = " (--successful-only: no trial ended without an error and with reward >= 1)"
+            err.print(f"[yellow]warning:[/] {path} holds no rows{why if successful_only else ''}")

@@ -33,18 +33,82 @@ RERUN_EXCLUDED = ("job_name",)  # a rerun gets a new job directory
 """Fields of a job's config.json left out of the job file written from it."""
 
 
-def validation_message(exc: Exception, flags: dict[str, str] | None = None) -> str:
-    """The error as the user typed it: a config field is named by its flag (`-k/--n-attempts`)."""
+def validation_message(
+    exc: Exception, flags: dict[str, str] | None = None, lines: dict[tuple, int] | None = None
+) -> str:
+    """The error as the user typed it: a config field is named by its flag (`-k/--n-attempts`), a key of a
+    job file by its line (`lines`, from `key_lines`), and a misspelt field gets a did-you-mean."""
     from pydantic import ValidationError
 
     if isinstance(exc, ValidationError):
-        flags = flags or {}
+        flags, lines = flags or {}, lines or {}
         parts = []
         for error in exc.errors():
-            field = ".".join(map(str, error["loc"]))
-            parts.append(f"{flags.get(field, field)}: {error['msg']}")
+            loc = tuple(error["loc"])
+            field = ".".join(map(str, loc))
+            where = f"line {lines[loc]}: " if loc in lines else ""
+            parts.append(f"{where}{flags.get(field, field)}: {error['msg']}{_did_you_mean(error)}")
         return "; ".join(parts)
     return str(exc)
+
+
+def _did_you_mean(error: Any) -> str:
+    """For an unknown key of a job file: the closest field of the record it was written in."""
+    from evsys.engine.config import JobConfig
+    from evsys.util.registry import did_you_mean
+
+    if error["type"] != "extra_forbidden":
+        return ""
+    model = _model_at(JobConfig, tuple(error["loc"]))
+    return did_you_mean(str(error["loc"][-1]), list(model.model_fields)) if model is not None else ""
+
+
+def _model_at(model: Any, loc: tuple) -> Any:
+    """The pydantic model holding the field `loc[-1]` of `model` (list indexes and optional types looked
+    through), or None."""
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        info = model.model_fields.get(part)
+        model = _nested_model(info.annotation) if info is not None else None
+        if model is None:
+            return None
+    return model
+
+
+def _nested_model(annotation: Any) -> Any:
+    from typing import get_args
+
+    from pydantic import BaseModel
+
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return next((m for m in map(_nested_model, get_args(annotation)) if m is not None), None)
+
+
+def key_lines(text: str) -> dict[tuple, int]:
+    """The line (1-based) of every key and list item of a YAML document, by its path (`("agents", 0,
+    "name")`); empty when it does not parse."""
+    import yaml
+
+    try:
+        root = yaml.compose(text)
+    except yaml.YAMLError:
+        return {}
+    found: dict[tuple, int] = {}
+
+    def walk(node: Any, path: tuple) -> None:
+        if isinstance(node, yaml.MappingNode):
+            for key, value in node.value:
+                found[(*path, key.value)] = key.start_mark.line + 1
+                walk(value, (*path, key.value))
+        elif isinstance(node, yaml.SequenceNode):
+            for index, item in enumerate(node.value):
+                found[(*path, index)] = item.start_mark.line + 1
+                walk(item, (*path, index))
+
+    walk(root, ())
+    return found
 
 
 CONFIG_FLAGS = {
@@ -98,7 +162,9 @@ def config_from_file(
         merged = merge_job_file(data, fields, settings, paths, specs, overrides)
         config = JobConfig.model_validate(merged)
     except (ValueError, ValidationError) as exc:
-        raise fail(f"job file {path}: {validation_message(exc, {**flags, **CONFIG_FLAGS})}") from None
+        lines = key_lines(path.read_text(encoding="utf-8"))
+        message = validation_message(exc, {**flags, **CONFIG_FLAGS}, lines)
+        raise fail(f"job file {path}: {message}") from None
     for agent in config.agents:  # values only from the command line, never from a job file
         agent.env = {**agent.env, **{name: SecretStr(value) for name, value in agents.env.items()}}
     return config

@@ -9,6 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from evsys.cli.checks import require_writable
 from evsys.cli.complete import complete_job_dir
 from evsys.cli.markup import shown
 
@@ -234,6 +235,7 @@ def config(
     if output is None:
         typer.echo(text, nl=False)
         return
+    require_writable(output.parent, f"-o {output}")
     write_text_atomic(output, text)
     Console(stderr=True, highlight=False, soft_wrap=True).print(
         f"wrote {shown(str(output))}; rerun with `evsys run -c {shown(str(output))}`"
@@ -251,6 +253,10 @@ def diff(
     changed_only: Annotated[
         bool, typer.Option("--changed", help="Show only tasks whose reward changed.")
     ] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option("--json", help="Print {'a', 'b', 'tasks': [{task, agent, model, a, b, delta, ...}]}."),
+    ] = False,
 ) -> None:
     """Per-task mean reward in both jobs and the change (B - A), per agent and model."""
     from evsys.viewer.jobdata import diff_jobs
@@ -259,6 +265,9 @@ def diff(
     rows = diff_jobs(a, b)
     if changed_only:
         rows = [r for r in rows if r.delta is None or abs(r.delta) > 1e-9]
+    if as_json:
+        _print_json({"a": a.name, "b": b.name, "tasks": [row.model_dump(mode="json") for row in rows]})
+        return
     table = Table(title=f"reward per task: {a.name} -> {b.name}", title_justify="left")
     for column in ("task", "agent", "model", a.name, b.name, "delta"):
         table.add_column(shown(column), overflow="fold")

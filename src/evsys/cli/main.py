@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from evsys.cli.checks import OneLineErrors
 from evsys.cli.datasets import datasets_app
 from evsys.cli.doctor import doctor
 from evsys.cli.export import export
@@ -21,7 +22,7 @@ from evsys.cli.trial import trial_app
 from evsys.cli.trial_files import trial_files
 from evsys.cli.view import view
 
-app = typer.Typer(
+app = OneLineErrors(
     name="evsys",
     help="Run LLM agents on tasks in isolated sandboxes, score them, and get token-exact trajectories back.",
     no_args_is_help=True,

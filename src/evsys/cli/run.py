@@ -13,7 +13,14 @@ from typing import Annotated, Any
 import typer
 
 from evsys.cli.agent_env import read_agent_env, restore_env
-from evsys.cli.checks import console, flags_given, import_from_current_directory, resume_job, run_preflight
+from evsys.cli.checks import (
+    console,
+    flags_given,
+    import_from_current_directory,
+    require_writable,
+    resume_job,
+    run_preflight,
+)
 from evsys.cli.complete import (
     complete_agent,
     complete_executor,
@@ -309,6 +316,7 @@ def run(
     env = read_agent_env(agent_env or [], env_file or [])
     if resume is not None:
         job = resume_job(ctx, resume, paths or [], retry_errors, settings, where)
+        require_writable(job.job_dir, f"--resume {resume}")
         restore_env(job.config, env)
         check_env_executor(job.config)
         job.tasksets = run_preflight(job.config, probe=model_probe, strict=False).tasksets
@@ -318,6 +326,7 @@ def run(
         datasets = DatasetFlags(dataset or [], registry_path, registry_url)
         config = new_job_config(ctx, paths or [], datasets, config_file, agents, settings, where)
         check_env_executor(config)
+        require_writable(config.jobs_dir, f"--jobs-dir {config.jobs_dir}")
         report = run_preflight(config, probe=model_probe, strict=strict)
         job = Job(config, retry_errors=retry_errors, tasksets=report.tasksets)
     if stream:

@@ -22,6 +22,7 @@ from typing import Any
 
 from evsys.engine.config import AgentSpec, JobConfig, StepTimeouts, TrialConfig, selects_task, slugify
 from evsys.engine.spec import PlannedTrial, TaskRef, TrialSpec, python_task_as_task
+from evsys.model.registry import provider_defaults
 from evsys.records import FailureCause, TrialFailure
 from evsys.repo.cache import cache_root
 from evsys.repo.materialise import materialised_dir
@@ -190,21 +191,21 @@ def _agent_slugs(agents: list[AgentSpec]) -> list[str]:
     return slugs
 
 
-def _timeouts(task: Task | None, config: JobConfig) -> dict[str, Any]:
-    """The trial's timeouts: the task's scaled by the job's multipliers (the only place they are scaled)."""
+def _timeouts(task: Task | None, config: JobConfig, agent: AgentSpec) -> dict[str, Any]:
+    """The trial's timeouts: the task's scaled by the job's multipliers (the only place they are scaled); the
+    agent timeout also by the agent's model provider's `agent_timeout_scale` (4 for the local engine)."""
     if task is None:
         return {"log_limits": config.log_limits.resolved()}
     cfg = task.config
-    agent_timeout = cfg.agent.timeout_sec * config.agent_timeout_multiplier
+    agent_scale = config.agent_timeout_multiplier * provider_defaults(agent.model).agent_timeout_scale
+    agent_timeout = cfg.agent.timeout_sec * agent_scale
     verifier_timeout = cfg.verifier.timeout_sec * config.verifier_timeout_multiplier
     fixed = config.verifier_timeout_sec  # the job's own limit beats the task's and its steps'
     verifier_timeout = fixed if fixed is not None else verifier_timeout
     build_timeout = cfg.environment.build_timeout_sec * config.setup_timeout_multiplier
     steps = {
         step.name: StepTimeouts(
-            agent_timeout_sec=_step_timeout(
-                step.config.agent.timeout_sec, agent_timeout, config.agent_timeout_multiplier
-            ),
+            agent_timeout_sec=_step_timeout(step.config.agent.timeout_sec, agent_timeout, agent_scale),
             verifier_timeout_sec=fixed
             or _step_timeout(
                 step.config.verifier.timeout_sec, verifier_timeout, config.verifier_timeout_multiplier
@@ -273,7 +274,7 @@ def plan_trials(
                         not_runnable=failure.message if failure else None,
                         network=config.network,
                         keep_state_mb=config.keep_state_mb,
-                        **_timeouts(task, config),
+                        **_timeouts(task, config, agent),
                     )
                     spec = TrialSpec.for_job(config, trial_config, ref, failure)
                     planned.append(PlannedTrial(spec=spec, task=task))

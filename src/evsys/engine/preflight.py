@@ -6,7 +6,7 @@
 - each model: the `provider:model` string, the key its provider declares (`ProviderDefaults.api_key_env`:
   `openai:` needs OPENAI_API_KEY), a local model path that exists (`model_is_path`), and (unless
   `probe_models=False`, or the provider says not to) a model server that accepts connections;
-- the sandbox backend;
+- the sandbox backend: a known name, and for a cloud service its SDK and credentials;
 - the tasks: invalid task directories are listed (an error with `strict=True`), task warnings are reported.
 
 Problems raise `PreflightError`, whose lines say what to fix; what is only worth knowing comes back as
@@ -15,10 +15,14 @@ Problems raise `PreflightError`, whose lines say what to fix; what is only worth
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
+from collections.abc import Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 from evsys.agent.registry import talks_to_model
@@ -147,14 +151,33 @@ def _probe(model: str, url: str) -> list[str]:
 
 
 def check_sandbox_backend(name: str) -> list[str]:
-    """An unknown `--sandbox` name, with the available ones and a did-you-mean (from the backend registry)."""
-    from evsys.sandbox.registry import UnknownSandboxBackend, check_backend
+    """An unknown `--sandbox` name, with the available ones and a did-you-mean (from the backend registry);
+    a backend that cannot start any sandbox from here (`Sandbox.checked_in_preflight`: a cloud service's SDK
+    or credentials missing) with the reason its `unavailable()` gives."""
+    from evsys.sandbox.base import SandboxUnsupported
+    from evsys.sandbox.registry import UnknownSandboxBackend, check_backend, sandbox_class
 
     try:
         check_backend(name)
     except UnknownSandboxBackend as exc:
         return [f"--sandbox: {exc}"]
-    return []
+    try:
+        backend = sandbox_class(name)
+    except SandboxUnsupported as exc:
+        return [f"--sandbox {name}: {exc}"]
+    reason = _run_sync(backend.unavailable()) if backend.checked_in_preflight else None
+    return [f"--sandbox {name}: {reason}"] if reason else []
+
+
+def _run_sync(check: Coroutine[Any, Any, str | None]) -> str | None:
+    """`check`'s result from this synchronous code, also when called inside a running event loop (in a thread
+    of its own then: pre-flight blocks its caller either way)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(check)
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, check).result()
 
 
 def _check_tasks(config: JobConfig, report: PreflightReport) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 from evsys.images.bases import UBUNTU_KEYRINGS
 from evsys.images.storage import Storage
 from evsys.sandbox.local.doctor import Check
+from evsys.util.text import tail_words
 
 PROBE_IMAGE = "docker://docker.io/library/debian:bookworm-slim"
 
@@ -39,7 +40,8 @@ def check_registry(timeout: float = 15.0) -> Check:
         done = subprocess.run(
             ["skopeo", "inspect", "--raw", PROBE_IMAGE], capture_output=True, text=True, timeout=timeout
         )
-        ok, detail = done.returncode == 0, (done.stderr.strip().splitlines() or ["no answer"])[-1][-200:]
+        last_line = (done.stderr.strip().splitlines() or ["no answer"])[-1]
+        ok, detail = done.returncode == 0, tail_words(last_line, 200)
     except subprocess.TimeoutExpired:
         ok, detail = False, f"no answer within {timeout:g} s"
     if ok:

@@ -52,6 +52,10 @@ def tinker(spec: ModelSpec, **options: Any) -> ModelClient:
     return TinkerModelClient(spec, **options)
 
 
+LOCAL_TURN_MAX_TOKENS = 96  # a tool call fits; at a loaded CPU's 2-17 tokens/s, a turn ends within a minute
+LOCAL_AGENT_TIMEOUT_SCALE = 4.0  # a task's 60 s agent timeout leaves a CPU engine room for a few such turns
+
+
 def _server(url: str, what: str, token_ids: bool) -> ProviderDefaults:
     options = {"return_token_ids": True} if token_ids else {}
     return ProviderDefaults(base_url=url, options=options, description=what)
@@ -64,6 +68,8 @@ register_model_provider(
         requires_model=False,
         model_is_path=True,
         in_process=True,
+        turn_max_tokens=LOCAL_TURN_MAX_TOKENS,
+        agent_timeout_scale=LOCAL_AGENT_TIMEOUT_SCALE,
         description="in-process transformers engine (default: SmolLM2)",
     ),
 )

@@ -31,6 +31,9 @@ ModelFactory = Callable[..., "ModelClient"]
 """`factory(spec: ModelSpec, **options) -> ModelClient`; it imports heavy SDKs itself, when called."""
 
 
+DEFAULT_TURN_MAX_TOKENS = 1024
+
+
 class ProviderDefaults(BaseModel):
     """What a provider assumes when the model string and the caller leave something out."""
 
@@ -57,6 +60,18 @@ class ProviderDefaults(BaseModel):
     )
     probe_server: bool = Field(
         True, description="Pre-flight checks that the resolved base URL accepts connections."
+    )
+    turn_max_tokens: int = Field(
+        DEFAULT_TURN_MAX_TOKENS,
+        ge=1,
+        description="Completion tokens per turn a model-driven agent asks for unless told (a slow in-process "
+        "engine asks for fewer, so a turn ends within a task's agent timeout).",
+    )
+    agent_timeout_scale: float = Field(
+        1.0,
+        gt=0,
+        description="A trial whose agent uses this provider's model gets the task's agent timeout times this "
+        "(and the job's --agent-timeout-multiplier): a CPU engine's turns take longer than a server's.",
     )
 
 
@@ -113,3 +128,19 @@ def build_client(spec: ModelSpec, **options: Any) -> ModelClient:
     """The client for `spec`: the provider's factory with defaults < `spec.options` < `options`."""
     provider = model_provider(spec.provider)
     return provider.factory(spec, **{**provider.defaults.options, **spec.options, **options})
+
+
+def provider_defaults(model: str | None) -> ProviderDefaults:
+    """The defaults of the provider of `model` (a "provider:model" string); the built-in ones for no model or
+    an unknown provider."""
+    from evsys.model.spec import ModelSpec
+
+    try:
+        return model_provider(ModelSpec.parse(model or "").provider).defaults
+    except ValueError:
+        return ProviderDefaults()
+
+
+def turn_max_tokens(model: str | None) -> int:
+    """The completion tokens per turn a model-driven agent asks `model` for unless told (its provider's)."""
+    return provider_defaults(model).turn_max_tokens

@@ -117,6 +117,9 @@ class Sandbox(ABC):
 
     capabilities: ClassVar[frozenset[Capability]] = frozenset()
     network_modes: ClassVar[frozenset[NetworkMode]] = frozenset({"no-network"})
+    # `evsys run`'s pre-flight asks `unavailable()` before a job directory exists (a cheap check with no side
+    # effects, such as an SDK's credentials): a job that cannot start a single sandbox is refused up front.
+    checked_in_preflight: ClassVar[bool] = False
 
     def __init__(self, spec: SandboxSpec) -> None:
         problem = self.unsupported(spec)

@@ -275,11 +275,13 @@ def _atif_copy(trial_dir: Path) -> bytes:
 
 
 def _write_atif(job_dir: Path, out_dir: Path) -> list[Path]:
+    """One ATIF copy per trial in OUT/atif/, or in OUT itself when it is named atif (`-o out/atif`)."""
     written = []
-    (out_dir / "atif").mkdir(parents=True, exist_ok=True)
+    target_dir = out_dir if out_dir.name == "atif" else out_dir / "atif"
+    target_dir.mkdir(parents=True, exist_ok=True)
     for trial_dir in _trial_dirs(job_dir):
         if (trial_dir / "trajectory.json").is_file():
-            target = out_dir / "atif" / f"{trial_dir.name}.json"
+            target = target_dir / f"{trial_dir.name}.json"
             write_bytes_atomic(target, _atif_copy(trial_dir))
             written.append(target)
     return written
@@ -294,9 +296,9 @@ def export_job(
     advantage: AdvantageMethod = "mean",
     integrity: IntegrityPolicy | str = IntegrityPolicy.ZERO,
 ) -> list[Path]:
-    """Export a job directory: `rl` -> rl.jsonl, `parquet` -> rl.parquet, `sft` -> sft.jsonl, `atif` -> atif/,
-    `sequences` -> sequences.jsonl (one row per training sequence), `openenv` -> openenv.jsonl (one OpenEnv
-    `TrainingTrace` per sample).
+    """Export a job directory: `rl` -> rl.jsonl, `parquet` -> rl.parquet, `sft` -> sft.jsonl, `atif` -> atif/
+    (OUT itself when named atif), `sequences` -> sequences.jsonl (one row per training sequence), `openenv` ->
+    openenv.jsonl (one OpenEnv `TrainingTrace` per sample).
 
     Rewards and advantages follow the `integrity` policy (zero | screen | flag). Returns the files written.
     Raises ExportError for a directory that is not a job.

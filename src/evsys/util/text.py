@@ -48,3 +48,20 @@ def terminal_safe(text: str) -> str:
     visible escape (`\x1b`, `\r`, `\x9b` as `\\x..`), so stored bytes cannot write the clipboard (OSC 52),
     set the title, clear the screen or move the cursor. Lone surrogates are escaped as `safe_text` does."""
     return safe_text(text).translate(_TERMINAL_ESCAPES)
+
+
+def head_words(text: str, limit: int) -> str:
+    """`text` cut to about `limit` characters at a word boundary, ending with ` …` when cut."""
+    if len(text) <= limit:
+        return text
+    cut = text[:limit]
+    return (cut.rsplit(None, 1)[0] if " " in cut.strip() else cut) + " …"
+
+
+def tail_words(text: str, limit: int) -> str:
+    """The end of `text` (where a tool's error message says what failed) in about `limit` characters, cut at
+    a word boundary and starting with `… ` when cut."""
+    if len(text) <= limit:
+        return text
+    cut = text[-limit:]
+    return "… " + (cut.split(None, 1)[1] if " " in cut.strip() else cut)

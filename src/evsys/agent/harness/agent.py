@@ -120,7 +120,7 @@ class HarnessAgent(Agent):
                 ctx.emit({"harness": self.name, **event.model_dump(mode="json")})
         finally:
             await adapter.stop()
-            await self._save(ctx, events)
+            await self._save(ctx, events, instruction)
         last = events.last
         if last is None or last.type != HarnessEventType.TURN_COMPLETE or last.data.get("status") != "ok":
             reason = last.data.get("error") if last is not None else "the turn produced no events"
@@ -128,11 +128,15 @@ class HarnessAgent(Agent):
             raise AgentError(reason if repr(self.name) in reason else f"harness {self.name!r}: {reason}")
         return AgentResult(metadata=self._metadata(events))
 
-    async def _save(self, ctx: AgentContext, events: EventLog) -> None:
-        """Model calls into the trajectory (also on failure) and the events into the agent's log dir."""
+    async def _save(self, ctx: AgentContext, events: EventLog, instruction: str) -> None:
+        """Model calls into the trajectory (also on failure; the instruction alone when the harness made
+        none, e.g. it failed before its first call) and the events into the agent's log dir."""
         session = self.plumbing.session if self.plumbing is not None else None
+        steps = session.to_steps() if session is not None else []
+        ctx.trajectory.extend(steps)
+        if not steps:
+            ctx.trajectory.add("user", instruction)
         if session is not None:
-            ctx.trajectory.extend(session.to_steps())
             ctx.trajectory.agent.tool_definitions = offered_tools(session.calls)
         await asyncio.to_thread(ctx.logs_dir.mkdir, parents=True, exist_ok=True)
         await asyncio.to_thread(write_text_atomic, ctx.logs_dir / EVENTS_FILE, events.jsonl())

@@ -25,6 +25,7 @@ from evsys.model.local.constrain import OutputConstraint, reads_tool_calls
 from evsys.model.local.engine import GenerationResult, LocalEngine, TokenCallback
 from evsys.model.local.loader import resolve_model_dir
 from evsys.model.local.policy import LocalPolicy
+from evsys.model.partial import current_partial
 from evsys.model.render import Renderer
 from evsys.model.waiting import model_wait
 from evsys.records import Usage
@@ -98,6 +99,10 @@ class SharedEngine:
 
         return int(await self.run(swap))
 
+    def decode(self, ids: list[int]) -> str:
+        """`ids` as text (the engine is loaded: a prompt was rendered); quick enough for the event loop."""
+        return self._load().renderer.decode(ids)
+
     async def run(self, fn: Callable[[LocalEngine], Any]) -> Any:
         """Run `fn(engine)` in the worker thread (loading the model first if needed)."""
         loop = asyncio.get_running_loop()
@@ -170,7 +175,13 @@ class LocalModelClient:
         started = time.perf_counter()
 
         prompt_ids = await self.shared.run(lambda engine: engine.renderer.render(messages, tools))
-        result = await self.shared.generate(prompt_ids, params, constraint=constraint)
+        partial = current_partial()
+        on_token = None
+        if partial is not None:  # the caller keeps what was sampled should the call be cut off
+            partial.prompt_token_ids = list(prompt_ids)
+            partial.decode = self.shared.decode
+            on_token = partial.add
+        result = await self.shared.generate(prompt_ids, params, on_token, constraint=constraint)
         elapsed = time.perf_counter() - started
         calls = reads_tool_calls(constraint)
         return await self.shared.run(

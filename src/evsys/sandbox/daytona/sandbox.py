@@ -76,8 +76,13 @@ class DaytonaSandbox(RemoteSandbox):
             return str(exc)
         try:
             client = daytona.AsyncDaytona()
+        except daytona.DaytonaAuthenticationError:
+            return (
+                "the Daytona SDK has no credentials: set DAYTONA_API_KEY (or DAYTONA_JWT_TOKEN and "
+                "DAYTONA_ORGANIZATION_ID) in the environment or in ./.env or ./.env.local"
+            )
         except Exception as exc:
-            return f"the Daytona SDK is not configured (set DAYTONA_API_KEY and DAYTONA_API_URL): {exc}"
+            return f"the Daytona SDK is not configured: {exc}"
         await client.close()
         return None
 

@@ -102,7 +102,7 @@ class E2BSandbox(RemoteSandbox):
         except SandboxError as exc:
             return str(exc)
         if not e2b.ConnectionConfig().api_key:
-            return "the E2B SDK has no API key (set E2B_API_KEY)"
+            return "the E2B SDK has no API key: set E2B_API_KEY"
         return None
 
     async def _create(self) -> None:

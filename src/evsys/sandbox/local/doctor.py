@@ -12,6 +12,7 @@ from pathlib import Path
 
 from evsys.records import SandboxSpec
 from evsys.sandbox.local import cgroups, cgsetup, limits, native
+from evsys.util.text import head_words
 
 
 @dataclass
@@ -91,7 +92,7 @@ def check_daemon() -> Check:
     try:
         built = native.daemon_dir(default_scratch_root() / "layers") / native.BINARY_NAME
     except (SandboxError, OSError) as exc:
-        return Check("exec daemon", False, str(exc)[:300], native.INSTALL_HINT)
+        return Check("exec daemon", False, head_words(str(exc), 300), native.INSTALL_HINT)
     return Check("exec daemon", True, f"built with {native.compiler()}: {built}")
 
 
@@ -271,7 +272,10 @@ def check_smoke() -> Check:
         return Check("sandbox smoke test", True, asyncio.run(run()))
     except Exception as exc:
         return Check(
-            "sandbox smoke test", False, str(exc)[:300], "fix the failures above, then re-run evsys doctor"
+            "sandbox smoke test",
+            False,
+            head_words(str(exc), 300),
+            "fix the failures above, then re-run evsys doctor",
         )
 
 

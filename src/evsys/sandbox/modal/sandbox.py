@@ -88,7 +88,9 @@ class ModalSandbox(RemoteSandbox):
             "oauth_refresh_token"
         ):
             return (
-                "the Modal SDK has no token (set MODAL_TOKEN_ID and MODAL_TOKEN_SECRET, or run `modal setup`)"
+                "the Modal SDK has no token: set MODAL_TOKEN_ID and MODAL_TOKEN_SECRET, or write them to "
+                f"{modal.config.user_config_path} with `modal token set` (the file $MODAL_CONFIG_PATH names, "
+                "else ~/.modal.toml)"
             )
         return None
 

@@ -50,6 +50,7 @@ class RemoteSandbox(Sandbox):
     # The service runs a task's image, pulling or building it itself (never one only this machine has).
     capabilities: ClassVar[frozenset[Capability]] = frozenset({Capability.IMAGES, Capability.REMOTE_IMAGES})
     service: ClassVar[str]  # the service's name as its users know it ("Modal"), in evsys's messages
+    checked_in_preflight: ClassVar[bool] = True  # the SDK and its credentials, read locally
 
     def __init__(self, spec: SandboxSpec) -> None:
         super().__init__(spec)
