@@ -89,6 +89,9 @@ async def test_the_local_model_asks_for_short_turns_unless_told():
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.needs_process
+@pytest.mark.needs_model
+@pytest.mark.needs_sandbox
 def test_the_readme_loop_command_records_a_model_turn_in_every_trial(tmp_path):
     """`evsys run examples/tasks -a loop -m local` (the README's, on two of its tasks), defaults only."""
     readme = (REPO / "README.md").read_text()

@@ -308,6 +308,8 @@ def test_a_job_file_with_a_misspelt_key_is_a_usage_error_naming_it(tmp_path):
     assert "line 5: agents.0.kwarg: Extra inputs are not permitted (did you mean 'kwargs'?)" in out.stderr
 
 
+@pytest.mark.needs_process
+@pytest.mark.needs_sandbox
 def test_an_env_file_line_that_is_not_key_value_stops_the_run_naming_file_and_line(tmp_path):
     env_file = tmp_path / "agent.env"
     env_file.write_text("GOOD=1\nANTHROPIC_API_KEY sk-123\n")

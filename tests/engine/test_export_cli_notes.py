@@ -27,6 +27,8 @@ def evsys(*args: object):
     return CliRunner().invoke(app, [str(a) for a in args], env={"COLUMNS": "200"})
 
 
+@pytest.mark.needs_process
+@pytest.mark.needs_sandbox
 def test_successful_only_with_no_success_says_the_file_is_empty(failed_job, tmp_path):
     everything = evsys("export", failed_job, "-f", "sft", "-o", tmp_path / "all")
     assert everything.exit_code == 0 and (tmp_path / "all" / "sft.jsonl").read_text()  # positive control
@@ -37,6 +39,8 @@ def test_successful_only_with_no_success_says_the_file_is_empty(failed_job, tmp_
     assert "sft.jsonl holds no rows (--successful-only: no trial ended without an error" in out.stderr
 
 
+@pytest.mark.needs_process
+@pytest.mark.needs_sandbox
 def test_atif_into_a_directory_named_atif_does_not_nest(failed_job, tmp_path):
     assert evsys("export", failed_job, "-f", "atif", "-o", tmp_path / "out").exit_code == 0
     assert [p.name for p in (tmp_path / "out" / "atif").iterdir()] == ["write-ok__TalkingAgent__1.json"]

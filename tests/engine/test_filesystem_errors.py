@@ -68,6 +68,7 @@ def one_error_line(out: subprocess.CompletedProcess[str], *expected: str) -> Non
         assert text in lines[0], lines[0]
 
 
+@pytest.mark.needs_process
 def test_a_new_job_in_a_read_only_place_is_refused_before_it_starts(tmp_path, read_only):
     empty = read_only["empty"]
     prove_read_only(empty)
@@ -81,6 +82,7 @@ def test_a_new_job_in_a_read_only_place_is_refused_before_it_starts(tmp_path, re
     assert not list(tmp_path.glob("evsys-exception-*"))
 
 
+@pytest.mark.needs_process
 def test_resuming_or_exporting_the_config_of_a_read_only_job_is_one_line(tmp_path, read_only):
     task = make_task(tmp_path / "tasks", "write-ok")
     first = evsys("run", task, "-a", "oracle", "--jobs-dir", read_only["rw"], "--job-name", "j", cwd=tmp_path)
@@ -99,6 +101,7 @@ def test_resuming_or_exporting_the_config_of_a_read_only_job_is_one_line(tmp_pat
     assert printed.returncode == 0 and "agents" in printed.stdout, printed.stderr
 
 
+@pytest.mark.needs_process
 def test_any_other_command_failing_on_a_file_says_which_in_one_line(read_only):
     """The `evsys` command's own net: an OSError naming a file is one line from any command (`tasks new`
     scaffolding into a read-only directory here)."""
