@@ -21,6 +21,7 @@ EVSYS_AGENT_ONLY = {"forger-stays-out"}
 PARITY_REWARDS = {
     "compose-sidecars": 1.0,
     "entrypoint-service": 1.0,
+    "entrypoint-late-service": 1.0,
     "healthcheck-awaited": 1.0,
     "healthcheck-never-healthy": None,
     "low-port-service": 1.0,
