@@ -54,7 +54,9 @@ async def test_an_agent_exhausting_its_sandbox_scores_zero_once_and_spares_its_s
         control = await _group(tmp_path, "control")
     for mode in ("pids", "tmpfs", "dd"):
         assert control[mode].cause in ERRORS_BEFORE, (mode, control[mode].failure)
-    assert control["dd"].cause == FailureCause.SANDBOX_FAILED and len(control["dd"].retries) == 2
+    # the OOM killer takes bubblewrap or the daemon, during the agent phase (retried) or at the verifier
+    dd = control["dd"]
+    assert dd.cause != FailureCause.SANDBOX_FAILED or len(dd.retries) == 2, dd.failure
 
     with (
         monkeypatch.context() as headroom_only
