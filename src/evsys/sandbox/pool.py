@@ -25,9 +25,9 @@ log = logging.getLogger(__name__)
 
 
 def reuse_key(spec: SandboxSpec) -> str | None:
-    """Specs with equal keys may share a sandbox one after the other; None: never reuse (network access:
-    connections through its slirp4netns NAT may outlive the trial's processes)."""
-    if spec.network != "no-network" or spec.pod is not None:  # a pod's network is shared with its sidecars
+    """Specs with equal keys may share a sandbox one after the other, whatever their network (a reset gives a
+    sandbox a fresh network too); None: never reuse (a pod's member, whose network its sidecars share)."""
+    if spec.pod is not None:
         return None
     return json.dumps(spec.model_dump(mode="json", exclude={"name"}), sort_keys=True)
 
