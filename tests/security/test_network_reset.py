@@ -70,21 +70,27 @@ async def test_the_next_trial_gets_a_fresh_network(server, network, reset):
             first.reset = _skipped  # type: ignore[method-assign]
         await pool.release(first)
         second = await pool.acquire(spec.model_copy(update={"name": f"{spec.name}-next"}))
-        assert second is first and pool.was_reused(second)
-        sockets = (await second.exec("ss -Htan", user="root")).stdout
-        listener = await second.exec(CONNECT.format(host="127.0.0.1", port=9000))
-        if not reset:  # positive control: without the reset the next trial finds trial 1's network
-            assert f"{address}:{port}" in sockets and "LISTEN" in sockets
-            assert listener.stdout.split() == ["CONNECTED"]
-            return
-        assert sockets == ""
-        assert listener.stdout.split() == ["ERR", "111"]  # refused: nobody listens
         try:
-            assert held.recv(16) == b""  # the server sees trial 1's connection closed
-        except ConnectionResetError:
-            pass
-        works = await second.exec(CONNECT.format(host=address, port=port))
-        assert works.stdout.split() == ["CONNECTED"]  # the next trial's network works
-        await pool.release(second)
+            assert second is first and pool.was_reused(second)
+            await _check_next_trial(second, address, port, held, reset=reset)
+        finally:
+            await pool.release(second, reusable=False)
     finally:
         await pool.close()
+
+
+async def _check_next_trial(second, address: str, port: int, held: socket.socket, *, reset: bool) -> None:
+    sockets = (await second.exec("ss -Htan", user="root")).stdout
+    listener = await second.exec(CONNECT.format(host="127.0.0.1", port=9000))
+    if not reset:  # positive control: without the reset the next trial finds trial 1's network
+        assert f"{address}:{port}" in sockets and "LISTEN" in sockets
+        assert listener.stdout.split() == ["CONNECTED"]
+        return
+    assert sockets == ""
+    assert listener.stdout.split() == ["ERR", "111"]  # refused: nobody listens
+    try:
+        assert held.recv(16) == b""  # the server sees trial 1's connection closed
+    except ConnectionResetError:
+        pass
+    works = await second.exec(CONNECT.format(host=address, port=port))
+    assert works.stdout.split() == ["CONNECTED"]  # the next trial's network works

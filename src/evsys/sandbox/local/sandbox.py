@@ -270,9 +270,9 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
         """Return the running sandbox to its just-started state: every process killed, what the daemon passes
         on to commands put back (native/inherited.c), a fresh root (the cached layers and a new upper layer),
         fresh /tmp, /dev and /dev/pts, an empty IPC namespace, and a network a fresh sandbox's: the TCP
-        sockets left in its namespace destroyed and its connection tracking flushed (native/netreset.c), a
-        new slirp4netns for public and allowlist networking, the spec's own filter again (allowlist: its hosts
-        resolved again and pinned in /etc/hosts). Refused (SandboxError) for a pod's member, whose network its
+        sockets left in its namespace destroyed (their far ends closed through slirp4netns) and its connection
+        tracking flushed (native/netreset.c), the spec's own filter again (allowlist: its hosts resolved
+        again and pinned in /etc/hosts). Refused (SandboxError) for a pod's member, whose network its
         sidecars share, and when TCP sockets survive; after any error the sandbox is no longer usable:
         stop() it."""
         client = self._running_client()
@@ -285,10 +285,9 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
             killed = await client.request({"op": "kill"})
             if killed.header.get("left"):
                 raise SandboxError(f"{killed.header['left']} processes survived SIGKILL")
-            await self._drop_network()
             await run_reset_helper(self._target())
             self._fresh_since = time.time()
-            await self._renew_network()
+            await self._restore_rules()
         except SandboxError as exc:
             self._state = "broken"
             raise SandboxError(f"sandbox {self.spec.name}: {exc}") from None
@@ -302,17 +301,12 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
         self._mark_limits()
         await self._run_image_entrypoint()
 
-    async def _drop_network(self) -> None:
-        """Stop slirp4netns: its NAT (the far ends of the last trial's connections) goes with it."""
-        network, self._network = self._network, None
-        if network is not None:
-            await network.close()
-
-    async def _renew_network(self) -> None:
-        """After a reset: a new slirp4netns, the spec's own filter again (a phase may have switched it)."""
+    async def _restore_rules(self) -> None:
+        """After a reset: the spec's own filter again (a phase may have switched it; allowlist: its hosts
+        resolved again). slirp4netns keeps running: the reset helper's destroying the sandbox's connections
+        sent their peers (its NAT) a reset, which closes their far ends."""
         if self.spec.network == "no-network":
             return
-        self._network = await SlirpNetwork.attach(self._daemon_pid())
         if self.spec.network == "allowlist":
             self._allowed = await asyncio.to_thread(allowlist.resolve, self.spec.allowed_hosts)
         if self.spec.network == "allowlist" or self._switched:
