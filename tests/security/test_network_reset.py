@@ -3,7 +3,8 @@ fresh network. Trial 1, as root, leaves a connection to a server on the host hel
 process, a listening socket, and a closed connection (lingering: FIN-WAIT, TIME-WAIT); its sandbox goes
 back to the pool, reset, and the next trial gets it: nothing of that is left in its network namespace, the
 server sees trial 1's connection closed, and the network works (it connects to the same server). The
-positive control hands the sandbox over with the reset skipped: the next trial then finds all of it."""
+positive control hands the sandbox over with the reset skipped: the next trial then finds all of it. And after
+a hostile trial, the reused sandbox's fingerprint (sandbox_fingerprint.py) is the fresh one's."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import socket
 
 import pytest
 from redteam import CONNECT, host_address, redteam_spec
+from sandbox_fingerprint import CHANGED_BY_HOSTILE, HOSTILE_AGENT, HOSTILE_ROOT, differences, fingerprint
 
 from evsys.sandbox.pool import SandboxPool
 
@@ -94,3 +96,26 @@ async def _check_next_trial(second, address: str, port: int, held: socket.socket
         pass
     works = await second.exec(CONNECT.format(host=address, port=port))
     assert works.stdout.split() == ["CONNECTED"]  # the next trial's network works
+
+
+@pytest.mark.parametrize("network", ["public", "allowlist"])
+async def test_after_a_hostile_trial_the_reused_sandbox_is_a_fresh_ones(server, network):
+    address, _ = server
+    pool = SandboxPool.for_backend("local", max_idle=1)
+    spec = redteam_spec(network=network, allowed_hosts=[address] if network == "allowlist" else [])
+    try:
+        first = await pool.acquire(spec)
+        fresh = await fingerprint(first)
+        await first.exec(HOSTILE_ROOT, user="root")
+        await first.exec(HOSTILE_AGENT, user="agent")
+        changed = differences(fresh, await fingerprint(first))
+        assert set(changed) == CHANGED_BY_HOSTILE, changed  # positive control: the network part among them
+        await pool.release(first)
+        second = await pool.acquire(spec.model_copy(update={"name": f"{spec.name}-next"}))
+        try:
+            assert second is first and pool.was_reused(second)
+            assert differences(fresh, await fingerprint(second)) == {}
+        finally:
+            await pool.release(second, reusable=False)
+    finally:
+        await pool.close()
