@@ -10,8 +10,8 @@ wait, starts and resets finishing or failing in any order, and close, against an
   none when no trial is left to take it (`demand`);
 - after close (and the holders giving back what they had), every sandbox started is stopped.
 
-The last tests prove the machine can fail: it catches a pool that skips the reset and one that hands an idle
-sandbox out twice."""
+The last tests prove the machine can fail: it catches a pool that skips the reset, one that hands an idle
+sandbox out twice, one that keeps every sandbox released, and one whose close leaves idle ones running."""
 
 from __future__ import annotations
 
@@ -251,3 +251,29 @@ def test_it_catches_a_pool_that_hands_a_sandbox_out_twice(monkeypatch):
     assert re.search(
         "handed to two holders at once|handed out while (resetting|stopped)", str(_faulty_run(KeepingTwo))
     )
+
+
+def test_it_catches_a_pool_that_keeps_every_sandbox_released(monkeypatch):
+    place = SandboxPool._place_for
+
+    def unbounded(self: SandboxPool, sandbox, reusable: bool) -> str | None:
+        bounds, (self.demand, self.max_idle) = (self.demand, self.max_idle), (None, 10**6)
+        try:
+            return place(self, sandbox, reusable)
+        finally:
+            self.demand, self.max_idle = bounds
+
+    monkeypatch.setattr(SandboxPool, "_place_for", unbounded)
+    failure = str(_faulty_run(KeepingForDemand))
+    assert re.search("idle sandboxes kept, more than|no trial was left to take it", failure), failure
+
+
+def test_it_catches_a_pool_whose_close_leaves_idle_sandboxes_running(monkeypatch):
+    close = SandboxPool.close
+
+    async def close_keeping_idle(self: SandboxPool) -> None:
+        self._idle.clear()  # forgotten, not stopped
+        await close(self)
+
+    monkeypatch.setattr(SandboxPool, "close", close_keeping_idle)
+    assert "left running after close" in str(_faulty_run(KeepingTwo))
