@@ -3,8 +3,9 @@ fresh network. Trial 1, as root, leaves a connection to a server on the host hel
 process, a listening socket, and a closed connection (lingering: FIN-WAIT, TIME-WAIT); its sandbox goes
 back to the pool, reset, and the next trial gets it: nothing of that is left in its network namespace, the
 server sees trial 1's connection closed, and the network works (it connects to the same server). The
-positive control hands the sandbox over with the reset skipped: the next trial then finds all of it. And after
-a hostile trial, the reused sandbox's fingerprint (sandbox_fingerprint.py) is the fresh one's."""
+positive control hands the sandbox over with the reset skipped: the next trial then finds all of it. A trial
+whose phase switched the network (no-network for its verifier) leaves the next one the spec's own network. And
+after a hostile trial, the reused sandbox's fingerprint (sandbox_fingerprint.py) is the fresh one's."""
 
 from __future__ import annotations
 
@@ -115,6 +116,27 @@ async def test_after_a_hostile_trial_the_reused_sandbox_is_a_fresh_ones(server, 
         try:
             assert second is first and pool.was_reused(second)
             assert differences(fresh, await fingerprint(second)) == {}
+        finally:
+            await pool.release(second, reusable=False)
+    finally:
+        await pool.close()
+
+
+@pytest.mark.parametrize("network", ["public", "allowlist"])
+async def test_a_phase_that_switched_the_network_off_leaves_the_next_trial_the_specs_own(server, network):
+    address, listening = server
+    probe = CONNECT.format(host=address, port=listening.getsockname()[1])
+    pool = SandboxPool.for_backend("local", max_idle=1)
+    spec = redteam_spec(network=network, allowed_hosts=[address] if network == "allowlist" else [])
+    try:
+        first = await pool.acquire(spec)
+        await first.set_network("no-network")
+        assert (await first.exec(probe)).stdout.split()[:1] == ["ERR"]  # positive control: switched off
+        await pool.release(first)
+        second = await pool.acquire(spec.model_copy(update={"name": f"{spec.name}-next"}))
+        try:
+            assert second is first and pool.was_reused(second)
+            assert (await second.exec(probe)).stdout.split() == ["CONNECTED"]
         finally:
             await pool.release(second, reusable=False)
     finally:
