@@ -24,7 +24,9 @@ And a trainer's steps (bench/trainer_steps.py, in its own process): at each leve
 run STEPS times as jobs one after another over one sandbox pool the process owns (`Job(..., sandboxes=pool)`),
 the first step starting its sandboxes, the next ones on those the last step released, reset; each step's
 wall beside the same ideal, and the process's CPU per trial (startup not included: it runs once per training
-run). EVSYS_BENCH_STEPS=0 leaves them out.
+run). Then the same steps on the same tasks with Harbor's default network (no `network_mode`: public,
+slirp4netns), once reusing the sandboxes and once with a pool that keeps none (every step starts its own, as
+before public sandboxes could be reset). EVSYS_BENCH_STEPS=0 leaves them out.
 
 EVSYS_BENCH_CONCURRENCY="64 256" picks the levels; EVSYS_BENCH_EXECUTORS="local processes:1" the executors
 (`processes:K`: K worker processes);
@@ -66,19 +68,17 @@ TEST = (
     "#!/bin/bash\n"
     'if [ "$(cat /app/out.txt)" = ok ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n'
 )
-TOML = (
-    '[task]\nname = "{name}"\n[agent]\ntimeout_sec = 600\n[verifier]\ntimeout_sec = 60\n'
-    '[environment]\nnetwork_mode = "no-network"\n'
-)
+TOML = '[task]\nname = "{name}"\n[agent]\ntimeout_sec = 600\n[verifier]\ntimeout_sec = 60\n[environment]\n'
+NO_NETWORK = 'network_mode = "no-network"\n'
 INSTRUCTION = "Write ok to /app/out.txt.\nRun: echo ok > /app/out.txt\n"
 
 
-def write_dataset(root: Path, n: int) -> Path:
-    """`n` trivial task directories under `root`."""
+def write_dataset(root: Path, n: int, *, network: bool = False) -> Path:
+    """`n` trivial task directories under `root`, without network (`network`: Harbor's default, public)."""
     for i in range(n):
         task = root / f"t{i:05d}"
         (task / "tests").mkdir(parents=True)
-        (task / "task.toml").write_text(TOML.format(name=f"t{i:05d}"))
+        (task / "task.toml").write_text(TOML.format(name=f"t{i:05d}") + ("" if network else NO_NETWORK))
         (task / "instruction.md").write_text(INSTRUCTION)
         (task / "tests" / "test.sh").write_text(TEST)
     return root
@@ -239,19 +239,27 @@ def _report(c: int, executor: str, run: dict, one: dict) -> dict:
     return figures
 
 
-def trainer_steps(dataset: Path, jobs: Path, base_url: str, c: int) -> list[dict]:
-    """bench/trainer_steps.py over `dataset` at -n `c`, STEPS steps; one dict per step."""
+def trainer_steps(dataset: Path, jobs: Path, base_url: str, c: int, *, keep: bool = True) -> list[dict]:
+    """bench/trainer_steps.py over `dataset` at -n `c`, STEPS steps (`keep=False`: a pool keeping no
+    sandbox); one dict per step."""
     import json
 
     env = {**os.environ, "PYTHONPATH": os.environ.get("EVSYS_BENCH_SRC") or str(ROOT / "src")}
     argv = [sys.executable, str(BENCH_DIR / "trainer_steps.py"), str(dataset), str(jobs), base_url, str(c)]
-    done = subprocess.run([*argv, str(STEPS)], env=env, cwd=ROOT, capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [*argv, str(STEPS), str(c if keep else 0)],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if done.returncode != 0:
         raise RuntimeError(f"trainer_steps.py exited {done.returncode}: {done.stderr[-2000:]}")
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
 
 
-def _report_steps(c: int, steps: list[dict]) -> dict:
+def _report_steps(c: int, steps: list[dict], label: str = "") -> dict:
     ideal = CALLS_PER_TRIAL * LATENCY_S
     later = sorted(steps[1:], key=lambda step: step["wall"])
     middle = later[len(later) // 2] if later else steps[0]
@@ -268,13 +276,23 @@ def _report_steps(c: int, steps: list[dict]) -> dict:
     }
     target = f" (target <= {TARGET_RATIO[c]}x)" if c in TARGET_RATIO else ""
     print(
-        f"  trainer steps -n {c:>4}: first {figures['first_step_wall_sec']} s "
+        f"  trainer steps{label} -n {c:>4}: first {figures['first_step_wall_sec']} s "
         f"({figures['first_step_ratio']}x, {figures['first_step_cpu_ms_per_trial']} ms CPU/trial); next "
         f"{figures['next_steps_wall_sec']} s, median {figures['next_step_ratio']}x{target}, "
         f"{figures['next_step_cpu_ms_per_trial']} ms CPU/trial, reused {figures['reused_per_next_step']}, "
         f"{figures['errors']} errors",
         flush=True,
     )
+    return figures
+
+
+async def _public_steps(root: Path, jobs: Path, base_url: str, c: int) -> dict:
+    """The trainer's steps on default-network (public) tasks: reusing the sandboxes, and not."""
+    dataset = write_dataset(root / f"p{c}", c, network=True)
+    figures = {}
+    for keep, label in ((True, "reused"), (False, "not_reused")):
+        steps = await asyncio.to_thread(trainer_steps, dataset, jobs, base_url, c, keep=keep)
+        figures[label] = _report_steps(c, steps, f" (public network, {label.replace('_', ' ')})")
     return figures
 
 
@@ -319,6 +337,9 @@ async def main() -> dict:
             if STEPS > 0:
                 steps = await asyncio.to_thread(trainer_steps, dataset, jobs, base_url, c)
                 results.setdefault("trainer_steps", {})[str(c)] = _report_steps(c, steps)
+                results.setdefault("trainer_steps_default_network", {})[str(c)] = await _public_steps(
+                    root, jobs, base_url, c
+                )
         if START_N <= 0:  # EVSYS_BENCH_START_N=0: the command runs only
             return results
         starts = await sandbox_starts(START_N)

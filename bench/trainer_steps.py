@@ -7,7 +7,9 @@ trainer passes its client to `run_rollouts`; the first step starts its sandboxes
 the last step released, reset. Prints one JSON line per step: wall seconds, the process's CPU
 seconds (all threads), mean reward, errors, and how many trials ran on a reused sandbox.
 
-Usage: `python bench/trainer_steps.py DATASET JOBS_DIR BASE_URL N K`.
+Usage: `python bench/trainer_steps.py DATASET JOBS_DIR BASE_URL N K [MAX_IDLE]` (MAX_IDLE: how many released
+sandboxes the pool keeps, default N; 0 keeps none, so every step starts its sandboxes: the figure without
+reuse).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import time
 from pathlib import Path
 
 
-async def steps(dataset: Path, jobs: Path, base_url: str, n: int, k: int) -> None:
+async def steps(dataset: Path, jobs: Path, base_url: str, n: int, k: int, max_idle: int) -> None:
     """Run the K steps, printing each one's figures."""
     from evsys.engine import AgentSpec, Job, JobConfig
     from evsys.model.spec import create_model_client
@@ -29,10 +31,14 @@ async def steps(dataset: Path, jobs: Path, base_url: str, n: int, k: int) -> Non
     agent = AgentSpec(name="loop", model="vllm:scripted", base_url=base_url)
     client = create_model_client(agent.model or "", base_url=base_url)
     lent = BorrowedModelClient(client)
-    async with SlotPool.for_backend("local", max_idle=n) as pool:
+    async with SlotPool.for_backend("local", max_idle=max_idle) as pool:
         for step in range(k):
             config = JobConfig(
-                datasets=[dataset], agents=[agent], n_concurrent=n, jobs_dir=jobs, job_name=f"step-{n}-{step}"
+                datasets=[dataset],
+                agents=[agent],
+                n_concurrent=n,
+                jobs_dir=jobs,
+                job_name=f"step-{dataset.name}-{n}-keep{max_idle}-{step}",
             )
             cpu, wall = time.process_time(), time.perf_counter()
             result = await Job(config, model_client_factory=lambda _: lent, sandboxes=pool).run()
@@ -45,4 +51,5 @@ async def steps(dataset: Path, jobs: Path, base_url: str, n: int, k: int) -> Non
 
 if __name__ == "__main__":
     data, jobs_dir, url, count, repeats = sys.argv[1:6]
-    asyncio.run(steps(Path(data), Path(jobs_dir), url, int(count), int(repeats)))
+    keep = int(sys.argv[6]) if len(sys.argv) > 6 else int(count)
+    asyncio.run(steps(Path(data), Path(jobs_dir), url, int(count), int(repeats), keep))

@@ -28,10 +28,10 @@ SEES_MARKS = (
 )
 
 
-def dataset(root: Path, names: list[str], *, solve: str, test: str) -> Path:
+def dataset(root: Path, names: list[str], *, solve: str, test: str, toml: str | None = None) -> Path:
     """Tasks with one environment (so their sandboxes may serve each other's trials)."""
     for name in names:
-        make_task(root, name, solve=solve, test=test)
+        make_task(root, name, solve=solve, test=test, toml=toml)
     return root
 
 
@@ -126,3 +126,49 @@ async def test_a_trial_cannot_lower_the_limits_the_next_steps_trial_inherits(tmp
         assert [t.reward for t in second.trials] == [1.0], second.trials[0].failure
     finally:
         await pool.close()
+
+
+# A task.toml naming no network mode: Harbor's default, a public network (slirp4netns here).
+DEFAULT_NETWORK = (
+    '[agent]\ntimeout_sec = 60.0\n[verifier]\ntimeout_sec = 60.0\n[environment]\nworkdir = "/app"\n'
+)
+# The first step's agent leaves marks, a closed loopback connection lingering (TIME_WAIT) and a listener.
+LEAVE_CONNECTIONS = LEAVE_MARKS + (
+    "python3 -c \"import socket; s = socket.create_server(('127.0.0.1', 8000)); "
+    "c = socket.create_connection(('127.0.0.1', 8000)); a, _ = s.accept(); a.close(); c.close()\"\n"
+    "nohup python3 -c \"import socket, time; s = socket.create_server(('0.0.0.0', 9000)); time.sleep(300)\" "
+    ">/dev/null 2>&1 &\n"
+)
+SEES_CONNECTIONS = (
+    '#!/bin/bash\nif [ -e /app/mark ] && [ "$(ss -Htan | grep -c WAIT)" -ge 1 ]; then r=1; else r=0; fi\n'
+    "echo $r > /logs/verifier/reward.txt\n"
+)
+FRESH_NETWORK = (
+    "#!/bin/bash\n"
+    'if [ "$(cat /app/out.txt)" = ok ] && [ ! -e /app/mark ] && [ -z "$(ss -Htan)" ] '
+    "&& ip -4 addr show tap0 | grep -q 10.0.2.100; then r=1; else r=0; fi\n"
+    "echo $r > /logs/verifier/reward.txt\n"
+)
+
+
+async def test_the_next_step_on_default_network_tasks_reuses_their_sandboxes(tmp_path, eventually):
+    names = ["a", "b"]
+    step1 = dataset(
+        tmp_path / "n1", names, solve=LEAVE_CONNECTIONS, test=SEES_CONNECTIONS, toml=DEFAULT_NETWORK
+    )
+    step2 = dataset(tmp_path / "n2", names, solve=SOLVE_OUT, test=FRESH_NETWORK, toml=DEFAULT_NETWORK)
+    before = sandboxes_of_this_process()
+    pool = SlotPool.for_backend("local", max_idle=2)
+    try:
+        first = await Job(config(step1, "n1", n_concurrent=2), sandboxes=pool).run()
+        # positive control: the first step's trials left their marks and a lingering connection
+        assert [t.reward for t in first.trials] == [1.0] * 2, first.trials[0].failure
+        await eventually(lambda: pool.idle_count == 2, "the first step's two sandboxes idle in the pool")
+        second = await Job(config(step2, "n2", n_concurrent=2), sandboxes=pool).run()
+        assert [t.sandbox_reused for t in second.trials] == [True] * 2
+        # reset: no file, no socket of the last step, and a network (slirp4netns' tap0) again
+        assert [t.reward for t in second.trials] == [1.0] * 2, second.trials[0].failure
+    finally:
+        await pool.close()
+    assert sandboxes_of_this_process() - before == set()
+    assert sandbox_processes() == []

@@ -1,5 +1,5 @@
 """The red team's shared helpers: the no-op switch's replacements for `LocalSandbox` commands (see
-conftest.py), unique sandbox specs and a host process search.
+conftest.py), unique sandbox specs, a host process search, this host's address and a connect probe.
 
 They live here, not in conftest.py, because every conftest.py of the suite is imported as the module
 `conftest`: `from conftest import ...` gets whichever conftest.py pytest loaded last, which depends on the
@@ -10,11 +10,23 @@ from __future__ import annotations
 
 import itertools
 import os
+import subprocess
 
 from evsys.records import ExecResult, SandboxSpec
 from evsys.sandbox import LocalSandbox
 
 NOOP_ENV = "EVSYS_SECURITY_NOOP"
+CONNECT_PY = """
+import socket, sys
+s = socket.socket()
+s.settimeout(2)
+try:
+    s.connect((sys.argv[1], int(sys.argv[2])))
+    print("CONNECTED")
+except OSError as e:
+    print("ERR", e.errno)
+"""
+CONNECT = f"python3 -c '{CONNECT_PY}' {{host}} {{port}}"  # prints CONNECTED or ERR <errno>
 _names = itertools.count()
 
 
@@ -59,3 +71,11 @@ def host_pids_with(marker: str) -> list[int]:
         if marker.encode() in argv and not zombie:
             found.append(int(entry))
     return found
+
+
+def host_address() -> str | None:
+    """A non-loopback IPv4 address of this host, if it has one."""
+    argv = ["ip", "-4", "-o", "addr", "show", "scope", "global"]
+    out = subprocess.run(argv, capture_output=True, text=True, check=False)
+    fields = out.stdout.split()
+    return fields[fields.index("inet") + 1].split("/")[0] if "inet" in fields else None

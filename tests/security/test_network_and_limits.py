@@ -4,26 +4,14 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
 import threading
 
 import pytest
+from redteam import CONNECT, host_address
 
 from evsys.sandbox import SandboxError
 
 pytestmark = pytest.mark.security
-
-CONNECT_PY = """
-import socket, sys
-s = socket.socket()
-s.settimeout(2)
-try:
-    s.connect((sys.argv[1], int(sys.argv[2])))
-    print("CONNECTED")
-except OSError as e:
-    print("ERR", e.errno)
-"""
-CONNECT = f"python3 -c '{CONNECT_PY}' {{host}} {{port}}"
 
 
 async def test_cannot_reach_a_server_on_host_loopback(sandbox):
@@ -60,14 +48,6 @@ def _accept(server: socket.socket, accepted: list) -> None:
         pass
 
 
-def _host_address() -> str | None:
-    """A non-loopback IPv4 address of this host, if it has one."""
-    argv = ["ip", "-4", "-o", "addr", "show", "scope", "global"]
-    out = subprocess.run(argv, capture_output=True, text=True, check=False)
-    fields = out.stdout.split()
-    return fields[fields.index("inet") + 1].split("/")[0] if "inet" in fields else None
-
-
 async def test_public_network_reaches_out_but_not_the_host_loopback(make_sandbox):
     sb = await make_sandbox(network="public")
     loopback = socket.socket()
@@ -78,7 +58,7 @@ async def test_public_network_reaches_out_but_not_the_host_loopback(make_sandbox
         for host in ("10.0.2.2", "127.0.0.1"):  # slirp's gateway (the host with loopback disabled), own lo
             r = await sb.exec(CONNECT.format(host=host, port=port), user="root")
             assert r.stdout.split()[:1] == ["ERR"], host  # the connect ran, and failed
-        address = _host_address()
+        address = host_address()
         if address is not None:  # outbound NAT works: a server on the host's own address answers
             public = socket.create_server(("0.0.0.0", 0))
             try:
@@ -92,7 +72,7 @@ async def test_public_network_reaches_out_but_not_the_host_loopback(make_sandbox
 
 
 async def test_allowlist_network_reaches_only_the_allowed_hosts(make_sandbox):
-    address = _host_address()
+    address = host_address()
     if address is None:
         pytest.skip("this host has no non-loopback address to serve from")
     server = socket.create_server(("0.0.0.0", 0))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import socket
 
 import pytest
-from test_network_and_limits import CONNECT, _host_address
+from redteam import CONNECT, host_address
 
 from evsys.sandbox import SandboxUnsupported
 
@@ -13,7 +13,7 @@ pytestmark = pytest.mark.security
 
 
 async def test_a_public_sandbox_narrowed_to_no_network_and_back(make_sandbox):
-    address = _host_address()
+    address = host_address()
     if address is None:
         pytest.skip("this host has no non-loopback IPv4 address to serve from")
     sb = await make_sandbox(network="public")

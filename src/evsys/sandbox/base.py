@@ -200,7 +200,8 @@ class Sandbox(ABC):
 
     # ---------------------------------------------------------------- optional, by capability
     async def reset(self) -> None:
-        """Return the running sandbox to its just-started state (Capability.RESET)."""
+        """Return the running sandbox to its just-started state, its network's included: no socket or
+        connection of the last trial, the spec's own network rules (Capability.RESET)."""
         raise SandboxUnsupported(f"sandbox {self.spec.name}: this backend cannot reset a sandbox")
 
     async def set_network(self, mode: NetworkMode, allowed_hosts: Sequence[str] = ()) -> None:

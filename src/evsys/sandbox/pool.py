@@ -25,9 +25,9 @@ log = logging.getLogger(__name__)
 
 
 def reuse_key(spec: SandboxSpec) -> str | None:
-    """Specs with equal keys may share a sandbox one after the other; None: never reuse (network access:
-    connections through its slirp4netns NAT may outlive the trial's processes)."""
-    if spec.network != "no-network" or spec.pod is not None:  # a pod's network is shared with its sidecars
+    """Specs with equal keys may share a sandbox one after the other, whatever their network (a reset gives a
+    sandbox a fresh network too); None: never reuse (a pod's member, whose network its sidecars share)."""
+    if spec.pod is not None:
         return None
     return json.dumps(spec.model_dump(mode="json", exclude={"name"}), sort_keys=True)
 
@@ -150,12 +150,26 @@ class SandboxPool:
             self._awaiting[key] = self._awaiting.get(key, 0) + 1
             try:
                 await landed.wait()
-            finally:
+            except asyncio.CancelledError:
                 self._awaiting[key] -= 1
+                self._stop_surplus()  # what was kept for this acquire past max_idle
+                raise
+            self._awaiting[key] -= 1
             sandbox = self._take_idle(spec, key)
             if sandbox is not None:
                 return sandbox
         return None
+
+    def _stop_surplus(self) -> None:
+        """Stop (in the background; `close` waits) idle sandboxes past `max_idle` that were kept for acquires
+        which no longer wait (cancelled); a reset still in flight is checked when it lands."""
+        idle = [(key, sandbox) for key, group in self._idle.items() for sandbox in group]
+        surplus = len(idle) - self.max_idle - sum(self._awaiting.values())
+        for key, sandbox in idle[: max(0, surplus)]:
+            self._idle[key].remove(sandbox)
+            stopping = asyncio.ensure_future(sandbox.stop())
+            self._releasing.add(stopping)
+            stopping.add_done_callback(self._released_later)
 
     async def start_new(self, spec: SandboxSpec) -> Sandbox:
         """A newly started sandbox of this pool (what warm sandboxes are), never lost to a cancellation."""
@@ -230,7 +244,8 @@ class SandboxPool:
             return False
         finally:
             self._resetting -= 1
-        if self._closed:
+        idle = sum(len(group) for group in self._idle.values())
+        if self._closed or idle >= self.max_idle + sum(self._awaiting.values()):  # its acquire left meanwhile
             return False
         self._idle.setdefault(key, []).append(sandbox)
         return True

@@ -6,7 +6,7 @@ name>` (evsys.engine.trial.artifacts); then a fresh sandbox of the same environm
 network, none of the agent's binds) receives those artifacts at their original paths and `/logs/artifacts`,
 the tests run there, and its `/logs/verifier` is the one scored. Nothing else of the agent's sandbox — files
 it changed, processes it left — reaches the verifier. The verifier's sandbox comes from the same pool and is
-released (reset for reuse when it has no network) when the verification is over.
+released (reset for reuse) when the verification is over.
 
 `verify_separately` is the whole of it; `verify_in` is the part inside the fresh sandbox.
 """

@@ -84,6 +84,7 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
         self._reset_target: ResetTarget | None = None
         self._network: SlirpNetwork | None = None
         self._allowed: dict[str, list[str]] = {}
+        self._switched = False  # set_network changed the rules since the sandbox started or was reset
         self._daemon: int | None = None
         self._uid: uids.AgentUid | None = None
         self._pod_owner: int | None = None  # this sandbox's daemon pid when its namespace is its pod's
@@ -276,12 +277,17 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
     async def reset(self) -> None:
         """Return the running sandbox to its just-started state: every process killed, what the daemon passes
         on to commands put back (native/inherited.c), a fresh root (the cached layers and a new upper layer),
-        fresh /tmp, /dev and /dev/pts, an empty IPC namespace. Refused
-        (SandboxError) when TCP sockets linger in its network namespace, or for public networking; after any
-        error the sandbox is no longer usable: stop() it."""
+        fresh /tmp, /dev and /dev/pts, an empty IPC namespace, and a network a fresh sandbox's: the TCP
+        sockets left in its namespace destroyed (their far ends closed through slirp4netns) and its connection
+        tracking flushed (native/netreset.c), the spec's own filter again (allowlist: its hosts resolved
+        again and pinned in /etc/hosts). Refused (SandboxError) for a pod's member, whose network its
+        sidecars share, and when TCP sockets survive; after any error the sandbox is no longer usable:
+        stop() it."""
         client = self._running_client()
-        if self.spec.network != "no-network":
-            raise SandboxError(f"sandbox {self.spec.name}: a sandbox with network access cannot be reset")
+        if self.spec.pod is not None:
+            raise SandboxError(
+                f"sandbox {self.spec.name}: a pod's member shares its network: it cannot be reset"
+            )
         self._state = "resetting"
         try:
             killed = await client.request({"op": "kill"})
@@ -290,12 +296,33 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
             self._was_reset = True
             await run_reset_helper(self._target())
             self._fresh_since = time.time()
+            await self._restore_rules()
         except SandboxError as exc:
             self._state = "broken"
             raise SandboxError(f"sandbox {self.spec.name}: {exc}") from None
         self._state = "running"
+        if self.spec.network == "allowlist":  # the new root's /etc/hosts is the image's
+            try:
+                await allowlist.pin_hosts(self, self._allowed)
+            except SandboxError:
+                self._state = "broken"
+                raise
         self._mark_limits()
         await self._run_image_entrypoint()
+
+    async def _restore_rules(self) -> None:
+        """After a reset: the spec's own filter again (a phase may have switched it; allowlist: its hosts
+        resolved again). slirp4netns keeps running: the reset helper's destroying the sandbox's connections
+        sent their peers (its NAT) a reset, which closes their far ends."""
+        if self.spec.network == "no-network":
+            return
+        if self.spec.network == "allowlist":
+            self._allowed = await asyncio.to_thread(allowlist.resolve, self.spec.allowed_hosts)
+        if self.spec.network == "allowlist" or self._switched:
+            await allowlist.apply_rules(
+                self._daemon_pid(), allowlist.phase_rules(self.spec.network, self._allowed)
+            )
+        self._switched = False
 
     async def _run_image_entrypoint(self) -> None:
         """The image's ENTRYPOINT with a keep-alive, as Harbor's Docker environment runs it."""
@@ -316,6 +343,7 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
         resolved: dict[str, list[str]] = {}
         if mode == "allowlist":
             resolved = await asyncio.to_thread(allowlist.resolve, list(allowed_hosts))
+        self._switched = True  # a reset puts the spec's own rules back
         await allowlist.apply_rules(self._daemon_pid(), allowlist.phase_rules(mode, resolved))
         if mode == "allowlist":
             await allowlist.pin_hosts(self, resolved)

@@ -244,6 +244,7 @@ int restore_inherited(int proc, const char *pid, const char *limits, char *const
 
 /* ---- `evsysd --reset`: a fresh root for a running sandbox, between two trials (reset.c) */
 int reset_main(int argc, char **argv);
+int fresh_network(void); /* the entered network namespace's TCP sockets destroyed, conntrack flushed (netreset.c) */
 
 /* ---- processes and privileges (procs.c) */
 void harden(void);

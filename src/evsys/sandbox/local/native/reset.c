@@ -13,7 +13,9 @@
  * The daemon has already killed every other process in the sandbox. This then
  *  0. puts back the daemon's rlimits, oom_score_adj, coredump_filter and autogroup nice where root inside
  *     changed them (failing when it cannot: a hard limit lowered, without CAP_SYS_RESOURCE);
- *  1. refuses when TCP sockets remain in the sandbox's network namespace (TIME_WAIT would cross trials);
+ *  1. gives the sandbox's network namespace a fresh one's state: destroys the TCP sockets left in it (TIME_WAIT,
+ *     closing, orphaned) and flushes its connection tracking (netreset.c); it still refuses when TCP sockets
+ *     remain after that (a connection would cross trials);
  *  2. builds, detached, a new storage tmpfs + overlay on the same lower layers (idmapped for the same agent
  *     uid, idmap.c), new /tmp, jobs, /dev and /dev/shm tmpfs, and a new devpts instance (root may have changed
  *     the old one's ptmx node, which every pty of the next trial would go through);
@@ -295,7 +297,8 @@ static int rebuild_dev(const fresh_t *fs, const mnt_t *mounts, int n, int dev_id
     return 0;
 }
 
-/* move the old root's mounts into the new root (fresh tmpfs for /tmp, the jobs dir and /dev), then pivot */
+/* move the old root's mounts into the new root (fresh tmpfs for /tmp, the jobs dir and /dev; no /tests seal),
+ * then pivot */
 static int switch_root(int proc, const fresh_t *fs)
 {
     static mnt_t mounts[MAX_MOUNTS];
@@ -310,7 +313,8 @@ static int switch_root(int proc, const fresh_t *fs)
             dev_id = mounts[k].id;
     for (int k = 0; k < n; k++) {
         const char *p = mounts[k].point;
-        /* /tests is the seal of the last verification run (verifier.c): a fresh sandbox has none */
+        /* not /tests either: the seal a verification run put there (verifier.c) is the last trial's, and a
+         * fresh sandbox has none (no bind may go there) */
         if (mounts[k].parent != root_id || !strcmp(p, "/tmp") || !strcmp(p, JOB_DIR) || !strcmp(p, "/dev") ||
             !strcmp(p, "/tests"))
             continue;
@@ -364,6 +368,8 @@ int reset_main(int argc, char **argv)
         return fail("the sandbox's daemon is gone or not in a sandbox:", daemon);
     if (restore_inherited(proc, daemon, argv[14], argv + 15, path, sizeof path) != 0)
         return fail("cannot put back the sandbox daemon's", path);
+    if (setns(daemon_fd, CLONE_NEWNET) != 0 || fresh_network() != 0)
+        return fail("cannot close the sockets left in the network namespace of", daemon);
     int sockets = tcp_sockets(proc, daemon);
     if (sockets > 0) {
         errno = 0;
