@@ -151,6 +151,7 @@ FRESH_NETWORK = (
 )
 
 
+@pytest.mark.needs_sandbox
 async def test_the_next_step_on_default_network_tasks_reuses_their_sandboxes(tmp_path, eventually):
     names = ["a", "b"]
     step1 = dataset(
