@@ -168,7 +168,8 @@ async def test_the_python_api_leaves_no_job_directory_when_the_model_cannot_be_b
 
 
 CLOUD_CREDENTIALS = {
-    "modal": ("modal", ["MODAL_TOKEN_ID and MODAL_TOKEN_SECRET", "no-modal.toml"]),  # $MODAL_CONFIG_PATH
+    # the config file: $MODAL_CONFIG_PATH as the SDK read it when first imported (another test may have)
+    "modal": ("modal", ["MODAL_TOKEN_ID and MODAL_TOKEN_SECRET", "modal.toml"]),
     "e2b": ("e2b", ["E2B_API_KEY"]),
     "daytona": ("daytona", ["DAYTONA_API_KEY", "DAYTONA_JWT_TOKEN and DAYTONA_ORGANIZATION_ID", ".env"]),
 }

@@ -84,6 +84,7 @@ def test_doctor_on_an_80_column_terminal_wraps_and_cuts_nothing(monkeypatch):
         checks, "check_bwrap", lambda: checks.Check("bubblewrap", True, f"bubblewrap at {long_path}")
     )
     result = CliRunner().invoke(_app(), [], env={"COLUMNS": "80"})
-    assert "…" not in result.output
+    # no cell is cut by the table (a message evsys itself shortened at a word boundary says "… " there)
+    assert not [line for line in result.output.splitlines() if "…" in line and "… " not in line]
     folded = "".join(line.split("│")[3].strip() for line in result.output.splitlines() if line.count("│") > 3)
     assert long_path in folded  # the whole path is there, wrapped over lines

@@ -91,8 +91,8 @@ def test_jobs_diff_prints_per_task_deltas(jobs_dir):
     diff = json.loads(as_json.stdout)
     assert (diff["a"], diff["b"]) == ("oracle-job", "nop-job")
     assert sorted((t["task"], t["a"], t["b"], t["delta"]) for t in diff["tasks"]) == [
-        ("create-file", 1.0, 0.0, -1.0),
-        ("nop-must-fail", 1.0, 0.0, -1.0),
+        ("evsys/create-file", 1.0, 0.0, -1.0),
+        ("evsys/nop-must-fail", 1.0, 0.0, -1.0),
     ]
 
 

@@ -126,6 +126,11 @@ static int readonly_dev_nodes(void)
     return 0;
 }
 
+/* RLIMIT_NPROC to set, 0 for none. Set after the user namespace is made: the kernel caps a namespace's
+ * processes at its creator's RLIMIT_NPROC as it was then (counted for every uid inside, root and the
+ * machinery included), so set before, the limit would starve the agent of processes the daemon holds. */
+static unsigned long nproc_limit;
+
 static int setup_item(const char *item)
 {
     if (strncmp(item, "set=", 4) == 0 || strncmp(item, "try=", 4) == 0)
@@ -140,10 +145,9 @@ static int setup_item(const char *item)
     }
     if (strncmp(item, "join=", 5) == 0)
         return write_file(item + 5, "0") == 0 ? 0 : report("cannot join cgroup", item + 5);
-    if (strncmp(item, "nproc=", 6) == 0) {
-        struct rlimit nproc = {.rlim_cur = strtoul(item + 6, NULL, 10)};
-        nproc.rlim_max = nproc.rlim_cur;
-        return setrlimit(RLIMIT_NPROC, &nproc) == 0 ? 0 : report("cannot set RLIMIT_NPROC", item);
+    if (strncmp(item, "nproc=", 6) == 0) { /* set once in the sandbox's user namespace (setup_main) */
+        nproc_limit = strtoul(item + 6, NULL, 10);
+        return 0;
     }
     if (strcmp(item, "netns") == 0)
         return new_netns();
@@ -210,6 +214,9 @@ int setup_main(int argc, char **argv)
         return report("mount overlay on", merged);
     if (enter_owned_userns(uid) != 0)
         return report("cannot make the user namespace (owned by the agent uid) of", merged);
+    struct rlimit nproc = {.rlim_cur = nproc_limit, .rlim_max = nproc_limit};
+    if (nproc_limit && setrlimit(RLIMIT_NPROC, &nproc) != 0)
+        return report("cannot set RLIMIT_NPROC of", merged);
     fcntl(report_fd, F_SETFD, FD_CLOEXEC);
     execv(argv[k + 1], argv + k + 1);
     return report("cannot exec", argv[k + 1]);
