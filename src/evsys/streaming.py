@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from evsys.engine.job import Job
+from evsys.engine.spec import PlannedTrial
 from evsys.model.local.client import LocalModelClient
 from evsys.records import IntegrityPolicy, TrialResult
 from evsys.rollouts import RolloutPlan, plan_rollouts
@@ -75,6 +76,7 @@ class RolloutStream:
         self._max_staleness = max_staleness
         self._current_version = current_version
         self._done: dict[str, list[TrialResult]] = {}
+        self._planned: dict[str, list[PlannedTrial]] = {}
         self._queue: asyncio.Queue[TrajectoryGroup | None] = asyncio.Queue()
         self.job.on_trial_done = self._trial_done
 
@@ -109,12 +111,14 @@ class RolloutStream:
 
     def _trial_done(self, result: TrialResult) -> None:
         """Collect a finished trial; once every trial of its task has finished, queue the task's group."""
+        if not self._planned:  # the job's plan, by task, read once (the job has planned when a trial ends)
+            for planned in self.job.planned:
+                self._planned.setdefault(planned.config.task_name, []).append(planned)
         task = result.task_name
         done = self._done.setdefault(task, [])
         done.append(result)
-        planned = [p for p in self.job.planned if p.config.task_name == task]
-        if len(done) == len(planned):
-            self._queue.put_nowait(self._group(task, planned[0].task, done))
+        if len(done) == len(self._planned[task]):
+            self._queue.put_nowait(self._group(task, self._planned[task][0].task, done))
 
     def _group(self, task: str, loaded: Any, results: list[TrialResult]) -> TrajectoryGroup:
         prompt = loaded.instruction if loaded is not None else ""
