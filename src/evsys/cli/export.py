@@ -4,7 +4,7 @@ job directory."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -15,6 +15,9 @@ from evsys.cli.complete import (
     complete_integrity,
     complete_job_dir,
 )
+
+if TYPE_CHECKING:
+    from evsys.trajectory.export import ExportReport
 
 
 def export(
@@ -53,7 +56,7 @@ def export(
     """Export a job: RL rows (tokens, masks, logprobs, rewards, advantages, integrity findings), SFT chats,
     ATIF copies."""
     from evsys.trajectory.advantages import ADVANTAGE_METHODS
-    from evsys.trajectory.export import EXPORT_FORMATS, ExportError, export_job
+    from evsys.trajectory.export import EXPORT_FORMATS, ExportError, export_job_report
     from evsys.trajectory.integrity import INTEGRITY_POLICIES
     from evsys.util.literals import is_one_of
 
@@ -68,14 +71,21 @@ def export(
         err.print(f"[red]error:[/red] --integrity must be one of {', '.join(INTEGRITY_POLICIES)}")
         raise typer.Exit(2)
     try:
-        written = export_job(
+        report = export_job_report(
             job_dir, fmt, out, successful_only=successful_only, advantage=advantage, integrity=integrity
         )
     except (ExportError, ImportError) as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2) from None
-    Console(highlight=False, soft_wrap=True).print(f"wrote {len(written)} file(s) to {out}")
-    for path in written:
-        if path.stat().st_size == 0:
-            why = " (--successful-only: no trial ended without an error and with reward >= 1)"
-            err.print(f"[yellow]warning:[/] {path} holds no rows{why if successful_only else ''}")
+    _print_report(report, fmt, err)
+
+
+def _print_report(report: ExportReport, fmt: str, err: Console) -> None:
+    """How many rows went where; for none, a warning saying why."""
+    unit = "trajectory copies" if fmt == "atif" else "row(s)"
+    where = report.location
+    Console(highlight=False, soft_wrap=True).print(
+        f"wrote {report.rows} {unit} from {report.trials} trial(s) to {where}"
+    )
+    if report.rows == 0:
+        err.print(f"[yellow]warning:[/] {where} holds no rows ({report.why_empty})")

@@ -14,6 +14,7 @@ import importlib
 import io
 import json
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -274,10 +275,15 @@ def _atif_copy(trial_dir: Path) -> bytes:
     return json.dumps(data, ensure_ascii=False, indent=2).encode()
 
 
+def atif_dir(out_dir: Path) -> Path:
+    """Where the ATIF copies go: OUT/atif/, or OUT itself when it is named atif (`-o out/atif`)."""
+    return out_dir if out_dir.name == "atif" else out_dir / "atif"
+
+
 def _write_atif(job_dir: Path, out_dir: Path) -> list[Path]:
-    """One ATIF copy per trial in OUT/atif/, or in OUT itself when it is named atif (`-o out/atif`)."""
+    """One ATIF copy per trial with a trajectory, in `atif_dir(out_dir)`."""
     written = []
-    target_dir = out_dir if out_dir.name == "atif" else out_dir / "atif"
+    target_dir = atif_dir(out_dir)
     target_dir.mkdir(parents=True, exist_ok=True)
     for trial_dir in _trial_dirs(job_dir):
         if (trial_dir / "trajectory.json").is_file():
@@ -287,7 +293,24 @@ def _write_atif(job_dir: Path, out_dir: Path) -> list[Path]:
     return written
 
 
-def export_job(
+@dataclass
+class ExportReport:
+    """What an export wrote: its files, how many rows (for `atif`, trajectory copies) they hold out of how
+    many finished trials, and why there are none when there are none."""
+
+    files: list[Path]
+    rows: int
+    trials: int
+    why_empty: str | None = None
+    location: Path | None = None  # the one file written, or the directory of the ATIF copies
+
+
+def export_job(job_dir: Path | str, fmt: ExportFormat, out_dir: Path | str, **options: Any) -> list[Path]:
+    """The files `export_job_report(job_dir, fmt, out_dir, **options)` wrote."""
+    return export_job_report(job_dir, fmt, out_dir, **options).files
+
+
+def export_job_report(
     job_dir: Path | str,
     fmt: ExportFormat,
     out_dir: Path | str,
@@ -295,37 +318,73 @@ def export_job(
     successful_only: bool = False,
     advantage: AdvantageMethod = "mean",
     integrity: IntegrityPolicy | str = IntegrityPolicy.ZERO,
-) -> list[Path]:
+) -> ExportReport:
     """Export a job directory: `rl` -> rl.jsonl, `parquet` -> rl.parquet, `sft` -> sft.jsonl, `atif` -> atif/
     (OUT itself when named atif), `sequences` -> sequences.jsonl (one row per training sequence), `openenv` ->
     openenv.jsonl (one OpenEnv `TrainingTrace` per sample).
 
-    Rewards and advantages follow the `integrity` policy (zero | screen | flag). Returns the files written.
-    Raises ExportError for a directory that is not a job.
+    Rewards and advantages follow the `integrity` policy (zero | screen | flag). Returns what was written:
+    the files, their rows and, for none, why. Raises ExportError for a directory that is not a job.
     """
     job_dir, out_dir = Path(job_dir), Path(out_dir)
     if fmt not in EXPORT_FORMATS:
         raise ExportError(f"unknown export format {fmt!r}; choose one of {', '.join(EXPORT_FORMATS)}")
+    _make_out_dir(out_dir)
+    if fmt == "atif":
+        copies = _write_atif(job_dir, out_dir)
+        report = _report(copies, len(copies), len(_trial_dirs(job_dir)), fmt, successful_only)
+        report.location = atif_dir(out_dir)
+        return report
+    groups = load_job_groups(job_dir, advantage, integrity)
+    trials = sum(len(group.trajectories) for group in groups)
+    rows = _rows_of(fmt, groups, successful_only)
+    if fmt == "parquet":
+        written = _write_parquet(out_dir / "rl.parquet", rows)
+    else:
+        written = _write_jsonl(out_dir / f"{fmt}.jsonl", rows)
+    return _report([written], len(rows), trials, fmt, successful_only)
+
+
+def _make_out_dir(out_dir: Path) -> None:
     if out_dir.exists() and not out_dir.is_dir():
         raise ExportError(f"{out_dir} is a file: -o names the directory the export writes its files into")
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise ExportError(f"cannot create the output directory {out_dir}: {exc.strerror or exc}") from None
-    if fmt == "atif":
-        return _write_atif(job_dir, out_dir)
-    groups = load_job_groups(job_dir, advantage, integrity)
+
+
+def _rows_of(fmt: ExportFormat, groups: list[TrajectoryGroup], successful_only: bool) -> list[dict[str, Any]]:
+    """The rows of a row format (every format but `atif`)."""
     if fmt == "sft":
-        return [_write_jsonl(out_dir / "sft.jsonl", sft_rows(groups, successful_only=successful_only))]
+        return sft_rows(groups, successful_only=successful_only)
     if fmt in ("sequences", "openenv"):
         from evsys.trajectory.training_rows import openenv_traces, sequence_rows
 
-        rows_of = sequence_rows if fmt == "sequences" else openenv_traces
-        return [_write_jsonl(out_dir / f"{fmt}.jsonl", rows_of(groups))]
-    rows = rl_rows(groups)
-    if fmt == "rl":
-        return [_write_jsonl(out_dir / "rl.jsonl", rows)]
-    return [_write_parquet(out_dir / "rl.parquet", rows)]
+        return (sequence_rows if fmt == "sequences" else openenv_traces)(groups)
+    return rl_rows(groups)
+
+
+_WHY_EMPTY: dict[str, str] = {
+    "sft": "no trial has a model turn with text or tool calls to learn from (e.g. only oracle/nop trials)",
+    "sequences": "no trial recorded token ids (an agent without a model, or a provider that returns none)",
+    "openenv": "no trial recorded a model call with token ids",
+    "atif": "no trial has a trajectory.json",
+}
+
+
+def _report(files: list[Path], rows: int, trials: int, fmt: str, successful_only: bool) -> ExportReport:
+    """The export's report; for no rows, the reason (no finished trial, the filter, the format's need)."""
+    why = None
+    if rows == 0:
+        if trials == 0:
+            why = "the job has no finished trial (no result.json)"
+        elif fmt == "sft" and successful_only:
+            why = "--successful-only: no trial ended without an error and with reward >= 1"
+        else:
+            why = _WHY_EMPTY.get(fmt, "no trial left a row")
+    location = files[0] if len(files) == 1 else None
+    return ExportReport(files=files, rows=rows, trials=trials, why_empty=why, location=location)
 
 
 def to_hf_dataset(
