@@ -20,19 +20,23 @@ other samples score.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
 import re
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from evsys.model.base import Completion, Message, ModelClient, SamplingParams
 from evsys.verify.base import VerifierTimeoutError
+from evsys.verify.judge_log import JUDGE_LOG, JudgeCall, JudgeLog, current_judge_log
 from evsys.verify.rubric import Rubric, RubricObservation, record_warning
 
 DEFAULT_SCORE_PATTERN = r"(?i)score\s*[:=]?\s*\**\s*(-?\d+(?:\.\d+)?)"
 """Matches e.g. `Score: 7`, `score = 0.5`, `**Score:** 9`."""
 
 MAX_KEPT_WARNINGS = 1000
+CANCELLED = "cancelled: the verifier's time limit passed or the trial was cancelled"
 JUDGE_TIMEOUT_SEC = 60.0
 """How long one judge call (its request and any retries) may take by default."""
 
@@ -119,14 +123,30 @@ class LLMJudge(Rubric):
             ) from None
 
     async def forward(self, action: Any, observation: Any) -> float:
-        """Ask the model, parse the score from its reply, normalize it."""
+        """Ask the model, parse the score from its reply, normalize it; the call is recorded in the trial's
+        `verifier/judge.jsonl` (evsys.verify.judge_log) when the engine is recording."""
         messages: list[Message] = [{"role": "user", "content": self.render(action, observation)}]
         if self.system_prompt:
             messages.insert(0, {"role": "system", "content": self.system_prompt})
-        completion = await self._ask(messages)
+        call = JudgeCall(model=self._model_name(), messages=[dict(m) for m in messages])
+        started = time.perf_counter()
+        try:
+            completion = await self._ask(messages)
+        except asyncio.CancelledError:
+            _record_now(call, started, CANCELLED)
+            raise
+        except Exception as exc:
+            await _record(call, started, f"{type(exc).__name__}: {exc}")
+            raise
         self.last_reply = completion.text
         self.last_warning = None
-        return self.parse_score(completion.text)
+        score, call.raw_score, call.warning = self._score_of(completion.text)
+        call.reply, call.score = completion.text, score
+        await _record(call, started)
+        return score
+
+    def _model_name(self) -> str | None:
+        return self._model_spec or (self._client.model if self._client is not None else None)
 
     async def _ask(self, messages: list[Message]) -> Completion:
         """The judge model's reply, within `timeout_s` (else `JudgeTimeoutError`)."""
@@ -140,9 +160,14 @@ class LLMJudge(Rubric):
 
     def parse_score(self, reply: str) -> float:
         """The normalized score in `reply`, or the default score (with a warning) when there is none."""
+        return self._score_of(reply)[0]
+
+    def _score_of(self, reply: str) -> tuple[float, float | None, str | None]:
+        """(score, the raw number parsed or None, the warning this reply caused or None)."""
         matches = list(self.score_regex.finditer(reply or ""))
         if not matches:
-            return self._fallback(f"judge reply has no score matching {self.score_regex.pattern!r}", reply)
+            reason = f"judge reply has no score matching {self.score_regex.pattern!r}"
+            return self._fallback(reason, reply)
         match = matches[-1]
         text = match.group(1) if match.re.groups else match.group(0)
         try:
@@ -151,30 +176,59 @@ class LLMJudge(Rubric):
             return self._fallback(f"judge score {text!r} is not a number", reply)
         if not math.isfinite(raw):
             return self._fallback(f"judge score {text!r} is not finite", reply)
-        return self._normalize(raw)
+        score, warning = self._normalize(raw)
+        return score, raw, warning
 
-    def _normalize(self, raw: float) -> float:
+    def _normalize(self, raw: float) -> tuple[float, str | None]:
         if callable(self.normalize):
-            return float(self.normalize(raw))
+            return float(self.normalize(raw)), None
         if not self.normalize:
-            return raw
+            return raw, None
         low, high = self.score_range
+        warning = None
         if raw < low or raw > high:
-            self._warn(f"judge score {raw:g} is outside {low:g}-{high:g}; clamped")
+            warning = self._warn(f"judge score {raw:g} is outside {low:g}-{high:g}; clamped")
             raw = min(max(raw, low), high)
-        return (raw - low) / (high - low)
+        return (raw - low) / (high - low), warning
 
-    def _fallback(self, reason: str, reply: str) -> float:
+    def _fallback(self, reason: str, reply: str) -> tuple[float, None, str]:
         shown = (reply or "").strip().replace("\n", " ")
         shown = shown if len(shown) <= 200 else shown[:200] + "..."
-        self._warn(f"{reason}; used default score {self.default_score:g} (reply: {shown!r})")
-        return self.default_score
+        warning = self._warn(f"{reason}; used default score {self.default_score:g} (reply: {shown!r})")
+        return self.default_score, None, warning
 
-    def _warn(self, message: str) -> None:
+    def _warn(self, message: str) -> str:
         self.last_warning = message
         self.warnings.append(message)
         del self.warnings[:-MAX_KEPT_WARNINGS]
         record_warning(message)
+        return message
+
+
+def _finish(call: JudgeCall, started: float, error: str | None) -> JudgeLog | None:
+    """The open judge log (None when none is), `call` completed with its duration and error."""
+    log = current_judge_log()
+    if log is not None:
+        call.duration_sec, call.error = time.perf_counter() - started, error
+    return log
+
+
+async def _record(call: JudgeCall, started: float, error: str | None = None) -> None:
+    """Append `call` to the trial's judge log, when one is open; a failed write is a warning, not a score."""
+    log = _finish(call, started, error)
+    try:
+        if log is not None:
+            await log.append(call)
+    except OSError as exc:
+        record_warning(f"could not record a judge call in {JUDGE_LOG}: {exc}")
+
+
+def _record_now(call: JudgeCall, started: float, error: str) -> None:
+    """`_record` without waiting: for a call being cancelled."""
+    log = _finish(call, started, error)
+    with contextlib.suppress(OSError):
+        if log is not None:
+            log.append_now(call)
 
 
 def _template_fields(action: Any, observation: Any) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from evsys.task.models import Task
 from evsys.verify.base import VerifierError
 from evsys.verify.chain import LinkOutcome, VerifierChain, VerifyContext
 from evsys.verify.functions import completion_of
+from evsys.verify.judge_log import recording_judge_calls
 
 VERIFIER_GRACE_SEC = 30.0
 
@@ -72,18 +73,19 @@ async def run_in_sandbox(state: TrialState, chain: VerifierChain, vctx: VerifyCo
 
 async def score(state: TrialState, chain: VerifierChain, vctx: VerifyContext) -> None:
     """The chain's host-side half: rewards (or the failing link's error) onto the result, each function
-    link's reward / traceback file under verifier/ through the store, and a repository task's per-test
-    summary."""
+    link's reward / traceback file under verifier/ through the store, every LLM judge call in
+    verifier/judge.jsonl, and a repository task's per-test summary."""
     if not chain.links:  # a PromptTask: generation only
         state.result.reward = 0.0
         return
     trajectory = state.recorder.build() if state.recorder is not None else None
     state.scored_trajectory = trajectory  # saved as it was scored (the agent has finished)
     vctx.trajectory, vctx.completion = trajectory, completion_of(trajectory)
-    if chain.needs_sandbox:  # the verifier time is the tests' run, counted while they ran
-        outcome = await chain.verify(vctx)
-    else:
-        outcome = await state.timed("verifier", chain.verify(vctx))
+    async with recording_judge_calls(vctx.verifier_dir):  # every LLM judge call -> verifier/judge.jsonl
+        if chain.needs_sandbox:  # the verifier time is the tests' run, counted while they ran
+            outcome = await chain.verify(vctx)
+        else:
+            outcome = await state.timed("verifier", chain.verify(vctx))
     state.result.warnings.extend(vctx.warnings)
     state.result.integrity.extend(vctx.integrity)
     if state.is_repository_task:  # its grader wrote a per-test report
