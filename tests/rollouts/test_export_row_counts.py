@@ -3,48 +3,23 @@ file that holds nothing. The job directories are written by hand (no sandbox, no
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
+from handmade_jobs import make_job_dir, write_trial
 from typer.testing import CliRunner
 
 from evsys.cli.main import app
-from evsys.records import AgentInfo, FailureCause, TrialFailure, TrialResult
-from evsys.records.trajectory import TrajectoryRecorder
-
-
-def write_trial(job_dir: Path, name: str, reward: float | None, *, error: bool = False, text: str = "42"):
-    """One finished trial of task `q` with a trajectory whose model answered `text`."""
-    trial = job_dir / name
-    trial.mkdir(parents=True)
-    failure = TrialFailure(cause=FailureCause.AGENT_ERROR, message="boom") if error else None
-    result = TrialResult(
-        trial_name=name,
-        task_name="q",
-        task_path="/q",
-        dataset="d",
-        agent="loop",
-        attempt=1,
-        reward=reward,
-        rewards=None if reward is None else {"reward": reward},
-        failure=failure,
-    )
-    (trial / "result.json").write_text(result.model_dump_json())
-    recorder = TrajectoryRecorder(name, AgentInfo(name="loop"))
-    recorder.add("user", "What is 6*7?")
-    recorder.add("agent", text)
-    (trial / "trajectory.json").write_text(recorder.build().model_dump_json())
+from evsys.records import FailureCause, TrialFailure
 
 
 @pytest.fixture
 def job(tmp_path: Path) -> Path:
     """A job of two finished trials: one wrong answer (reward 0), one errored."""
-    job_dir = tmp_path / "job"
-    job_dir.mkdir()
-    (job_dir / "config.json").write_text("{}")
-    write_trial(job_dir, "q__1", 0.0, text="41")
-    write_trial(job_dir, "q__2", None, error=True)
+    job_dir = make_job_dir(tmp_path / "job")
+    write_trial(job_dir, "q__1", 0.0, answer="41")
+    failure = TrialFailure(cause=FailureCause.AGENT_ERROR, message="boom")
+    write_trial(job_dir, "q__2", None, answer="42", failure=failure.model_dump())
     return job_dir
 
 
@@ -73,9 +48,7 @@ def test_an_export_of_no_rows_says_so_and_why(job: Path, tmp_path: Path):
 
 
 def test_an_empty_job_exports_no_rows_naming_the_reason(tmp_path: Path):
-    job_dir = tmp_path / "empty"
-    job_dir.mkdir()
-    (job_dir / "config.json").write_text(json.dumps({}))
+    job_dir = make_job_dir(tmp_path / "empty")
     out = evsys("export", job_dir, "-f", "atif", "-o", tmp_path / "a")
     assert out.exit_code == 0, out.output
     assert "wrote 0 trajectory copies from 0 trial(s)" in out.stdout

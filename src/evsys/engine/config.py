@@ -257,6 +257,11 @@ class TrialConfig(BaseModel):
     keep_state_mb: int | None = Field(
         None, description="Keep the trial's final filesystem up to this many MB (the job's `keep_state_mb`)."
     )
+    group: str | None = Field(
+        None,
+        description="The group whose rewards this trial's are compared with, when not all of its task's: a "
+        "served episode's (the client's group_id, else its session's).",
+    )
 
 
 def selects_task(config: JobConfig, name: str) -> bool:

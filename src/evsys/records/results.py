@@ -111,6 +111,11 @@ class TrialResult(BaseModel):
         default_factory=list,
         description="What the trial tried against its grader (records/integrity.py); empty if honest.",
     )
+    group: str | None = Field(
+        None,
+        description="The group exports compare this trial's reward with (besides its task): a served "
+        "episode's client group or session; None for a job's own trials (grouped by task).",
+    )
     exception_file: str | None = Field(
         None,
         description="`exception.txt` when the traceback of an exception (the agent's or evsys's own) "

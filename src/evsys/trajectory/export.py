@@ -73,18 +73,18 @@ def load_job_groups(
     method: AdvantageMethod = "mean",
     integrity: IntegrityPolicy | str = IntegrityPolicy.ZERO,
 ) -> list[TrajectoryGroup]:
-    """Every finished trial of a job, grouped per (dataset, task) in task-name order, with advantages (rewards
-    under the `integrity` policy)."""
+    """Every finished trial of a job, grouped per (dataset, task, and for served episodes their client's
+    group) in that order, with advantages (rewards under the `integrity` policy)."""
     job_dir = Path(job_dir)
-    groups: dict[tuple[str, str], TrajectoryGroup] = {}
+    groups: dict[tuple[str, str, str], TrajectoryGroup] = {}
     for trial_dir in _trial_dirs(job_dir):
         try:
             result = TrialResult.model_validate_json((trial_dir / "result.json").read_bytes())
         except ValueError as exc:
             raise ExportError(f"{trial_dir / 'result.json'}: unreadable: {exc}") from None
-        key = (result.dataset, result.task_name)
+        key = (result.dataset, result.task_name, result.group or "")
         if key not in groups:
-            group_id = f"{job_dir.name}/{result.task_name}"
+            group_id = f"{job_dir.name}/{result.task_name}" + (f"/{result.group}" if result.group else "")
             groups[key] = TrajectoryGroup(group_id=group_id, task_id=result.task_name)
         trajectory = _read_trajectory(trial_dir / "trajectory.json")
         rollout = rollout_from_trial(result, trajectory, result.task_name, integrity)

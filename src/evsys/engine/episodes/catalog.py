@@ -94,12 +94,12 @@ class TaskCatalog:
         """Number the next episodes after `taken` (a job directory served before keeps its trials)."""
         self._counter = itertools.count(taken + 1)
 
-    def episode_spec(self, task: ServedTask) -> TrialSpec:
-        """A spec for a new episode of `task`, under a trial name no other episode of this server has."""
+    def episode_spec(self, task: ServedTask, group: str | None = None) -> TrialSpec:
+        """A spec for a new episode of `task` in `group`, under a trial name no other episode of this server
+        has."""
         n = next(self._counter)
-        config = task.spec.config.model_copy(
-            update={"trial_name": f"{slugify(short_name(task.name), max_len=80)}__served__{n}", "attempt": n}
-        )
+        name = f"{slugify(short_name(task.name), max_len=80)}__served__{n}"
+        config = task.spec.config.model_copy(update={"trial_name": name, "attempt": n, "group": group})
         return task.spec.model_copy(update={"config": config})
 
 

@@ -91,6 +91,13 @@ class ResetParams(BaseModel):
     seed: int | None = Field(None, ge=0)
     episode_id: str | None = Field(None, max_length=255)
     task: str | None = Field(None, max_length=255, description="A task's name; wins over `seed`.")
+    group_id: str | None = Field(
+        None,
+        min_length=1,
+        max_length=255,
+        description="The samples this episode is compared with (e.g. a GRPO group): episodes reset with the "
+        "same group_id form one group in exports; without one, the session's episodes form their own.",
+    )
 
 
 class ToolError(_Strict):

@@ -60,6 +60,8 @@ class Session:
 
     def __init__(self, service: ServeService, kind: str) -> None:
         self.id = secrets.token_urlsafe(24)
+        # the group of the session's episodes when reset names none (not the id: that one stays secret)
+        self.group = f"session-{secrets.token_hex(6)}"
         self.kind = kind
         self.service = service
         self.episode: Episode | None = None
@@ -80,7 +82,8 @@ class Session:
         self._end_episode("the client reset the session")
         if previous is not None:  # one sandbox per session: the left episode is verified and released first
             await previous.wait()
-        self.episode = self.service.new_episode(task, params.episode_id, max_steps)
+        group = params.group_id or self.group
+        self.episode = self.service.new_episode(task, params.episode_id, max_steps, group=group)
         try:
             return await self.episode.start()
         except BaseException:
@@ -207,9 +210,12 @@ class ServeService:
         """Episodes their client left that are still being verified and recorded (each holds a sandbox)."""
         return sum(1 for episode in self.episodes if episode.left_early)
 
-    def new_episode(self, task: Any, episode_id: str | None, max_steps: int | None = None) -> Episode:
-        """An episode of `task`, tracked until its trial is recorded."""
-        spec = self.catalog.episode_spec(task)
+    def new_episode(
+        self, task: Any, episode_id: str | None, max_steps: int | None = None, *, group: str | None = None
+    ) -> Episode:
+        """An episode of `task` in `group` (exports compare its reward only with its group's), tracked until
+        its trial is recorded."""
+        spec = self.catalog.episode_spec(task, group)
         limits = self.settings.limits
         if max_steps is not None:
             limits = replace(limits, max_steps=max_steps)

@@ -170,7 +170,9 @@ class EvsysEnvGroupBuilder(EnvGroupBuilder):
     async def make_envs(self) -> Sequence[Env]:
         """Start the group's episodes (sandboxes up, tools ready) and wrap each in the cookbook's env."""
         renderer = self.dataset.renderer()
-        fresh = [self.dataset.service.new_episode(self.task, None) for _ in range(self.group_size)]
+        group = f"tinker-{secrets.token_hex(6)}"  # the builder's envs, and only they, are one group
+        service = self.dataset.service
+        fresh = [service.new_episode(self.task, None, group=group) for _ in range(self.group_size)]
         self.episodes.extend(fresh)
         started = await asyncio.gather(*(e.start() for e in fresh), return_exceptions=True)
         failed = [r for r in started if isinstance(r, BaseException)]
