@@ -55,11 +55,12 @@ def test_bad_rows_fail_the_plan_naming_each_row(tmp_path: Path):
 
 
 async def test_a_python_task_without_a_model_fails_with_a_clear_message(tmp_path: Path):
+    """(The oracle answers a Python task with its reference answer: tests/cli/test_python_dataset_cli.py.)"""
     from evsys.engine.job import Job
 
     config = JobConfig(
         datasets=[REPO / "examples" / "math"],
-        agents=[AgentSpec(name="oracle")],
+        agents=[AgentSpec(name="nop")],
         jobs_dir=tmp_path,
         task_names=["math-000"],
     )

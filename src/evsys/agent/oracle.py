@@ -14,6 +14,7 @@ from evsys.sandbox.base import (
     Sandbox,
     SandboxError,
 )
+from evsys.task.python_manifest import REFERENCE_HINT
 from evsys.util.packing import pack_directory
 
 _OUTPUT = f"{AGENT_LOGS_DIR}/oracle.txt"  # all of solve.sh's output; the trajectory gets its last 64 KiB
@@ -73,3 +74,36 @@ class OracleAgent(Agent):
             "agent", message, metrics=StepMetrics(prompt_tokens=0, completion_tokens=0, cost_usd=0.0)
         )
         return AgentResult(usage=Usage(), metadata={"exit_code": result.exit_code})
+
+
+class MissingReferenceError(AgentError):
+    """A Python task without a reference answer: the oracle has nothing to answer (`task_invalid`)."""
+
+    failure_cause = FailureCause.TASK_INVALID
+
+
+class ReferenceAnswerAgent(Agent):
+    """The oracle of a Python task: answers with the task's reference answer (its `reference_answer`, from
+    the dataset's reference column), so the verifier is checked against a known-correct answer."""
+
+    name = "oracle"
+    model_use = "none"
+    version = "1.0"
+
+    def __init__(self, reference: str | None) -> None:
+        self.reference = reference
+
+    async def setup(self, sandbox: Sandbox | None, ctx: AgentContext) -> None:
+        """Nothing to install."""
+
+    async def run(self, instruction: str, sandbox: Sandbox | None, ctx: AgentContext) -> AgentResult:
+        """Record the prompt and the reference answer as the agent's final message."""
+        if self.reference is None:
+            raise MissingReferenceError(
+                f"Python task '{ctx.task.name}' has no reference answer for the oracle agent to give "
+                f"({REFERENCE_HINT})"
+            )
+        ctx.trajectory.add("user", instruction)
+        metrics = StepMetrics(prompt_tokens=0, completion_tokens=0, cost_usd=0.0)
+        ctx.trajectory.add("agent", self.reference, metrics=metrics)
+        return AgentResult(usage=Usage())

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.console import Console
 from rich.table import Table
 
 from evsys.cli.checks import console, fail
@@ -100,3 +101,40 @@ def download(
     registry = _registry(registry_path, registry_url)
     for name in names:
         typer.echo(fetch_dataset(registry, name, force=force))
+
+
+@datasets_app.command("show")
+def show(
+    path: Annotated[Path, typer.Argument(help="A Python-task dataset directory (with its dataset.toml).")],
+) -> None:
+    """Show a Python dataset: name, version, description, data file, tasks, verifier, reference column."""
+    from evsys.cli.checks import import_from_current_directory
+    from evsys.task.harbor_dataset import DatasetManifestError
+    from evsys.task.python import (
+        PythonTaskLoadError,
+        is_python_dataset,
+        load_python_tasks,
+        read_dataset_config,
+    )
+
+    try:
+        if not is_python_dataset(path):
+            raise fail(f"{path} is not a Python-task dataset (no dataset.toml with `[dataset] data`)")
+        import_from_current_directory()
+        manifest = read_dataset_config(path)
+        tasks = load_python_tasks(path)
+    except (DatasetManifestError, PythonTaskLoadError, OSError) as exc:
+        raise fail(str(exc)) from None
+    with_reference = sum(task.reference_answer is not None for task in tasks)
+    rows = {
+        "name": manifest.name or path.resolve().name,
+        "version": manifest.version or "-",
+        "description": manifest.description or "-",
+        "data": manifest.data,
+        "tasks": str(len(tasks)),
+        "verifier": manifest.verifier or "per row",
+        "reference": f"{manifest.reference or '-'} ({with_reference} of {len(tasks)} tasks have one)",
+    }
+    out = Console(highlight=False, soft_wrap=True)
+    for key, value in rows.items():
+        out.print(f"{key:<12}{shown(value)}")

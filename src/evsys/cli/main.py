@@ -41,7 +41,9 @@ app.add_typer(image_app, name="image", help="Build, list, inspect and prune task
 app.add_typer(model_app, name="model", help="Serve and inspect models.")
 app.add_typer(harness_app, name="harness", help="List and install agent harnesses (Claude Code, Codex, ...).")
 app.add_typer(
-    datasets_app, name="datasets", help="List and fetch datasets by name from a Harbor-format registry."
+    datasets_app,
+    name="datasets",
+    help="List and fetch datasets by name from a Harbor-format registry; show a Python dataset.",
 )
 app.add_typer(jobs_app, name="jobs", help="List, summarise and compare job directories.")
 trial_app.command("files", short_help="List, print or extract a trial's kept final filesystem.")(trial_files)

@@ -31,7 +31,11 @@ def check(
     ],
     oracle: Annotated[
         bool,
-        typer.Option("--oracle", help="Treat a missing solution/solve.sh as an error (the oracle needs it)."),
+        typer.Option(
+            "--oracle",
+            help="Task directories: a missing solution/solve.sh is an error (the oracle needs it). Python "
+            "datasets: each verifier scores the reference answer (expect 1) and an empty one (expect < 1).",
+        ),
     ] = False,
     strict: Annotated[
         bool,
@@ -46,7 +50,7 @@ def check(
     from evsys.task.loader import DatasetNotFoundError
 
     out = _console()
-    if _check_rows_or_python(path, out):
+    if _check_rows_or_python(path, out, oracle):
         return
     try:
         report = check_tasks(path, require_solution=oracle, strict=strict)
@@ -61,16 +65,22 @@ def check(
         f"{len(report.tasks)} task(s) checked: {len(report.tasks) - bad} ok, {bad} with errors; "
         f"{report.n_errors} error(s), {report.n_warnings} warning(s)"
     )
+    _conclude(out, summary, bad)
+
+
+def _conclude(out: Console, summary: str, bad: int) -> None:
+    """Print the summary (red when something is `bad`) and exit 1 when something is."""
     out.print(f"[{'red' if bad else 'green'}]{summary}[/]")
     if bad:
         raise typer.Exit(1)
 
 
-def _check_rows_or_python(path: Path, out: Console) -> bool:
-    """Check a rows file (SWE-bench style) or a Python dataset as `evsys run` would load it; False when
-    `path` is neither (a task directory or a dataset of them). Exits 1 when something is invalid."""
+def _check_rows_or_python(path: Path, out: Console, oracle: bool) -> bool:
+    """Check a rows file (SWE-bench style) or a Python dataset as `evsys run` would load it (with `oracle`,
+    its verifiers against the reference answers); False when `path` is neither (a task directory or a
+    dataset of them). Exits 1 when something is invalid."""
     from evsys.repo.rows import RepoRowsError, is_repo_dataset, load_repo_rows
-    from evsys.task.python import PythonTaskLoadError, is_python_dataset, load_python_tasks
+    from evsys.task.python import is_python_dataset
 
     if is_repo_dataset(path):
         try:
@@ -87,18 +97,49 @@ def _check_rows_or_python(path: Path, out: Console) -> bool:
             raise typer.Exit(1)
         return True
     if is_python_dataset(path):
-        from evsys.cli.checks import import_from_current_directory
-
-        import_from_current_directory()  # verifiers named as my_pkg.module:function, as `evsys run` does
-        try:
-            tasks = load_python_tasks(path)
-        except PythonTaskLoadError as exc:
-            out.print(f"[red]{_escape(str(exc))}[/red]")
-            out.print("[red]the Python dataset does not load[/]")
-            raise typer.Exit(1) from None
-        out.print(f"[green]{len(tasks)} Python task(s) loaded from {_escape(str(path))}[/]")
+        _check_python_dataset(path, out, oracle)
         return True
     return False
+
+
+def _check_python_dataset(path: Path, out: Console, oracle: bool) -> None:
+    """Load a Python dataset (its name, version and description shown); with `oracle`, check every
+    verifier against its task's reference answer and an empty answer. Exits 1 on a problem."""
+    from evsys.cli.checks import import_from_current_directory
+    from evsys.task.python import PythonTaskLoadError, load_python_tasks, read_dataset_config
+
+    import_from_current_directory()  # verifiers named as my_pkg.module:function, as `evsys run` does
+    try:
+        tasks = load_python_tasks(path)
+    except PythonTaskLoadError as exc:
+        out.print(f"[red]{_escape(str(exc))}[/red]")
+        out.print("[red]the Python dataset does not load[/]")
+        raise typer.Exit(1) from None
+    manifest = read_dataset_config(path)
+    label = (manifest.name or path.name) + (f" {manifest.version}" if manifest.version else "")
+    out.print(f"[green]{len(tasks)} Python task(s) loaded from {_escape(str(path))}[/] ({_escape(label)})")
+    if manifest.description:
+        out.print(_escape(manifest.description))
+    if oracle:
+        _check_references(tasks, out)
+
+
+def _check_references(tasks: list, out: Console) -> None:
+    """Each verifier on its reference answer (expect 1) and on an empty answer (expect < 1)."""
+    import asyncio
+
+    from evsys.verify.reference_check import check_reference_answers
+
+    checks = asyncio.run(check_reference_answers(tasks))
+    for check in checks:
+        for problem in check.problems:
+            out.print(f"[red]{_escape(check.task_id)}: {_escape(problem)}[/red]")
+    bad = sum(not check.ok for check in checks)
+    summary = (
+        f"{len(checks)} verifier(s) checked against their reference answers: {len(checks) - bad} ok, "
+        f"{bad} with problems"
+    )
+    _conclude(out, summary, bad)
 
 
 tasks_app.command("validate")(repo_tasks.validate)

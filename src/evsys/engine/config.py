@@ -257,6 +257,7 @@ class TrialConfig(BaseModel):
     keep_state_mb: int | None = Field(
         None, description="Keep the trial's final filesystem up to this many MB (the job's `keep_state_mb`)."
     )
+    dataset_version: str | None = Field(None, description="The dataset's version (a Python dataset's).")
     group: str | None = Field(
         None,
         description="The group whose rewards this trial's are compared with, when not all of its task's: a "

@@ -32,6 +32,7 @@ from evsys.task.loader import TaskLoadError, TaskSet, load_task, load_tasks
 from evsys.task.models import Task
 from evsys.task.python import (
     PromptTask,
+    PythonDatasetConfig,
     PythonTaskLoadError,
     VerifiedTask,
     is_python_dataset,
@@ -169,6 +170,27 @@ def _dataset_entries(path: Path, config: JobConfig, loaded: Mapping[Path, TaskSe
     return sorted(entries, key=lambda e: e[0])
 
 
+def _manifest(path: Path) -> PythonDatasetConfig | None:
+    """A Python dataset's dataset.toml (None for any other dataset, or one that does not parse)."""
+    try:
+        return read_dataset_config(path) if is_python_dataset(path) else None
+    except (DatasetManifestError, PythonTaskLoadError, OSError):
+        return None
+
+
+def dataset_label(path: Path) -> str:
+    """The dataset column of a dataset's trials: a Python dataset's dataset.toml `name`, else the
+    directory's name."""
+    manifest = _manifest(path)
+    return (manifest.name if manifest else None) or slugify(path.resolve().name)
+
+
+def dataset_version(path: Path) -> str | None:
+    """A Python dataset's dataset.toml `version` (None when it declares none)."""
+    manifest = _manifest(path)
+    return manifest.version if manifest else None
+
+
 def _sample_tasks(
     datasets: list[tuple[str, list[Entry]]], config: JobConfig
 ) -> list[tuple[str, list[Entry]]]:
@@ -245,7 +267,7 @@ def plan_trials(
         datasets = [(slugify(path.name), _python_entries(path, python_tasks, config))]
     else:
         datasets = [
-            (slugify(Path(p).resolve().name), _dataset_entries(Path(p), config, tasksets or {}))
+            (dataset_label(Path(p)), _dataset_entries(Path(p), config, tasksets or {}))
             for p in config.datasets
         ]
     if not any(entries for _, entries in datasets):
@@ -257,6 +279,7 @@ def plan_trials(
     datasets = _sample_tasks(datasets, config)
     task_slug = _task_slugger([name for _, entries in datasets for name, *_ in entries])
     slugs = _agent_slugs(config.agents)
+    versions = {dataset_label(Path(p)): dataset_version(Path(p)) for p in config.datasets}
     used: set[str] = set()
     planned: list[PlannedTrial] = []
     for attempt in range(1, config.n_attempts + 1):
@@ -269,6 +292,7 @@ def plan_trials(
                         task_name=name,
                         task_path=path,
                         dataset=label,
+                        dataset_version=versions.get(label),
                         agent=agent,
                         attempt=attempt,
                         not_runnable=failure.message if failure else None,

@@ -7,6 +7,7 @@
   `openai:` needs OPENAI_API_KEY), a local model path that exists (`model_is_path`), and (unless
   `probe_models=False`, or the provider says not to) a model server that accepts connections;
 - the sandbox backend: a known name, and for a cloud service its SDK and credentials;
+- the `oracle` agent on a Python dataset: every selected task has a reference answer to give;
 - the tasks: invalid task directories are listed (an error with `strict=True`), task warnings are reported.
 
 Problems raise `PreflightError`, whose lines say what to fix; what is only worth knowing comes back as
@@ -75,6 +76,7 @@ def preflight(config: JobConfig, *, probe_models: bool = True, strict: bool = Fa
         if agent.model is not None and talks_to_model(agent.name, agent.model):
             problems += check_model(agent.model, agent.base_url, probe=probe_models)
     problems += check_sandbox_backend(config.sandbox)
+    problems += check_reference_answers(config)
     report = PreflightReport()
     _check_tasks(config, report)
     if strict and report.invalid_tasks:
@@ -97,6 +99,34 @@ def check_agent(agent: AgentSpec) -> list[str]:
             f"agent '{agent.name}' needs a model: add -m provider:model (e.g. -m local, -m openai:gpt-4.1)"
         ]
     return []
+
+
+def check_reference_answers(config: JobConfig) -> list[str]:
+    """The `oracle` agent on a Python dataset answers with each task's reference answer: one line per
+    dataset whose selected tasks lack one (a dataset that does not load is left to planning, which names
+    its problems)."""
+    from evsys.agent.oracle import OracleAgent
+    from evsys.engine.config import selects_task
+    from evsys.task.python import is_python_dataset, load_python_tasks
+    from evsys.task.python_manifest import REFERENCE_HINT
+
+    if not any(agent.name == OracleAgent.name for agent in config.agents):
+        return []
+    problems = []
+    for path in config.datasets:
+        try:
+            if not is_python_dataset(Path(path)):
+                continue
+            tasks = [t for t in load_python_tasks(path) if selects_task(config, t.id)]
+        except (OSError, ValueError):
+            continue
+        missing = [task.id for task in tasks if task.reference_answer is None]
+        if missing:
+            problems.append(
+                f"-a oracle: {len(missing)} of the {len(tasks)} task(s) of the Python dataset {path} have no "
+                f"reference answer (e.g. {missing[0]!r}) for the oracle to give; {REFERENCE_HINT}"
+            )
+    return problems
 
 
 def check_model(model: str, base_url: str | None, *, probe: bool = True) -> list[str]:

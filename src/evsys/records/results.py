@@ -74,6 +74,7 @@ class TrialResult(BaseModel):
     task_name: str
     task_path: str
     dataset: str
+    dataset_version: str | None = Field(None, description="The dataset's version, when it declares one.")
     agent: str
     model: str | None = None
     attempt: int

@@ -6,7 +6,8 @@ directory (written with `save_to_disk`), a directory holding a `dataset.toml`, o
 Column mapping (full table in docs/rl.md; rename columns with `columns={"prompt": "question"}`): `id`
 (default `<file stem>-<position>`, unique), `prompt` (required), `verifier` (rows without one are
 `PromptTask`s), `data` (an object or a JSON-object string), `system_prompt`, `sandbox`, `tools`,
-`verifier_timeout_sec` (default `PYTHON_VERIFIER_TIMEOUT_SEC`); any other column is merged into `data`.
+`verifier_timeout_sec` (default `PYTHON_VERIFIER_TIMEOUT_SEC`), `reference_answer` (else the value of the
+column dataset.toml's `reference` names, which stays in `data`); any other column is merged into `data`.
 
 Nulls (Parquet/`datasets` fill missing values with them) count as absent. Either every row has a verifier
 or none does: a mix is almost always a mistake and is reported. Errors name the file, the row (for JSONL: the
@@ -20,17 +21,27 @@ from __future__ import annotations
 
 import json
 import re
-import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal, NoReturn
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticSerializationError, to_json
 
 from evsys.task.harbor_dataset import manifest_kind
 from evsys.task.loader import DatasetNotFoundError
+from evsys.task.python_manifest import (
+    DATASET_TOML,
+    PythonDatasetConfig,
+    PythonTaskLoadError,
+    RowProblem,
+    fail_file,
+    is_python_dataset,
+    read_dataset_config,
+    validation_problems,
+)
+from evsys.task.python_rows import read_rows
 from evsys.util.imports import import_module_or_file
 
 RESERVED_DATA_FIELDS = ("completion", "trajectory", "task", "rewards", "prompt")
@@ -45,11 +56,11 @@ TASK_FIELDS = (
     "sandbox",
     "tools",
     "verifier_timeout_sec",
+    "reference_answer",
 )
 PYTHON_VERIFIER_TIMEOUT_SEC = 120.0
 """A Python task's verifier (function, rubric, LLM judge) gets this long unless the task, its dataset.toml
 or `run_rollouts(verifier_timeout_sec=)` says otherwise; past it the trial is `verifier_timeout`."""
-DATASET_TOML = "dataset.toml"
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -67,6 +78,16 @@ class _PythonTaskBase(BaseModel):
     verifier_timeout_sec: float | None = Field(
         None, gt=0, description="Limit for the verifier; None: PYTHON_VERIFIER_TIMEOUT_SEC."
     )
+    reference_answer: str | None = Field(
+        None,
+        description="A correct answer (a number is read as its text): what the `oracle` agent answers and "
+        "`evsys tasks check --oracle` expects the verifier to score 1.",
+    )
+
+    @field_validator("reference_answer", mode="before")
+    @classmethod
+    def _answer_text(cls, value: Any) -> Any:
+        return reference_text(value)
 
     @field_validator("id", "prompt")
     @classmethod
@@ -98,6 +119,19 @@ class _PythonTaskBase(BaseModel):
         return self
 
 
+def reference_text(value: Any) -> Any:
+    """A reference answer as the text an agent would answer: a number's `str`, an object's JSON; text and
+    None as they are."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool | int | float):
+        return str(value)
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):
+        return value  # left to the field's own error
+
+
 class VerifiedTask(_PythonTaskBase):
     """A prompt scored by a verifier function (registered name or `pkg.mod:fn` import path) over `data`."""
 
@@ -112,154 +146,6 @@ class PromptTask(_PythonTaskBase):
 
 
 PythonTask = Annotated[VerifiedTask | PromptTask, Field(discriminator="kind")]
-
-
-class RowProblem(BaseModel):
-    """One thing wrong with one row of a task dataset."""
-
-    file: str
-    row: int | None = None
-    field: str | None = None
-    message: str
-
-    def __str__(self) -> str:
-        where = self.file + (f": row {self.row}" if self.row is not None else "")
-        return f"{where}: {self.field}: {self.message}" if self.field else f"{where}: {self.message}"
-
-
-class PythonTaskLoadError(ValueError):
-    """A dataset with bad rows; `problems` lists every one, `str()` shows them one per line."""
-
-    def __init__(self, problems: list[RowProblem]) -> None:
-        self.problems = list(problems)
-        shown = [str(p) for p in self.problems[:20]]
-        if len(self.problems) > 20:
-            shown.append(f"... and {len(self.problems) - 20} more problems")
-        super().__init__("\n".join(shown))
-
-
-class PythonDatasetConfig(BaseModel):
-    """The `[dataset]` table of a `dataset.toml`: the data file, the verifier module, defaults for rows."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    name: str | None = None
-    data: str = Field(description="The data file or datasets directory, relative to dataset.toml.")
-    verifier_module: str | None = Field(None, description="A .py file (relative) or a dotted module.")
-    verifier: str | None = Field(None, description="Default verifier for rows without a verifier column.")
-    system_prompt: str | None = None
-    sandbox: bool | None = None
-    tools: list[str] | None = None
-    verifier_timeout_sec: float | None = Field(None, gt=0, description="Default verifier limit for rows.")
-    split: str | None = Field(None, description="Split of a saved DatasetDict.")
-    columns: dict[str, str] = Field(default_factory=dict, description="evsys field -> column name.")
-
-
-class _DatasetFile(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    dataset: PythonDatasetConfig
-
-
-def is_python_dataset(path: Path | str) -> bool:
-    """True when `path` is a directory with evsys's own `dataset.toml` (not a Harbor dataset manifest):
-    `evsys run <dir>` loads it as Python tasks. A `dataset.toml` of neither form raises
-    `DatasetManifestError`."""
-    return manifest_kind(path) == "python"
-
-
-def read_dataset_config(path: Path | str) -> PythonDatasetConfig:
-    """Parse a `dataset.toml` (or the one in directory `path`); errors name the file and the field."""
-    file = Path(path)
-    file = file / DATASET_TOML if file.is_dir() else file
-    try:
-        raw = tomllib.loads(file.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise DatasetNotFoundError(f"{file}: no such file") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
-        _fail(file, f"invalid TOML: {exc}")
-    try:
-        return _DatasetFile.model_validate(raw).dataset
-    except ValidationError as exc:
-        raise PythonTaskLoadError(_validation_problems(exc, str(file), None)) from None
-
-
-def _validation_problems(exc: ValidationError, file: str, row: int | None) -> list[RowProblem]:
-    return [
-        RowProblem(file=file, row=row, field=".".join(map(str, err["loc"])) or None, message=err["msg"])
-        for err in exc.errors()
-    ]
-
-
-def _fail(file: Path | str, message: str, field: str | None = None) -> NoReturn:
-    """Raise a PythonTaskLoadError with one problem about the whole file."""
-    raise PythonTaskLoadError([RowProblem(file=str(file), field=field, message=message)])
-
-
-def _rl_import(module: str, what: str) -> Any:
-    try:
-        return __import__(module, fromlist=["_"])
-    except ImportError:
-        raise ImportError(
-            f"{what} needs the `{module.split('.')[0]}` package: pip install 'evsys[rl]'"
-        ) from None
-
-
-def _read_jsonl(path: Path) -> Iterable[tuple[int, Any]]:
-    """(line number, row) for every non-blank line; bad JSON yields a RowProblem in place of the row."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as exc:
-        _fail(path, f"is not UTF-8 text ({exc.reason} at byte {exc.start})")
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        try:
-            yield number, json.loads(line)
-        except json.JSONDecodeError as exc:
-            yield number, RowProblem(file=str(path), row=number, message=f"invalid JSON: {exc.msg}")
-
-
-def _read_parquet(path: Path) -> Iterable[tuple[int, Any]]:
-    parquet = _rl_import("pyarrow.parquet", "reading Parquet")
-    try:
-        table = parquet.read_table(path)
-    except Exception as exc:
-        _fail(path, f"unreadable Parquet: {exc}")
-    return enumerate(table.to_pylist(), start=1)
-
-
-def _read_hf_dir(path: Path, split: str | None) -> Iterable[tuple[int, Any]]:
-    datasets = _rl_import("datasets", "reading a saved datasets directory")
-    try:
-        loaded = datasets.load_from_disk(str(path))
-    except Exception as exc:
-        _fail(path, f"unreadable datasets directory: {exc}")
-    if isinstance(loaded, datasets.DatasetDict):
-        splits = list(loaded.keys())
-        if split is None and len(splits) != 1:
-            _fail(path, f"holds splits {', '.join(splits)}; choose one with split=", "split")
-        chosen = split or splits[0]
-        if chosen not in loaded:
-            _fail(path, f"no split {chosen!r}; available: {', '.join(splits)}", "split")
-        loaded = loaded[chosen]
-    return enumerate(loaded, start=1)
-
-
-def _is_hf_dir(path: Path) -> bool:
-    return any((path / name).is_file() for name in ("dataset_info.json", "state.json", "dataset_dict.json"))
-
-
-def _read_source(path: Path, split: str | None) -> Iterable[tuple[int, Any]]:
-    if path.is_dir():
-        if _is_hf_dir(path):
-            return _read_hf_dir(path, split)
-        _fail(path, "is neither a saved datasets directory nor has a dataset.toml")
-    suffix = path.suffix.lower()
-    if suffix in (".jsonl", ".ndjson"):
-        return _read_jsonl(path)
-    if suffix in (".parquet", ".pq"):
-        return _read_parquet(path)
-    _fail(path, f"unsupported file type {suffix or '(none)'!r}; use .jsonl, .parquet or a datasets directory")
 
 
 def _split_row(row: Mapping[str, Any], columns: Mapping[str, str]) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -303,6 +189,7 @@ class _Source:
     stem: str
     columns: Mapping[str, str]
     defaults: dict[str, Any]  # values a row gets when it lacks the column
+    reference: str | None = None  # the data column holding the rows' reference answers
 
 
 def _row_task(
@@ -320,6 +207,8 @@ def _row_task(
     except ValueError as exc:
         return [RowProblem(file=file, row=number, field=columns.get("data", "data"), message=str(exc))]
     fields.setdefault("id", f"{src.stem}-{position}")
+    if src.reference and fields["data"].get(src.reference) is not None:
+        fields.setdefault("reference_answer", fields["data"][src.reference])
     if isinstance(fields["id"], int) and not isinstance(fields["id"], bool):
         fields["id"] = str(fields["id"])
     for name, value in src.defaults.items():
@@ -329,7 +218,7 @@ def _row_task(
     try:
         return model.model_validate(fields)
     except ValidationError as exc:
-        problems = _validation_problems(exc, file, number)
+        problems = validation_problems(exc, file, number)
         for problem in problems:
             if problem.field:
                 head, _, rest = problem.field.partition(".")
@@ -392,7 +281,7 @@ def _apply_config(config: PythonDatasetConfig, base: Path) -> None:
             import_module_or_file(config.verifier_module, base_dir=base)
         except Exception as exc:
             message = f"cannot import {config.verifier_module!r}: {type(exc).__name__}: {exc}"
-            _fail(base / DATASET_TOML, message, "dataset.verifier_module")
+            fail_file(base / DATASET_TOML, message, "dataset.verifier_module")
 
 
 def load_python_tasks(
@@ -402,23 +291,25 @@ def load_python_tasks(
     system_prompt: str | None = None,
     columns: Mapping[str, str] | None = None,
     split: str | None = None,
+    reference: str | None = None,
 ) -> list[VerifiedTask | PromptTask]:
     """Load Python tasks from a file, a directory, or dict rows (column mapping: module docstring).
 
     `verifier` and `system_prompt` are defaults for rows without those columns (they beat dataset.toml's);
-    `columns` maps evsys field names to the dataset's column names; `split` picks a split of a DatasetDict.
+    `columns` maps evsys field names to the dataset's column names; `split` picks a split of a DatasetDict;
+    `reference` names the column holding the reference answers (beats dataset.toml's `reference`).
     Raises `PythonTaskLoadError` listing every bad row, `DatasetNotFoundError` for a missing path.
     """
     if isinstance(source, str | Path):
-        return _load_path(Path(source), verifier, system_prompt, columns, split)
+        return _load_path(Path(source), verifier, system_prompt, columns, split, reference)
     if isinstance(source, Mapping):
-        _fail("<rows>", "expected an iterable of rows (dicts), got a single dict")
+        fail_file("<rows>", "expected an iterable of rows (dicts), got a single dict")
     records: Iterable[Mapping[str, Any]] = source
     if hasattr(source, "columns") and hasattr(source, "to_dict"):  # a pandas DataFrame
         records = source.to_dict(orient="records")
     rows = ((i, row) for i, row in enumerate(records, start=1))
     defaults = {"verifier": verifier, "system_prompt": system_prompt}
-    return _convert(rows, _Source("<rows>", "item", dict(columns or {}), defaults))
+    return _convert(rows, _Source("<rows>", "item", dict(columns or {}), defaults, reference))
 
 
 def _load_path(
@@ -427,6 +318,7 @@ def _load_path(
     system_prompt: str | None,
     columns: Mapping[str, str] | None,
     split: str | None,
+    reference: str | None = None,
 ) -> list[VerifiedTask | PromptTask]:
     """Load from a path: a dataset.toml directory (or a file it names) applies its configuration first."""
     if not path.exists():
@@ -437,12 +329,31 @@ def _load_path(
         _apply_config(config, base)
         data_path = base / config.data
         if not data_path.exists():
-            _fail(base / DATASET_TOML, f"{data_path} does not exist", "dataset.data")
+            fail_file(base / DATASET_TOML, f"{data_path} does not exist", "dataset.data")
         path = data_path
     defaults = {"verifier": verifier, "system_prompt": system_prompt}  # explicit arguments beat dataset.toml
     if config is not None:
         for name in ("verifier", "system_prompt", "sandbox", "tools", "verifier_timeout_sec"):
             defaults[name] = defaults.get(name) or getattr(config, name)
     merged_columns = {**(config.columns if config else {}), **dict(columns or {})}
-    rows = _read_source(path, split or (config.split if config else None))
-    return _convert(rows, _Source(str(path), path.stem, merged_columns, defaults))
+    rows = read_rows(path, split or (config.split if config else None))
+    reference = reference or (config.reference if config else None)
+    return _convert(rows, _Source(str(path), path.stem, merged_columns, defaults, reference))
+
+
+__all__ = [
+    "DATASET_TOML",
+    "PYTHON_VERIFIER_TIMEOUT_SEC",
+    "RESERVED_DATA_FIELDS",
+    "TASK_FIELDS",
+    "PromptTask",
+    "PythonDatasetConfig",
+    "PythonTask",
+    "PythonTaskLoadError",
+    "RowProblem",
+    "VerifiedTask",
+    "is_python_dataset",
+    "load_python_tasks",
+    "read_dataset_config",
+    "reference_text",
+]

@@ -20,8 +20,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from evsys.agent.base import Agent, AgentContext, AgentResult
+from evsys.agent.oracle import OracleAgent, ReferenceAnswerAgent
 from evsys.agent.registry import resolve_agent
 from evsys.agent.single_turn import SingleTurnAgent
+from evsys.engine.spec import TrialSpec
 from evsys.engine.trial.state import TrialState, describe_exception
 from evsys.records import AgentInfo, FailureCause, SandboxSpec
 from evsys.sandbox.base import SandboxError
@@ -65,10 +67,19 @@ def trial_kwargs(state: TrialState) -> dict[str, Any]:
     return kwargs
 
 
+def answers_with_reference(spec: TrialSpec) -> bool:
+    """True for the `oracle` agent on a Python task: it answers with the task's reference answer (no model,
+    no sandbox)."""
+    return spec.python_task is not None and spec.config.agent.name == OracleAgent.name
+
+
 def trial_agent(state: TrialState) -> Agent:
-    """The agent of the trial: `SingleTurnAgent` for a Python task without a sandbox, else the named one;
-    either with the trial's kwargs (`trial_kwargs`)."""
+    """The agent of the trial: the reference answer for `oracle` on a Python task, `SingleTurnAgent` for a
+    Python task without a sandbox, else the named one; with the trial's kwargs (`trial_kwargs`)."""
     agent, kwargs = state.config.agent, trial_kwargs(state)
+    python_task = state.spec.python_task
+    if python_task is not None and answers_with_reference(state.spec):
+        return ReferenceAnswerAgent(python_task.reference_answer)
     if not state.uses_sandbox:
         return SingleTurnAgent(**kwargs)
     return resolve_agent(agent.name, kwargs)

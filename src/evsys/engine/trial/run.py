@@ -33,6 +33,7 @@ from evsys.engine.spec import TrialSpec
 from evsys.engine.store import JobStore
 from evsys.engine.trial.agent import (
     agent_info,
+    answers_with_reference,
     begin_early,
     end_early,
     prepare_sandbox,
@@ -81,7 +82,9 @@ class Trial:
             # a pool that keeps nothing: every sandbox is started and stopped
             slots=slots or SlotPool.for_backend(spec.sandbox, max_idle=0),
             task=task,
-            uses_sandbox=agent is not None or python_task is None or python_task.sandbox,
+            uses_sandbox=agent is not None
+            or python_task is None
+            or (python_task.sandbox and not answers_with_reference(spec)),
             model_client=model_client,
             on_event=on_event,
         )

@@ -54,6 +54,7 @@ def new_result(spec: TrialSpec, task: Task | None) -> TrialResult:
         task_name=cfg.task_name,
         task_path=str(cfg.task_path),
         dataset=cfg.dataset,
+        dataset_version=cfg.dataset_version,
         agent=cfg.agent.name,
         model=cfg.agent.model,
         attempt=cfg.attempt,
