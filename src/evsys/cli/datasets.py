@@ -107,7 +107,7 @@ def download(
 def show(
     path: Annotated[Path, typer.Argument(help="A Python-task dataset directory (with its dataset.toml).")],
 ) -> None:
-    """Show a Python dataset: name, version, description, data file, tasks, verifier, reference column."""
+    """Show a Python dataset: its name, version, description, tasks and references."""
     from evsys.cli.checks import import_from_current_directory
     from evsys.task.harbor_dataset import DatasetManifestError
     from evsys.task.python import (

@@ -43,7 +43,7 @@ app.add_typer(harness_app, name="harness", help="List and install agent harnesse
 app.add_typer(
     datasets_app,
     name="datasets",
-    help="List and fetch datasets by name from a Harbor-format registry; show a Python dataset.",
+    help="List and fetch registry datasets by name; show a Python dataset.",
 )
 app.add_typer(jobs_app, name="jobs", help="List, summarise and compare job directories.")
 trial_app.command("files", short_help="List, print or extract a trial's kept final filesystem.")(trial_files)
