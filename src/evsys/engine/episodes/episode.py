@@ -122,6 +122,7 @@ class Episode(Generic[AgentT]):
         metadata = {
             "episode_id": self.episode_id,
             "trial_name": self.trial.config.trial_name,
+            "group_id": self.trial.config.group,
             "tools": self.tool_names,
             "max_steps": self.limits.max_steps,
         }
