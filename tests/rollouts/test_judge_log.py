@@ -70,9 +70,12 @@ async def test_a_judge_that_timed_out_is_recorded_with_its_error(tmp_path: Path,
 async def test_a_judge_log_copied_out_of_the_sandbox_is_moved_aside(tmp_path: Path):
     forged = '{"score": 1.0}\n'
     (tmp_path / "judge.jsonl").write_text(forged)
-    judge = LLMJudge("{action} Score?", ScriptedModelClient("Score: 2"))
+    async with recording_judge_calls(tmp_path):  # no judge called: a task's own file is left alone
+        pass
+    assert (tmp_path / "judge.jsonl").read_text() == forged
+    judge = LLMJudge("{action} Score?", ScriptedModelClient("Score: 2", "Score: 4"))
     async with recording_judge_calls(tmp_path):
-        await judge("x", {})
+        await asyncio.gather(judge("x", {}), judge("y", {}))
     assert (tmp_path / "judge.from-sandbox.jsonl").read_text() == forged
-    [line] = (tmp_path / "judge.jsonl").read_text().splitlines()
-    assert json.loads(line)["score"] == 0.2
+    lines = (tmp_path / "judge.jsonl").read_text().splitlines()
+    assert sorted(json.loads(line)["score"] for line in lines) == [0.2, 0.4]

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import contextvars
 import os
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -40,10 +41,14 @@ class JudgeCall(BaseModel):
 
 
 class JudgeLog:
-    """Appends `JudgeCall`s as JSON lines to one file (created on the first call)."""
+    """Appends `JudgeCall`s as JSON lines to one file, created on the first call. A file of that name that
+    was there before (copied out of the sandbox's /logs/verifier: not evsys's record) is then moved aside to
+    `judge.from-sandbox.jsonl`; when no judge is called it is left as it is."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._lock = threading.Lock()  # appends run in worker threads
+        self._started = False
 
     async def append(self, call: JudgeCall) -> None:
         """Write `call` as one line, in a worker thread (the event loop never waits on the disk)."""
@@ -52,7 +57,11 @@ class JudgeLog:
     def append_now(self, call: JudgeCall) -> None:
         """Write `call` as one line now (for a call being cancelled, which cannot wait for a thread)."""
         line = (call.model_dump_json() + "\n").encode()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self._lock:
+            if not self._started:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                _move_aside(self.path)
+                self._started = True
         fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, 0o644)
         try:
             os.write(fd, line)
@@ -72,11 +81,8 @@ def current_judge_log() -> JudgeLog | None:
 
 @contextlib.asynccontextmanager
 async def recording_judge_calls(verifier_dir: Path) -> AsyncIterator[JudgeLog]:
-    """Judge calls inside this scope are appended to `verifier_dir/judge.jsonl`. A file of that name already
-    there (copied out of the sandbox: not evsys's record) is moved aside to `judge.from-sandbox.jsonl`."""
-    path = verifier_dir / JUDGE_LOG
-    await asyncio.to_thread(_move_aside, path)
-    log = JudgeLog(path)
+    """Judge calls inside this scope are appended to `verifier_dir/judge.jsonl` (see `JudgeLog`)."""
+    log = JudgeLog(verifier_dir / JUDGE_LOG)
     token = _CURRENT_LOG.set(log)
     try:
         yield log
