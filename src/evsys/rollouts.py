@@ -32,10 +32,12 @@ from typing import Any, ParamSpec
 
 from pydantic import BaseModel
 
+from evsys.agent.oracle import OracleAgent
 from evsys.agent.registry import agent_plugin
 from evsys.engine.config import AgentSpec, ExecutorSpec, JobConfig
 from evsys.engine.executors.base import executor_class
 from evsys.engine.job import Job
+from evsys.engine.preflight import missing_references
 from evsys.engine.sources import resolve_tasks
 from evsys.engine.spec import PlannedTrial
 from evsys.records import FailureCause, IntegrityPolicy, JobResult
@@ -252,6 +254,8 @@ async def plan_rollouts(
     if source.rows:
         return await plan_repo_rollouts(source.rows, disk, scoring)
     tasks = prepare_tasks(source.memory, outcome_reward=outcome_reward, sandbox=sandbox)
+    if spec.name == OracleAgent.name and (problem := missing_references(tasks, "items")):
+        raise ValueError(f"agent='oracle': {problem}")
     dataset = await asyncio.to_thread(save_tasks, tasks, root / name / TASKS_DIR)
     config = JobConfig(
         datasets=[dataset],

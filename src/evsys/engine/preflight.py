@@ -19,16 +19,19 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from evsys.agent.registry import talks_to_model
 from evsys.engine.config import AgentSpec, JobConfig
 from evsys.task.loader import TaskSet
+
+if TYPE_CHECKING:
+    from evsys.task.python import PromptTask, VerifiedTask
 
 PROBE_TIMEOUT_SEC = 2.0
 DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -108,7 +111,6 @@ def check_reference_answers(config: JobConfig) -> list[str]:
     from evsys.agent.oracle import OracleAgent
     from evsys.engine.config import selects_task
     from evsys.task.python import is_python_dataset, load_python_tasks
-    from evsys.task.python_manifest import REFERENCE_HINT
 
     if not any(agent.name == OracleAgent.name for agent in config.agents):
         return []
@@ -120,13 +122,22 @@ def check_reference_answers(config: JobConfig) -> list[str]:
             tasks = [t for t in load_python_tasks(path) if selects_task(config, t.id)]
         except (OSError, ValueError):
             continue
-        missing = [task.id for task in tasks if task.reference_answer is None]
-        if missing:
-            problems.append(
-                f"-a oracle: {len(missing)} of the {len(tasks)} task(s) of the Python dataset {path} have no "
-                f"reference answer (e.g. {missing[0]!r}) for the oracle to give; {REFERENCE_HINT}"
-            )
+        problem = missing_references(tasks, f"the Python dataset {path}")
+        problems += [f"-a oracle: {problem}"] if problem else []
     return problems
+
+
+def missing_references(tasks: Sequence[VerifiedTask | PromptTask], where: str) -> str | None:
+    """Why the oracle cannot answer `tasks` (some have no reference answer), or None when it can."""
+    from evsys.task.python_manifest import REFERENCE_HINT
+
+    missing = [task.id for task in tasks if task.reference_answer is None]
+    if not missing:
+        return None
+    return (
+        f"{len(missing)} of the {len(tasks)} task(s) of {where} have no reference answer (e.g. "
+        f"{missing[0]!r}) for the oracle to give; {REFERENCE_HINT}"
+    )
 
 
 def check_model(model: str, base_url: str | None, *, probe: bool = True) -> list[str]:
