@@ -29,6 +29,7 @@ from typing import Any
 from evsys.agent.base import Agent, AgentContext
 from evsys.agent.registry import AgentNotFoundError
 from evsys.engine.config import TrialConfig
+from evsys.engine.image_services import ImageServices
 from evsys.engine.spec import TrialSpec
 from evsys.engine.store import JobStore
 from evsys.engine.trial.agent import (
@@ -71,6 +72,7 @@ class Trial:
         on_event: Callable[[dict[str, Any]], None] | None = None,
         slots: SlotPool | None = None,
         agent: Agent | None = None,
+        images: ImageServices | None = None,
     ) -> None:
         python_task = spec.python_task
         self.agent = agent
@@ -84,6 +86,7 @@ class Trial:
             uses_sandbox=agent is not None or python_task is None or python_task.sandbox,
             model_client=model_client,
             on_event=on_event,
+            images=images or ImageServices(),
         )
 
     @property
