@@ -115,12 +115,6 @@ def subtree(path: list[str]) -> KeyTree | None:
     return tree
 
 
-def is_harbor_key(path: list[str]) -> bool:
-    """True when the dotted key `path` is defined by Harbor's schema."""
-    parent = subtree(path[:-1])
-    return parent is not None and path[-1] in parent
-
-
 def not_applied_reason(dotted: str) -> str | None:
     """What evsys does not apply yet when `dotted` is set (None: evsys applies it, or it only describes)."""
     return NOT_APPLIED.get(dotted)
