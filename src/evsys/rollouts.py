@@ -39,6 +39,7 @@ from evsys.engine.job import Job
 from evsys.engine.sources import resolve_tasks
 from evsys.engine.spec import PlannedTrial
 from evsys.records import (
+    AdvantageMethod,
     FailureCause,
     IntegrityPolicy,
     JobResult,
@@ -49,7 +50,7 @@ from evsys.records import (
 from evsys.repo.rows import RepoTask
 from evsys.sandbox.slots import SlotPool
 from evsys.task.python import TASK_FIELDS, PromptTask, VerifiedTask, load_python_tasks
-from evsys.trajectory.advantages import ADVANTAGE_METHODS, AdvantageMethod
+from evsys.trajectory.advantages import ADVANTAGE_METHODS
 from evsys.trajectory.groups import finalize_group, rollout_from_trial
 from evsys.trajectory.integrity import integrity_policy
 from evsys.util.atomic import write_text_atomic

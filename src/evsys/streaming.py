@@ -39,9 +39,8 @@ from typing import Any
 from evsys.engine.job import Job
 from evsys.engine.spec import PlannedTrial
 from evsys.model.local.client import LocalModelClient
-from evsys.records import IntegrityPolicy, TrajectoryGroup, TrialResult
+from evsys.records import AdvantageMethod, IntegrityPolicy, TrajectoryGroup, TrialResult
 from evsys.rollouts import RolloutPlan, plan_rollouts
-from evsys.trajectory.advantages import AdvantageMethod
 from evsys.trajectory.groups import finalize_group, oldest_version, rollout_from_trial
 from evsys.trajectory.integrity import integrity_policy
 

@@ -17,8 +17,14 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from evsys.records import IntegrityPolicy, RolloutTrajectory, Trajectory, TrajectoryGroup, TrialResult
-from evsys.trajectory.advantages import AdvantageMethod
+from evsys.records import (
+    AdvantageMethod,
+    IntegrityPolicy,
+    RolloutTrajectory,
+    Trajectory,
+    TrajectoryGroup,
+    TrialResult,
+)
 from evsys.trajectory.groups import finalize_group, integrity_columns, rollout_from_trial
 from evsys.util.atomic import write_bytes_atomic, write_text_atomic
 
