@@ -106,11 +106,10 @@ def base_env() -> dict[str, str]:
 
 async def load_base(host: str) -> None:
     """The tasks' base image, as evsys has it (pulled or synthesised), loaded into the daemon at `host`."""
-    from evsys.engine.environment import image_service
-
+    from evsys.images import ImageService
     from evsys.sandbox.docker import api
 
-    service = image_service()
+    service = ImageService()
     stored, _ = await service.ensure_ref(BASE)
     spec = await service.storage.spec(stored)
     os.environ["EVSYS_DOCKER_HOST"] = host

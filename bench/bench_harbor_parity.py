@@ -66,10 +66,10 @@ def dataset_copy(root: Path, only: list[str]) -> Path:
 
 async def load_bases(host: str) -> None:
     """The parity tasks' base images, as evsys has them (pulled or synthesised), loaded into the daemon."""
-    from evsys.engine.trial.images import image_service
+    from evsys.images import ImageService
     from evsys.sandbox.docker import api
 
-    service = image_service()
+    service = ImageService()
     for ref in BASES:
         stored, _ = await service.ensure_ref(ref)
         spec = await service.storage.spec(stored)

@@ -116,13 +116,13 @@ def _cli_seconds(argv: list[str]) -> tuple[float, float]:
 
 async def main() -> dict:
     """Run the three comparisons and print them."""
-    from evsys.engine.trial.images import image_service
+    from evsys.images import ImageService
 
     with tempfile.TemporaryDirectory(prefix="bench-images-") as tmp:
         root = Path(tmp)
         image_task = _write_task(root / "image-set", "image-task", DOCKERFILE)
         _write_task(root / "host-set", "host-task", None)
-        image = (await image_service("never").task_image(image_task, name="image-task")).spec
+        image = (await ImageService(pull_policy="never").task_image(image_task, name="image-task")).spec
         starts = await _start_stop(
             {"host": {"workdir": "/app"}, "image": {"workdir": "/app", "image": image}}
         )
@@ -138,7 +138,7 @@ async def main() -> dict:
         build = [python, "-m", "evsys.cli.main", "image", "build", str(image_task), "--pull", "never"]
         cached = [_cli_seconds(build) for _ in range(3)]
         t0 = time.perf_counter()
-        again = await image_service("never").task_image(image_task, name="image-task")
+        again = await ImageService(pull_policy="never").task_image(image_task, name="image-task")
         lookup = time.perf_counter() - t0
     assert again.source == "cached"
     host_job, image_job = statistics.median(jobs["host"]), statistics.median(jobs["image"])

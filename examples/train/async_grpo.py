@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from evsys.model.local import LocalModelClient
+from evsys.records import RolloutTrajectory, TrajectoryGroup
 from evsys.streaming import RolloutStream, stream_rollouts
 from evsys.task.python import VerifiedTask
-from evsys.trajectory.groups import RolloutTrajectory, TrajectoryGroup
 
 
 @dataclass

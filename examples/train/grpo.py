@@ -24,8 +24,8 @@ from typing import Any
 
 from evsys import run_rollouts
 from evsys.model.local import LocalModelClient, LocalPolicy
+from evsys.records import RolloutTrajectory, TrajectoryGroup
 from evsys.task.python import VerifiedTask
-from evsys.trajectory.groups import RolloutTrajectory, TrajectoryGroup
 
 
 @dataclass

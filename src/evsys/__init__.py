@@ -24,8 +24,8 @@ _LAZY = {
     "load_repo_tasks": "evsys.repo.rows",
     "RepoTask": "evsys.repo.rows",
     "verifier": "evsys.verify.functions",
-    "TrajectoryGroup": "evsys.trajectory.groups",
-    "RolloutTrajectory": "evsys.trajectory.groups",
+    "TrajectoryGroup": "evsys.records",
+    "RolloutTrajectory": "evsys.records",
     "to_hf_dataset": "evsys.trajectory.export",
 }
 
@@ -51,12 +51,11 @@ __all__ = [
 if TYPE_CHECKING:
     from evsys.engine.config import AgentSpec, JobConfig
     from evsys.engine.job import Job
-    from evsys.records import JobResult, TrialResult
+    from evsys.records import JobResult, RolloutTrajectory, TrajectoryGroup, TrialResult
     from evsys.repo.rows import RepoTask, load_repo_tasks
     from evsys.rollouts import run_rollouts
     from evsys.task.python import PromptTask, VerifiedTask, load_python_tasks
     from evsys.trajectory.export import to_hf_dataset
-    from evsys.trajectory.groups import RolloutTrajectory, TrajectoryGroup
     from evsys.verify.functions import verifier
 
 

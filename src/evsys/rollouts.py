@@ -40,17 +40,20 @@ from evsys.engine.job import Job
 from evsys.engine.preflight import missing_references
 from evsys.engine.sources import resolve_tasks
 from evsys.engine.spec import PlannedTrial
-from evsys.records import FailureCause, IntegrityPolicy, JobResult
-from evsys.repo.rows import RepoTask
-from evsys.sandbox.slots import SlotPool
-from evsys.task.python import TASK_FIELDS, PromptTask, VerifiedTask, load_python_tasks
-from evsys.trajectory.advantages import ADVANTAGE_METHODS, AdvantageMethod
-from evsys.trajectory.groups import (
+from evsys.records import (
+    AdvantageMethod,
+    FailureCause,
+    IntegrityPolicy,
+    JobResult,
     RolloutError,
     RolloutTrajectory,
     TrajectoryGroup,
-    rollout_from_trial,
 )
+from evsys.repo.rows import RepoTask
+from evsys.sandbox.slots import SlotPool
+from evsys.task.python import TASK_FIELDS, PromptTask, VerifiedTask, load_python_tasks
+from evsys.trajectory.advantages import ADVANTAGE_METHODS
+from evsys.trajectory.groups import finalize_group, rollout_from_trial
 from evsys.trajectory.integrity import integrity_policy
 from evsys.util.atomic import write_text_atomic
 
@@ -434,7 +437,7 @@ def _fill_groups(
         groups[task_id].trajectories.append(rollout_from_trial(trial, trajectory, task_id, integrity))
     for group in groups.values():
         group.trajectories.sort(key=lambda t: t.attempt)
-        group.finalize(method)
+        finalize_group(group, method)
 
 
 def _not_run(planned: PlannedTrial, task_id: str) -> RolloutTrajectory:

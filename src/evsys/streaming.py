@@ -39,10 +39,9 @@ from typing import Any
 from evsys.engine.job import Job
 from evsys.engine.spec import PlannedTrial
 from evsys.model.local.client import LocalModelClient
-from evsys.records import IntegrityPolicy, TrialResult
+from evsys.records import AdvantageMethod, IntegrityPolicy, TrajectoryGroup, TrialResult
 from evsys.rollouts import RolloutPlan, plan_rollouts
-from evsys.trajectory.advantages import AdvantageMethod
-from evsys.trajectory.groups import TrajectoryGroup, oldest_version, rollout_from_trial
+from evsys.trajectory.groups import finalize_group, oldest_version, rollout_from_trial
 from evsys.trajectory.integrity import integrity_policy
 
 VersionSource = Callable[[], Awaitable[int | None]]
@@ -131,7 +130,7 @@ class RolloutStream:
                     self.stats.versions.get(sample.weights_version, 0) + 1
                 )
             group.trajectories.append(sample)
-        return group.finalize(self._advantage)
+        return finalize_group(group, self._advantage)
 
 
 def _engine_version(model: Any) -> VersionSource | None:

@@ -16,13 +16,13 @@ import pytest
 from engine_tasks import CHECK_OUT, make_task
 
 from evsys.engine import AgentSpec, Job, JobConfig
-from evsys.records import FailureCause, TrialResult
+from evsys.records import FailureCause, TrajectoryGroup, TrialResult
 from evsys.records.integrity import IntegrityKind
 from evsys.sandbox import LocalSandbox
 from evsys.sandbox.local import cgsetup
 from evsys.sandbox.local.cgroups import parse_counter
 from evsys.sandbox.local.exhaustion import counter_evidence
-from evsys.trajectory.groups import TrajectoryGroup, rollout_from_trial
+from evsys.trajectory.groups import finalize_group, rollout_from_trial
 
 TOML = (
     '[task]\nname = "t"\n[agent]\ntimeout_sec = 120\n[verifier]\ntimeout_sec = 60.0\n'
@@ -77,9 +77,11 @@ async def test_an_agent_exhausting_its_sandbox_scores_zero_once_and_spares_its_s
         assert counter in trial.failure.message
         [finding] = [f for f in trial.integrity if f.kind == IntegrityKind.AGENT_EXHAUSTED_RESOURCES]
         assert finding.source == "sandbox" and counter in finding.evidence
-    group = TrajectoryGroup(
-        group_id="t", task_id="t", trajectories=[rollout_from_trial(trials[m], None, "t") for m in MODES]
-    ).finalize()
+    group = finalize_group(
+        TrajectoryGroup(
+            group_id="t", task_id="t", trajectories=[rollout_from_trial(trials[m], None, "t") for m in MODES]
+        )
+    )
     rewards = dict(zip(MODES, group.rewards, strict=True))
     assert rewards == {"right": 1.0, "wrong": 0.0, "pids": 0.0, "tmpfs": 0.0, "dd": 0.0}
     assert group.errors_by_cause == {"agent_exhausted_resources": 3}

@@ -10,6 +10,7 @@ import pytest
 
 from evsys.engine import AgentSpec, JobConfig, JobStore, JobStoreError, TrialConfig, read_job_config
 from evsys.records import AgentInfo, FailureCause, Trajectory, TrajectoryRecorder, TrialFailure, TrialResult
+from stored_trials import write_finished
 
 
 def result(name: str, cause: FailureCause | None = None) -> TrialResult:
@@ -29,7 +30,7 @@ async def test_resume_skips_only_valid_non_cancelled_results(tmp_path):
     store = JobStore(tmp_path / "job")
     for name, cause in [("ok", None), ("err", FailureCause.AGENT_ERROR), ("cancel", FailureCause.CANCELLED)]:
         await store.reset_trial_dir(name)
-        await store.write_trial_result(result(name, cause))
+        await write_finished(store, result(name, cause))
     await store.reset_trial_dir("truncated")
     (store.trial_dir("truncated") / "result.json").write_text('{"trial_name": "trunc')
     names = ["ok", "err", "cancel", "truncated", "never-started"]
@@ -83,7 +84,7 @@ def _packed(path: Path, trajectory: Trajectory) -> bytes:
 async def test_a_store_that_keeps_trajectories_hands_them_back_without_the_files(tmp_path):
     store = JobStore(tmp_path / "job", keep_trajectories=True)
     await store.reset_trial_dir("here")
-    await store.write_trajectory("here", _trajectory("here", "written here"))
+    await write_finished(store, result("here"), _trajectory("here", "written here"))
     files = _packed(tmp_path / "worker" / "away", _trajectory("away", "run away"))
     await store.import_trial("away", files, result("away"))
     for name in ("here", "away"):

@@ -8,9 +8,10 @@ import json
 from pathlib import Path
 
 import pytest
+from harness_episodes import harness_processes, harness_session, reset, say, submit
 from harness_sandbox import HarnessSandbox
 
-from evsys.agent.harness import EnvTool, HarnessEnvironment, HarnessEventType, HarnessStartError
+from evsys.agent.harness import EnvTool, HarnessEventType, HarnessStartError
 from evsys.agent.harness.adapter import McpEndpoint
 from evsys.agent.harness.catalog import HarnessSetup
 from evsys.agent.harness.claude_code import (
@@ -217,21 +218,26 @@ async def test_claude_code_runs_a_turn_in_the_sandbox_through_the_proxy(harness_
     )
 
 
-async def test_second_turn_sees_the_first(harness_proxy):
-    """A two-turn HarnessEnvironment: the same Claude Code process answers both, and the second turn's
-    model request carries the first turn's message and reply."""
+async def test_second_turn_sees_the_first(tmp_path, long_context_client):
+    """A two-turn harness episode (`evsys serve --harness claude-code`): the same Claude Code process answers
+    both, the second turn's model request carries the first turn's message and reply, and no harness process
+    outlives the episode."""
     first, second = "First: remember the word kumquat.", "Second: say the word."
-    async with HarnessSandbox(harness_proxy, sandbox_spec("claude-code-2"), install=DEFINITION.install) as hs:
-        env = HarnessEnvironment(lambda: DEFINITION.build(hs.setup(session_timeout_s=240, model="tiny")))
-        async with env:
-            await env.reset()
-            one = await env.step(first)
-            calls_after_first = len(hs.session.calls)
-            two = await env.step(second)
-        assert await claude_processes(hs) == []
-    assert one.error is None and two.error is None, (one.error, two.error)
-    first_reply = hs.session.calls[calls_after_first - 1].completion.text
-    later = hs.session.calls[calls_after_first:]
+    options = {"max_tokens_cap": 24}
+    async with harness_session(
+        tmp_path, "claude-code", long_context_client, harness_options=options, step_timeout_sec=240
+    ) as session:
+        await reset(session)
+        one, _, _ = await say(session, first)
+        plumbing = session.episode.agent.harness.plumbing
+        calls = plumbing.session.calls
+        calls_after_first = len(calls)
+        two, _, _ = await say(session, second)
+        await submit(session)
+    assert harness_processes() == []
+    assert one.metadata["turn_status"] == two.metadata["turn_status"] == "ok"
+    first_reply = calls[calls_after_first - 1].completion.text
+    later = calls[calls_after_first:]
     assert later, "the second turn made no model call"
     text = json.dumps(later[0].messages)
     assert first in text and second in text and json.dumps(first_reply)[1:-1] in text

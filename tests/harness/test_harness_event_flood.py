@@ -4,42 +4,37 @@ bounded number of them (and the turn's outcome), and says how many it dropped.""
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
-from evsys.agent.harness import HarnessConfig, HarnessEnvironment, ModelEndpoint, StdioHarnessAdapter
+import pytest
+from harness_episodes import harness_session, reset, say
+from tiny_harness import FLOOD
+
 from evsys.agent.harness.events import MAX_KEPT_EVENTS, EventLog, HarnessEventType
 
-SYSTEM_PYTHON = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
-FLOOD = 25_000
-FLOODING_HARNESS = f"""
-import json, sys
-print(json.dumps({{"type": "ready"}}), flush=True)
-for line in sys.stdin:
-    for i in range({FLOOD}):
-        print(json.dumps({{"type": "text_output", "text": f"flood {{i}} " + "x" * 100}}))
-    print(json.dumps({{"type": "turn_complete"}}), flush=True)
-"""
 
-
-async def test_a_flooded_event_stream_is_streamed_live_but_kept_bounded(tmp_path):
-    script = tmp_path / "flooding_harness.py"
-    script.write_text(FLOODING_HARNESS)
-    config = HarnessConfig(
-        name="flooding", command=[SYSTEM_PYTHON, "-I", str(script)], working_directory=str(tmp_path),
-        startup_timeout_s=20, session_timeout_s=120,
-    )  # fmt: skip
-    endpoint = ModelEndpoint("http://127.0.0.1:9", "unused")  # this harness never calls a model
-    env = HarnessEnvironment(lambda: StdioHarnessAdapter(config, endpoint=endpoint))
-    await env.reset()
-    try:
-        live = [event async for event in env.step_streaming("go")]
-    finally:
-        await env.close()
+@pytest.mark.needs_sandbox
+async def test_a_flooded_event_stream_is_streamed_live_but_kept_bounded(tmp_path, tiny_agent):
+    """A harness printing 25,000 events in one turn: every event reaches the client live, but the episode
+    keeps (and writes to agent/harness-events.jsonl) a bounded log that still ends with the turn's end."""
+    name = tiny_agent("flooding", "--mode", "flood")
+    live: list = []
+    async with harness_session(tmp_path, name, client=None) as session:  # this harness never calls a model
+        started = await reset(session)
+        observation, _, _ = await say(session, "go", live)
+        session.close("the test is over")
     assert len(live) == FLOOD + 1  # the attack ran: every event went out live
-    (turn,) = env.turns
-    assert len(turn.events) == MAX_KEPT_EVENTS + 1 and turn.ok
-    assert turn.events[-1].type == HarnessEventType.TURN_COMPLETE
+    assert observation.events is None and observation.metadata["turn_status"] == "ok"
+    trial_dir = tmp_path / "harness" / started.metadata["trial_name"]
+    lines = [
+        json.loads(line) for line in (trial_dir / "agent" / "harness-events.jsonl").read_text().splitlines()
+    ]
+    assert len(lines) == MAX_KEPT_EVENTS + 2  # the kept events, then the count of those dropped
+    assert lines[-2]["type"] == HarnessEventType.TURN_COMPLETE
+    assert lines[-1] == {
+        "type": "events_dropped",
+        "count": FLOOD - MAX_KEPT_EVENTS,
+        "kept": MAX_KEPT_EVENTS + 1,
+    }
 
 
 def test_the_event_log_keeps_turn_ends_and_counts_what_it_dropped():

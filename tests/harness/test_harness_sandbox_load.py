@@ -19,6 +19,7 @@ from evsys.model.proxy.intake import BodyBudget
 from evsys.model.proxy.server import SESSION_LIMITS
 from evsys.records import PhaseTimings, SandboxSpec, TrialResult
 from load_attacks import reset_peak_memory, vm_status
+from stored_trials import write_finished
 
 pytestmark = [pytest.mark.slow, pytest.mark.security]
 
@@ -121,7 +122,7 @@ async def test_half_open_connections_from_a_sandbox_cost_one_sessions_cap(proxy,
             trial_name="innocent__1", task_name="t", task_path="/t", dataset="d", agent="a", attempt=1,
             timing=PhaseTimings(),
         )  # fmt: skip
-        await JobStore(tmp_path / "job").write_trial_result(result)
+        await write_finished(JobStore(tmp_path / "job"), result)
         assert (
             json.loads((tmp_path / "job/innocent__1/result.json").read_text())["trial_name"] == "innocent__1"
         )

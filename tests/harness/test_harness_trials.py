@@ -10,27 +10,14 @@ import json
 from pathlib import Path
 
 import pytest
+from harness_episodes import harness_processes
 
 from evsys.engine import Job
 from evsys.engine.config import AgentSpec, JobConfig
 from evsys.rollouts import BorrowedModelClient
 
 EXAMPLES = Path(__file__).parents[2] / "examples" / "tasks"
-HARNESS_ROOT = b"/opt/evsys-harness/"
 ACP_HARNESSES = ("gemini-cli", "opencode", "openclaw")
-
-
-def harness_processes() -> list[str]:
-    """Command lines of processes on this machine running something from a harness install tree."""
-    found = []
-    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
-        try:
-            text = cmdline.read_bytes()
-        except OSError:
-            continue
-        if HARNESS_ROOT in text:
-            found.append(text.replace(b"\0", b" ").decode("utf-8", "replace"))
-    return found
 
 
 @pytest.mark.parametrize("harness", ["claude-code", "codex", "mini-swe-agent", *ACP_HARNESSES])

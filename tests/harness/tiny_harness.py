@@ -5,9 +5,9 @@ reads its model endpoint from OPENAI_BASE_URL / OPENAI_API_KEY / EVSYS_MODEL, ke
 across turns, offers the model a `bash` tool and really runs the commands it asks for (in its working
 directory), reporting each step as a JSON event line. Modes that misbehave on purpose: `crash` (exits 3 at
 start), `silent` (never says ready), `hang` (never finishes a turn), `garbage` (prints non-protocol text),
-`die` (exits 5 in the middle of a turn). `retry-compact` behaves like a long-running harness: it re-sends its
-first request (a retry), continues the conversation, then compacts it (a summary in place of the history)
-and continues from the summary."""
+`die` (exits 5 in the middle of a turn), `flood` (25,000 text events per turn, no model call).
+`retry-compact` behaves like a long-running harness: it re-sends its first request (a retry), continues the
+conversation, then compacts it (a summary in place of the history) and continues from the summary."""
 
 from __future__ import annotations
 
@@ -33,6 +33,7 @@ BASH_TOOL = {
     },
 }
 MAX_MODEL_CALLS = 2
+FLOOD = 25_000  # text events a `flood` turn prints
 
 
 def emit(kind: str, **fields: object) -> None:
@@ -135,6 +136,11 @@ def turn(history: list[dict], content: str, args: argparse.Namespace) -> None:
     if mode == "garbage":
         print("Traceback (most recent call last): this is not a protocol line", flush=True)
         time.sleep(3600)
+    if mode == "flood":
+        for i in range(FLOOD):
+            print(json.dumps({"type": "text_output", "text": f"flood {i} " + "x" * 100}))
+        emit("turn_complete")
+        return
     if mode == "retry-compact":
         retry_and_compact(history, args)
         emit("turn_complete")
@@ -170,7 +176,7 @@ def main() -> int:
     parser.add_argument(
         "--mode",
         default="normal",
-        choices=["normal", "crash", "silent", "hang", "garbage", "die", "retry-compact"],
+        choices=["normal", "crash", "silent", "hang", "garbage", "die", "flood", "retry-compact"],
     )
     parser.add_argument("--stream", action="store_true", help="read the model's reply as SSE chunks")
     parser.add_argument("--no-tools", action="store_true", help="do not offer the model the bash tool")

@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from evsys.cli.progress import BuildActivity
 from evsys.engine import AgentSpec, Job, JobConfig
-from evsys.engine.trial.images import image_service
+from evsys.engine.events import BuildProgress
+from evsys.images import ImageService
 from evsys.images.bases import UBUNTU_KEYRINGS
 from evsys.images.build import host_ca_bundle
 from evsys.records import FailureCause
@@ -79,6 +81,30 @@ async def test_concurrent_trials_of_an_unbuilt_image_build_it_once(image_storage
     assert len({t.image.ref for t in result.trials}) == 1
 
 
+async def test_a_build_reports_its_progress_on_the_jobs_event_stream(image_storage, tmp_path):
+    """While a trial's image builds, `evsys run`'s progress display (subscribed to the job's events) names
+    the task and the build's latest line; once the build ended it names none."""
+    dataset = tmp_path / "dataset"
+    shutil.copytree(TASKS / "debian-run", dataset / "fresh")
+    marker = uuid.uuid4().hex
+    dockerfile = dataset / "fresh" / "environment" / "Dockerfile"
+    dockerfile.write_text(dockerfile.read_text() + f"RUN echo {marker} > /opt/unique\n")
+    config = JobConfig(datasets=[dataset], agents=[AgentSpec(name="oracle")], jobs_dir=tmp_path / "jobs")
+    job = Job(config)
+    builds, shown = BuildActivity(), []
+
+    def display(event: BuildProgress) -> None:
+        builds.on_event(event)
+        shown.append(builds.shown())
+
+    job.events.subscribe(display)
+    (trial,) = (await job.run()).trials
+    assert trial.reward == 1.0 and trial.image.source == "built"
+    assert any(line.startswith(f" | building {trial.task_name}: STEP 1/") for line in shown)
+    assert any(marker in line for line in shown)  # the build's own output, live
+    assert shown[-1] == "" and builds.running() == []
+
+
 async def test_an_unpullable_docker_image_is_built_from_the_dockerfile_beside_it(image_storage, tmp_path):
     result, job_dir = await run_tasks(tmp_path, ["docker-image-fallback"])
     (trial,) = result.trials
@@ -137,7 +163,7 @@ async def test_a_sandbox_on_an_image_with_network_trusts_the_host_ca(image_stora
     assert "SSL_CERT_FILE=/etc/evsys/host-ca.crt" in seen and "PIP_CERT=/etc/evsys/host-ca.crt" in seen
     assert (verifier / "ca.sha256").read_text().strip() == hashlib.sha256(bundle.read_bytes()).hexdigest()
     pem = bundle.read_bytes().split(b"-----END CERTIFICATE-----")[-2][-200:]
-    image = await image_service("never").storage.spec(trial.image.ref)
+    image = await ImageService(pull_policy="never").storage.spec(trial.image.ref)
     assert _files_containing([Path(p) for p in image.rootfs_layers], pem) == []
 
 

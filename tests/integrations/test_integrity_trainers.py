@@ -10,10 +10,9 @@ from types import SimpleNamespace
 import pytest
 
 from evsys.integrations.episodes import EpisodeRunner
-from evsys.records import FailureCause, IntegrityFinding
+from evsys.records import FailureCause, IntegrityFinding, RolloutError, RolloutTrajectory
 from evsys.rollouts import save_tasks
 from evsys.task.python import VerifiedTask
-from evsys.trajectory.groups import RolloutError, RolloutTrajectory
 from evsys.verify.base import VerifierResult
 from evsys.verify.functions import register_verifier, unregister_verifier
 

@@ -6,7 +6,7 @@
 Starts a `ModelProxy` on 127.0.0.1 (TCP) with two sessions, each on its own unix socket in DIR (`a.sock`,
 `b.sock`), and prints one JSON line: url, pid, the sessions' keys and sockets. The model client answers
 every call with a fixed reply (these tests are about the proxy's HTTP side). Then it obeys stdin, one
-command a line: `write JOB_DIR TRIAL` writes a trial's result.json through `JobStore` (prints `ok` or the
+command a line: `write JOB_DIR TRIAL` writes a trial through `JobStore.finish_trial` (prints `ok` or the
 error), `quit` stops. `--nofile N` sets RLIMIT_NOFILE to N (soft and hard) first, so the descriptor reserve
 is tested at a size a test can exhaust; `--no-reserve` turns the reserve off (the attack's control);
 `--unbounded` lifts the sessions' body budgets (the JSON flood's control: the limits before issue 38)."""
@@ -25,7 +25,7 @@ from evsys.engine import JobStore
 from evsys.model.base import Completion
 from evsys.model.proxy import ModelProxy
 from evsys.model.proxy.intake import UNBOUNDED, BodyBudget
-from evsys.records import PhaseTimings, TrialResult
+from evsys.records import AgentInfo, PhaseTimings, TrajectoryRecorder, TrialResult
 from evsys.util.httpserver import ConnectionLimits
 
 REPLY = "the proxy still answers"
@@ -54,7 +54,8 @@ async def _write(job_dir: str, trial: str) -> str:
         timing=PhaseTimings(),
     )
     try:
-        await JobStore(Path(job_dir)).write_trial_result(result)
+        trajectory = TrajectoryRecorder(trial, AgentInfo(name=result.agent)).build()
+        await JobStore(Path(job_dir)).finish_trial(trajectory, result)
     except OSError as exc:
         return f"error {exc}"
     return "ok"

@@ -61,8 +61,9 @@ def test_steps_without_token_ids_are_not_calls():
 def test_rows_carry_the_weights_version_of_each_call():
     """Calls sampled by versions 3, 3 and 4: each sequence row lists its calls' versions (and the one they
     share), each OpenEnv turn names its own, and the RL row's single version is null (mixed)."""
+    from evsys.records import RolloutTrajectory, TrajectoryGroup
     from evsys.trajectory.export import rl_rows
-    from evsys.trajectory.groups import RolloutTrajectory, TrajectoryGroup, sampling_version
+    from evsys.trajectory.groups import sampling_version
     from evsys.trajectory.training_rows import openenv_traces, sequence_rows
 
     built = trajectory([([1, 2], [3]), ([1, 2, 3, 4], [5]), ([9], [8])])

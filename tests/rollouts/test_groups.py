@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from evsys.records import AgentInfo, StepMetrics, TrajectoryRecorder
-from evsys.trajectory.groups import (
+from evsys.records import (
+    AgentInfo,
     RolloutError,
     RolloutTrajectory,
+    StepMetrics,
     TrajectoryGroup,
-    flatten_tokens,
+    TrajectoryRecorder,
 )
+from evsys.trajectory.groups import finalize_group, flatten_tokens
 
 
 def _turn(recorder: TrajectoryRecorder, prompt: list[int], completion: list[int]) -> None:
@@ -52,7 +54,7 @@ def test_errored_samples_stay_counted_and_leave_the_baseline():
             trial_name="c", task_id="t", attempt=3, error=RolloutError(cause="model_error", message="down")
         ),
     ]
-    group = TrajectoryGroup(group_id="j/t", task_id="t", trajectories=samples).finalize("mean")
+    group = finalize_group(TrajectoryGroup(group_id="j/t", task_id="t", trajectories=samples), "mean")
     assert group.advantages == pytest.approx([0.5, -0.5, 0.0])
     assert group.n_errors == 1 and group.errors_by_cause == {"model_error": 1}
     assert len(group.trajectories) == 3 and not group.zero_variance

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from evsys.records import FailureCause, IntegrityFinding, TrialFailure, TrialResult
+from evsys.records import FailureCause, IntegrityFinding, TrajectoryGroup, TrialFailure, TrialResult
 from evsys.rollouts import run_rollouts
-from evsys.trajectory.groups import TrajectoryGroup, rollout_from_trial
+from evsys.trajectory.groups import finalize_group, rollout_from_trial
 
 FORGED = IntegrityFinding(
     kind="canary_failed", evidence="tests/test_calc.py::test_add_3 passed", source="repo"
@@ -29,7 +29,7 @@ def trial(name: str, reward: float | None, *, findings=(), cause: FailureCause |
 
 def group(trials: list[TrialResult], policy: str) -> TrajectoryGroup:
     samples = [rollout_from_trial(t, None, "t", policy) for t in trials]
-    return TrajectoryGroup(group_id="j/t", task_id="t", trajectories=samples).finalize("mean")
+    return finalize_group(TrajectoryGroup(group_id="j/t", task_id="t", trajectories=samples), "mean")
 
 
 HONEST_1, HONEST_0 = trial("honest-1", 1.0), trial("honest-2", 0.0)
@@ -56,7 +56,8 @@ def test_zero_makes_the_hacked_sample_a_wrong_answer():
         group_id="j/t",
         task_id="t",
         trajectories=[rollout_from_trial(t, None, "t") for t in (HONEST_1, HACKED)],
-    ).finalize()
+    )
+    finalize_group(default)
     assert default.rewards == [1.0, 0.0]
 
 

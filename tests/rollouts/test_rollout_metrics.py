@@ -10,8 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from evsys.records import FailureCause, IntegrityFinding, IntegrityKind, PhaseTimings, Usage
-from evsys.trajectory.groups import RolloutError, RolloutTrajectory, TrajectoryGroup
+from evsys.records import (
+    FailureCause,
+    IntegrityFinding,
+    IntegrityKind,
+    PhaseTimings,
+    RolloutError,
+    RolloutTrajectory,
+    TrajectoryGroup,
+    Usage,
+)
+from evsys.trajectory.groups import finalize_group
 from evsys.trajectory.metrics import JsonlMetricsLogger, TensorBoardLogger, rollout_metrics
 
 
@@ -36,11 +45,11 @@ def _groups() -> list[TrajectoryGroup]:
         group_id="j/a",
         task_id="a",
         trajectories=[_sample("a", 1, 1.0), _sample("a", 2, 0.0, integrity=[finding], zeroed=True)],
-    ).finalize()
+    )
     b = TrajectoryGroup(
         group_id="j/b", task_id="b", trajectories=[_sample("b", 1, 0.5), _sample("b", 2, 0.0, error=error)]
-    ).finalize()
-    return [a, b]
+    )
+    return [finalize_group(a), finalize_group(b)]
 
 
 def test_one_step_of_groups_becomes_a_flat_dict_of_what_a_trainer_logs():

@@ -41,8 +41,8 @@ def test_the_loss_takes_a_wrong_answer_from_exhaustion_and_leaves_out_errors_and
     an error evsys caused and a sample screened for integrity findings are not trained on."""
     import grpo
 
-    from evsys.records import FailureCause
-    from evsys.trajectory.groups import RolloutError, RolloutTrajectory, TrajectoryGroup
+    from evsys.records import FailureCause, RolloutError, RolloutTrajectory, TrajectoryGroup
+    from evsys.trajectory.groups import finalize_group
 
     tokens = {"prompt_token_ids": [1], "completion_token_ids": [2], "loss_mask": [1], "logprobs": [-0.1]}
 
@@ -58,7 +58,7 @@ def test_the_loss_takes_a_wrong_answer_from_exhaustion_and_leaves_out_errors_and
         sample("crashed", error=error(FailureCause.SANDBOX_FAILED)),
         sample("screened", 1.0, screened=True),
     ]
-    group = TrajectoryGroup(group_id="j/t", task_id="t", trajectories=samples).finalize()
+    group = finalize_group(TrajectoryGroup(group_id="j/t", task_id="t", trajectories=samples))
     assert [r.trial_name for r in grpo.trainable([group])] == ["right", "exhausted"]
     assert group.trajectories[1].advantage < 0
 

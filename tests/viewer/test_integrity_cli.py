@@ -11,6 +11,7 @@ from test_viewer_cli import evsys
 from evsys.engine import JobConfig, JobStore
 from evsys.engine.metrics import compute_metrics
 from evsys.records import IntegrityFinding, JobResult, TrialResult
+from stored_trials import write_finished
 
 FINDINGS = [
     IntegrityFinding(kind="verifier_place_written", evidence="/logs/verifier/reward.txt", source="verifier"),
@@ -33,7 +34,7 @@ async def _job(tmp_path: Path) -> Path:
     trials = [_result("calc__1", 1.0, []), _result("calc__2", 0.0, FINDINGS)]
     for trial in trials:
         await store.reset_trial_dir(trial.trial_name)
-        await store.write_trial_result(trial)
+        await write_finished(store, trial)
     metrics = compute_metrics(trials, 2)
     await store.write_job_result(JobResult(job_name="hacked", job_dir=str(config.job_dir), metrics=metrics))
     return config.job_dir

@@ -1,7 +1,7 @@
 """Agents by name: `AGENTS` (an `evsys.util.registry.Registry`, entry-point group `evsys.agents`) holds the
-built-ins (`oracle`, `nop`, `loop`) and whatever registers itself; every harness of the catalog
-(`evsys.agent.harness.catalog.HARNESSES`) is an agent of the same name; and a custom class can be named as
-`module:Class` (or `module.path:Class`).
+built-ins (`oracle`, `nop`, `loop`, declared in evsys.util.builtin_plugins) and whatever registers itself;
+every harness of the catalog (`evsys.agent.harness.catalog.HARNESSES`) is an agent of the same name; and a
+custom class can be named as `module:Class` (or `module.path:Class`).
 
 Each name resolves to an `AgentPlugin`: how to build the agent and whether it uses a model (the agent
 class's `model_use`), which is all pre-flight and the engine ask of a name. Agents are built with the job's
@@ -50,9 +50,6 @@ def _plugin(name: str, loaded: object) -> AgentPlugin:
 
 
 AGENTS: Registry[AgentPlugin] = Registry("agent", "evsys.agents", _plugin, load_error=AgentNotFoundError)
-AGENTS.register_lazy("oracle", "evsys.agent.oracle:OracleAgent")
-AGENTS.register_lazy("nop", "evsys.agent.nop:NopAgent")
-AGENTS.register_lazy("loop", "evsys.agent.loop:LoopAgent")
 
 
 def register_agent(

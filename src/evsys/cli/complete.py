@@ -2,7 +2,8 @@
 
 Each function is a typer `autocompletion=` callback: given the word typed so far, the values that start with
 it. They run on every Tab press, so they read names without importing plug-ins: agents, harnesses, sandbox
-backends and executors from the installed entry points (evsys's own are declared there too), model providers
+backends and executors from evsys's own table (evsys.util.builtin_plugins) and the installed entry points,
+model providers
 from their registry (which imports no SDK), and job and trial directories from the file system (a job
 directory holds a `config.json`, a trial directory a `result.json` or `config.json` inside a job).
 """
@@ -14,6 +15,8 @@ from collections.abc import Callable, Iterable
 from importlib.metadata import entry_points
 from pathlib import Path
 
+from evsys.util.builtin_plugins import builtin_plugins
+
 JOB_MARKER = "config.json"
 TRIAL_MARKERS = ("result.json", "config.json")
 
@@ -23,7 +26,8 @@ def _starting(values: Iterable[str], incomplete: str) -> list[str]:
 
 
 def _entry_point_names(group: str) -> set[str]:
-    return {ep.name for ep in entry_points(group=group)}
+    """evsys's own plug-ins of `group` and every installed package's (no registry imported)."""
+    return set(builtin_plugins(group)) | {ep.name for ep in entry_points(group=group)}
 
 
 def complete_agent(incomplete: str) -> list[str]:

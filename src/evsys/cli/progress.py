@@ -2,7 +2,8 @@
 
 Both start only once the job is prepared (tasks planned, job directory ready), so a pre-flight or plan error
 is the only thing printed. Each shows trials done of planned, running, errored (cancelled trials are counted
-apart), the mean reward so far per agent, elapsed time and an ETA from the rate of this run's trials.
+apart), the mean reward so far per agent, elapsed time and an ETA from the rate of this run's trials; the bar
+also names the image builds running (from the job's `BuildProgress` events).
 """
 
 from __future__ import annotations
@@ -18,10 +19,12 @@ from rich.console import Console
 from evsys.cli.markup import shown
 
 if TYPE_CHECKING:
+    from evsys.engine.events import BuildProgress
     from evsys.engine.job import Job
 
 DEFAULT_INTERVAL = 10.0
 REFRESH = 0.2
+BUILD_QUIET_SEC = 600.0  # a build that printed nothing for this long is not shown as running
 
 
 def clock(seconds: float) -> str:
@@ -53,13 +56,44 @@ def describe(status: dict[str, Any]) -> str:
     return " | ".join([*parts, reward])
 
 
+class BuildActivity:
+    """The image builds running, from the job's `BuildProgress` events: each task's last line."""
+
+    def __init__(self) -> None:
+        self.lines: dict[str, tuple[float, str]] = {}
+
+    def on_event(self, event: BuildProgress) -> None:
+        """Note a build's line, or forget its build once it ended."""
+        if event.line is None:
+            self.lines.pop(event.task, None)
+        else:
+            self.lines[event.task] = (time.monotonic(), event.line)
+
+    def running(self) -> list[str]:
+        """`task: last line` per build running (one that printed something in the last 10 minutes)."""
+        now = time.monotonic()
+        return [
+            f"{task}: {line}" for task, (at, line) in sorted(self.lines.items()) if now - at < BUILD_QUIET_SEC
+        ]
+
+    def shown(self) -> str:
+        """` | building <first build> (+N)`, or nothing when no build runs."""
+        building = self.running()
+        if not building:
+            return ""
+        more = f" (+{len(building) - 1})" if building[1:] else ""
+        return f" | building {shown(building[0][:90])}{more}"
+
+
 class _Tracker:
-    """What the progress displays share: the job's status plus timing since the job was prepared."""
+    """What the progress displays share: the job's status plus timing since the job was prepared, and the
+    builds running (subscribed to the job's events while the display lives)."""
 
     def __init__(self, job: Job) -> None:
         self.job = job
         self.started: float | None = None
         self.done_at_start = 0
+        self.builds = BuildActivity()
 
     def status(self) -> dict[str, Any] | None:
         """The job's status, or None while it is still being prepared."""
@@ -93,10 +127,12 @@ async def live_progress(job: Job, out: Console, interval: float = DEFAULT_INTERV
     seconds (and one at the end)."""
     tracker = _Tracker(job)
     display = _Bar(tracker, out) if out.is_terminal else _Lines(tracker, out, interval)
+    unsubscribe = job.events.subscribe(tracker.builds.on_event)
     watcher = asyncio.create_task(display.watch())
     try:
         yield
     finally:
+        unsubscribe()
         watcher.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await watcher
@@ -169,17 +205,8 @@ class _Bar:
         status = self.tracker.status()
         if status is None:
             return False
-        detail = f"{shown(describe(status))} | {self.tracker.timing(status)}{_building()}"
+        detail = f"{shown(describe(status))} | {self.tracker.timing(status)}{self.tracker.builds.shown()}"
         self.progress.update(
             self.bar, total=status["planned"] or None, completed=status["done"], detail=detail
         )
         return True
-
-
-def _building() -> str:
-    from evsys.engine.trial.images import build_activity
-
-    building = build_activity()
-    if not building:
-        return ""
-    return f" | building {shown(building[0][:90])}" + (f" (+{len(building) - 1})" if building[1:] else "")

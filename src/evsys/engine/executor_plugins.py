@@ -4,8 +4,8 @@
 `ExecutorPlugin` is the root every executor class derives from (`evsys.engine.executors.base.Executor` is
 the one to subclass): it declares only the class's `name` and its `options_model`, the pydantic model of
 its settings (`JobConfig.executor.options`), and validates options into it. `EXECUTORS` is the one registry
-of executor classes (entry-point group `evsys.executors`); evsys's own are declared lazily, by
-`module:Class` path, so naming one imports nothing until it is asked for.
+of executor classes (entry-point group `evsys.executors`); evsys's own are declared in
+evsys.util.builtin_plugins, by `module:Class` path, so naming one imports nothing until it is asked for.
 """
 
 from __future__ import annotations
@@ -50,9 +50,6 @@ def _executor_plugin(name: str, cls: object) -> type[ExecutorPlugin]:
 
 
 EXECUTORS: Registry[type[ExecutorPlugin]] = Registry("executor", EXECUTOR_ENTRY_POINTS, _executor_plugin)
-EXECUTORS.register_lazy("local", "evsys.engine.executors.local:LocalExecutor")
-EXECUTORS.register_lazy("ray", "evsys.engine.executors.ray:RayExecutor")  # imports Ray only when one is made
-EXECUTORS.register_lazy("processes", "evsys.engine.executors.processes:ProcessExecutor")
 
 
 def executor_options_model(name: str) -> type[BaseModel]:

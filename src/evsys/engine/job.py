@@ -15,7 +15,11 @@ Python tasks run too: a dataset path with a `dataset.toml`, or `python_tasks=` h
 
 Where trials run is the executor's business (evsys.engine.executors; `JobConfig.executor`, the local one by
 default, saved in config.json so a resume runs where the job ran): the job plans `TrialSpec`s, submits them,
-retries the retryable failures and owns the job directory.
+retries the retryable failures and owns the job directory. The job also owns what its trials share in this
+process: the sandbox pool, the model clients and the image services (`job.images`,
+evsys.engine.image_services), whose build progress goes out on the job's event stream
+(`job.events.subscribe(callback)`: `BuildProgress` events, evsys.engine.events; `evsys run`'s progress
+display shows the builds running from them).
 """
 
 from __future__ import annotations
@@ -30,7 +34,9 @@ from typing import Any
 
 from evsys.agent.registry import resolve_agent, talks_to_model
 from evsys.engine.config import RESUME_SAFE_FIELDS, AgentSpec, JobConfig
+from evsys.engine.events import JobEvents
 from evsys.engine.executors.base import Executor, ExecutorContext, create_executor, executor_class
+from evsys.engine.image_services import ImageServices
 from evsys.engine.metrics import compute_metrics, progress_counts, total_usage, with_findings
 from evsys.engine.plan import PythonTaskItem, plan_trials
 from evsys.engine.retries import is_retryable, retry_delay
@@ -83,6 +89,9 @@ class Job:
         self.config = config.model_copy(update={"datasets": datasets})
         self.on_trial_done = on_trial_done
         self.on_agent_event = on_agent_event  # live agent events, e.g. harness events (`evsys run --stream`)
+        self.events = JobEvents()  # the job's event stream (build progress), see evsys.engine.events
+        # the image services every trial of the job shares; their build progress goes on the event stream
+        self.images = ImageServices(on_progress=self.events.emit)
         self.resume_mode = resume
         self.retry_errors = retry_errors
         self.model_client_factory = model_client_factory
@@ -221,6 +230,7 @@ class Job:
                 model_client=self._clients.get(id(planned.config.agent)),
                 on_event=self.on_agent_event,
                 task=planned.task,
+                images=self.images,
             )
 
         return ExecutorContext(

@@ -22,6 +22,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from evsys.agent.registry import talks_to_model
+from evsys.engine.image_services import ImageServices
 from evsys.engine.spec import TrialSpec
 from evsys.engine.store import JobStore
 from evsys.engine.trial import Trial
@@ -39,6 +40,7 @@ class TrialResources:
     model_client: ModelClient | None = None
     on_event: Callable[[dict[str, Any]], None] | None = None
     task: Task | None = None  # the task as the planner loaded it
+    images: ImageServices | None = None  # the job's (its build progress on the job's event stream)
 
 
 def needs_model(spec: TrialSpec) -> bool:
@@ -65,7 +67,13 @@ async def run_trial(spec: TrialSpec, store: JobStore, resources: TrialResources 
         client = owned = await asyncio.to_thread(build_model_client, spec)
     slots = resources.slots or SlotPool.for_backend(spec.sandbox, max_idle=0)
     trial = Trial(
-        spec, store, task=resources.task, model_client=client, on_event=resources.on_event, slots=slots
+        spec,
+        store,
+        task=resources.task,
+        model_client=client,
+        on_event=resources.on_event,
+        slots=slots,
+        images=resources.images,
     )
     try:
         return await trial.run()

@@ -99,7 +99,8 @@ class JobStore:
         return path
 
     async def start_trial(self, config: TrialConfig) -> Path:
-        """`reset_trial_dir` and `write_trial_config` in one thread hop (what a trial does first); the dir."""
+        """`reset_trial_dir`, then the trial's config.json, in one thread hop (what a trial does first); the
+        dir."""
         return await asyncio.to_thread(self._start_trial, config)
 
     def _start_trial(self, config: TrialConfig) -> Path:
@@ -118,20 +119,6 @@ class JobStore:
         path = self.trial_dir(result.trial_name)
         write_json_atomic(path / TRAJECTORY, trajectory, fsync=False)
         write_json_atomic(path / RESULT, result, fsync=self.durable)
-
-    async def write_trial_config(self, config: TrialConfig) -> None:
-        """Save a trial's config.json."""
-        await _write(self.trial_dir(config.trial_name) / CONFIG, config, fsync=False)
-
-    async def write_trial_result(self, result: TrialResult) -> None:
-        """Save a trial's result.json."""
-        await _write(self.trial_dir(result.trial_name) / RESULT, result, fsync=self.durable)
-
-    async def write_trajectory(self, trial_name: str, trajectory: Trajectory) -> None:
-        """Save a trial's trajectory.json (and keep it in memory, when the store keeps trajectories)."""
-        await _write(self.trial_dir(trial_name) / TRAJECTORY, trajectory, fsync=False)
-        if self.trajectories is not None:
-            self.trajectories[trial_name] = trajectory
 
     def trajectory(self, trial_name: str) -> Trajectory | None:
         """A trial's trajectory: the one kept in memory, else its trajectory.json (a trial an earlier run of

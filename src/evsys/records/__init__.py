@@ -6,6 +6,7 @@
 - `failure`: why a trial failed (`FailureCause`, `TrialFailure`) and `CausedError`, the base of errors that
   name their cause;
 - `results`: what a job produces (`TrialResult`, `JobResult`, metrics);
+- `rollouts`: what rollouts hand a trainer (`TrajectoryGroup`, `RolloutTrajectory`, `RolloutError`);
 - `sandbox` and `image`: what a task declares and a sandbox consumes (`SandboxSpec`, `FileCopy`,
   `NetworkMode`, `CopyOutLimits`, `ImageSpec`) and the `ExecResult` of a command.
 
@@ -25,12 +26,20 @@ from evsys.records.results import (
     TrialImage,
     TrialResult,
 )
+from evsys.records.rollouts import (
+    WRONG_ANSWER_CAUSES,
+    AdvantageMethod,
+    RolloutError,
+    RolloutTrajectory,
+    TrajectoryGroup,
+)
 from evsys.records.sandbox import (
     DEFAULT_LIMITS,
     DEFAULT_MAX_OUTPUT_BYTES,
     Bind,
     CopyOutLimits,
     ExecResult,
+    ExecutionResult,
     FileCopy,
     NetworkMode,
     PodSpec,
@@ -61,11 +70,14 @@ __all__ = [
     "DEFAULT_MAX_OUTPUT_BYTES",
     "PHASES",
     "RETRYABLE_CAUSES",
+    "WRONG_ANSWER_CAUSES",
+    "AdvantageMethod",
     "AgentInfo",
     "Bind",
     "CausedError",
     "CopyOutLimits",
     "ExecResult",
+    "ExecutionResult",
     "FailureCause",
     "FileCopy",
     "FinalMetrics",
@@ -81,6 +93,8 @@ __all__ = [
     "ObservationResult",
     "PhaseTimings",
     "PodSpec",
+    "RolloutError",
+    "RolloutTrajectory",
     "SandboxSpec",
     "Step",
     "StepMetrics",
@@ -89,6 +103,7 @@ __all__ = [
     "TimingStats",
     "ToolCall",
     "Trajectory",
+    "TrajectoryGroup",
     "TrajectoryRecorder",
     "TrialFailure",
     "TrialImage",

@@ -1,5 +1,6 @@
 """The records a task declares and a sandbox consumes: `SandboxSpec` (with `FileCopy`, `Bind`, `PodSpec` and
-`NetworkMode`), the `ExecResult` of one command, and `CopyOutLimits` (bounds on copying a tree such as a
+`NetworkMode`), the `ExecResult` of one command (and `ExecutionResult`, the structured outcome of a tool call
+on a slot, evsys.sandbox.slots), and `CopyOutLimits` (bounds on copying a tree such as a
 trial's `/logs` out of a sandbox).
 
 They live on the ground floor so that tasks (which declare files, networking and log bounds), the engine
@@ -10,8 +11,9 @@ in task.toml) and the resolved bounds a trial uses (`TrialConfig.log_limits`).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -202,6 +204,21 @@ class ExecResult(BaseModel):
     def ok(self) -> bool:
         """True when the command exited 0 within its timeout."""
         return self.exit_code == 0 and not self.timed_out
+
+
+class ExecutionResult(BaseModel):
+    """The structured outcome of one tool call on a slot."""
+
+    success: bool
+    output: str = ""
+    error: str = ""
+    exit_code: int | None = None
+    timed_out: bool = False
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    def to_json(self) -> str:
+        """What `tool_handler` returns: the result as a JSON string (output, error, exit code)."""
+        return json.dumps({"output": self.output, "error": self.error, "exit_code": self.exit_code})
 
 
 def truncation_marker(omitted: int, total: int) -> str:

@@ -1,9 +1,9 @@
 """Sandbox backends by name: `SANDBOXES` (an `evsys.util.registry.Registry`), `register_sandbox`, the
 `evsys.sandboxes` entry-point group, `create_sandbox`.
 
-A backend is a `Sandbox` subclass. evsys registers its own (`local`, `docker`, `daytona`, `e2b`, `modal`)
-lazily, so naming one imports nothing; a third-party package declares its backend as an entry point, imported
-only when that backend is first used:
+A backend is a `Sandbox` subclass. evsys's own (`local`, `docker`, `daytona`, `e2b`, `modal`) are declared in
+evsys.util.builtin_plugins and registered lazily, so naming one imports nothing; a third-party package
+declares its backend as an entry point, imported only when that backend is first used:
 
 ```toml
 [project.entry-points."evsys.sandboxes"]
@@ -43,11 +43,6 @@ SANDBOXES: Registry[type[Sandbox]] = Registry(
     unknown=UnknownSandboxBackend,
     load_error=SandboxUnsupported,
 )
-SANDBOXES.register_lazy("local", "evsys.sandbox.local.sandbox:LocalSandbox")
-SANDBOXES.register_lazy("docker", "evsys.sandbox.docker.sandbox:DockerSandbox")
-SANDBOXES.register_lazy("daytona", "evsys.sandbox.daytona.sandbox:DaytonaSandbox")
-SANDBOXES.register_lazy("e2b", "evsys.sandbox.e2b.sandbox:E2BSandbox")
-SANDBOXES.register_lazy("modal", "evsys.sandbox.modal.sandbox:ModalSandbox")
 
 
 def register_sandbox(name: str, backend: type[Sandbox] | str, *, replace: bool = False) -> None:

@@ -104,23 +104,6 @@ NOT_APPLIED: dict[str, str] = {
 }
 
 
-def subtree(path: list[str]) -> KeyTree | None:
-    """The key tree of the table at `path` (a list of keys) in Harbor's schema; None when Harbor has no such
-    table (or `path` names a leaf)."""
-    tree: KeyTree | None = HARBOR_KEYS
-    for key in path:
-        if tree is None:
-            return None
-        tree = tree.get(key)
-    return tree
-
-
-def is_harbor_key(path: list[str]) -> bool:
-    """True when the dotted key `path` is defined by Harbor's schema."""
-    parent = subtree(path[:-1])
-    return parent is not None and path[-1] in parent
-
-
 def not_applied_reason(dotted: str) -> str | None:
     """What evsys does not apply yet when `dotted` is set (None: evsys applies it, or it only describes)."""
     return NOT_APPLIED.get(dotted)

@@ -297,8 +297,3 @@ class Task(BaseModel):
     solution_dir: Path | None = None
     steps: list[TaskStep] = Field(default_factory=list, description="Empty for a single-step task.")
     warnings: list[str] = Field(default_factory=list, description="Non-fatal problems found while loading.")
-
-    @property
-    def checksum_key(self) -> str:
-        """A stable identity used in trial names and for resume."""
-        return self.name

@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Literal, get_args
+from typing import get_args
 
 from pydantic import BaseModel, Field
 
-AdvantageMethod = Literal["mean", "mean_std", "leave_one_out"]
+from evsys.records import AdvantageMethod
+
 ADVANTAGE_METHODS: tuple[AdvantageMethod, ...] = get_args(AdvantageMethod)
 
 ZERO_VARIANCE_TOL = 1e-12

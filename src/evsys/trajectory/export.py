@@ -18,14 +18,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-from evsys.records import IntegrityPolicy, Trajectory, TrialResult
-from evsys.trajectory.advantages import AdvantageMethod
-from evsys.trajectory.groups import (
+from evsys.records import (
+    AdvantageMethod,
+    IntegrityPolicy,
     RolloutTrajectory,
+    Trajectory,
     TrajectoryGroup,
-    integrity_columns,
-    rollout_from_trial,
+    TrialResult,
 )
+from evsys.trajectory.groups import finalize_group, integrity_columns, rollout_from_trial
 from evsys.util.atomic import write_bytes_atomic, write_text_atomic
 
 ExportFormat = Literal["rl", "sft", "atif", "parquet", "sequences", "openenv"]
@@ -94,7 +95,7 @@ def load_job_groups(
     ordered = [groups[key] for key in sorted(groups)]
     for group in ordered:
         group.trajectories.sort(key=lambda t: (t.attempt, t.trial_name))
-        group.finalize(method)
+        finalize_group(group, method)
     return ordered
 
 

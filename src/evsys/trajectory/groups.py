@@ -1,4 +1,5 @@
-"""What `run_rollouts` returns: one `TrajectoryGroup` per task, holding one `RolloutTrajectory` per sample.
+"""What `run_rollouts` returns: one `TrajectoryGroup` per task, holding one `RolloutTrajectory` per sample
+(the records: evsys.records.rollouts), built here from trials (`rollout_from_trial`, `finalize_group`).
 
 A `RolloutTrajectory` flattens a trial's trajectory into one token sequence a trainer can use directly:
 `prompt_token_ids` (the first model turn's prompt) followed by `completion_token_ids` (everything after it:
@@ -27,24 +28,17 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from evsys.records import (
-    FailureCause,
-    IntegrityFinding,
+    AdvantageMethod,
     IntegrityPolicy,
-    PhaseTimings,
+    RolloutError,
+    RolloutTrajectory,
     StepMetrics,
     Trajectory,
+    TrajectoryGroup,
     TrialResult,
-    Usage,
 )
-from evsys.trajectory.advantages import AdvantageMethod, compute_advantages
-from evsys.trajectory.integrity import counts_as_wrong_answer, judged_reward
-
-
-class RolloutError(BaseModel):
-    """Why a rollout failed: the trial's failure cause and message."""
-
-    cause: FailureCause
-    message: str
+from evsys.trajectory.advantages import compute_advantages
+from evsys.trajectory.integrity import judged_reward
 
 
 class TokenSequence(BaseModel):
@@ -58,97 +52,23 @@ class TokenSequence(BaseModel):
     has_tokens: bool = False
 
 
-class RolloutTrajectory(BaseModel):
-    """One sample of one task: its tokens, completion text, reward(s), advantage and error, if any."""
-
-    trial_name: str
-    task_id: str
-    attempt: int
-    completion: str = ""
-    prompt_token_ids: list[int] = Field(default_factory=list)
-    completion_token_ids: list[int] = Field(default_factory=list)
-    loss_mask: list[int] = Field(default_factory=list)
-    logprobs: list[float] = Field(default_factory=list)
-    prefix_break: bool = False
-    weights_version: int | None = Field(
-        None,
-        description="The policy weights version that sampled every model turn; None when the model reports "
-        "none or turns were sampled by different versions (each step's metrics keep its own).",
-    )
-    reward: float = 0.0
-    rewards: dict[str, float] = Field(default_factory=dict)
-    advantage: float = 0.0
-    error: RolloutError | None = None
-    integrity: list[IntegrityFinding] = Field(
-        default_factory=list, description="The trial's integrity findings (empty for an honest trial)."
-    )
-    zeroed: bool = Field(
-        False,
-        description="Scored as a wrong answer (reward 0, in the baseline): its findings under "
-        "integrity='zero', or a failure the agent caused itself.",
-    )
-    screened: bool = Field(
-        False, description="Left out of its group's baseline for its findings (integrity='screen')."
-    )
-    usage: Usage = Field(default_factory=Usage)
-    timing: PhaseTimings | None = Field(None, description="Seconds per phase of the sample's trial.")
-    trajectory: Trajectory | None = Field(None, description="The full ATIF trajectory (per-turn tokens).")
-
-    @property
-    def ok(self) -> bool:
-        """True when the rollout finished without an error."""
-        return self.error is None
-
-    @property
-    def in_baseline(self) -> bool:
-        """True when the sample takes part in its group's advantages: not screened, and without an error or
-        scored as a wrong answer (`zeroed`, or an error the agent caused itself)."""
-        if self.screened:
-            return False
-        return self.error is None or self.zeroed or counts_as_wrong_answer(self.error.cause)
-
-
-class TrajectoryGroup(BaseModel):
-    """All samples of one task (`group_id`), in attempt order, with group-relative advantages."""
-
-    group_id: str
-    task_id: str
-    prompt: str = ""
-    trajectories: list[RolloutTrajectory] = Field(default_factory=list)
-    advantage_method: AdvantageMethod = "mean"
-    zero_variance: bool = Field(True, description="The scored samples' rewards are all equal (or < 2).")
-    n_errors: int = 0
-    errors_by_cause: dict[str, int] = Field(default_factory=dict)
-    n_with_findings: int = Field(0, description="Samples with at least one integrity finding.")
-    n_screened: int = Field(0, description="Samples left out of the baseline for their findings.")
-
-    @property
-    def rewards(self) -> list[float]:
-        """Every sample's reward, in order (0 for errored samples)."""
-        return [t.reward for t in self.trajectories]
-
-    @property
-    def advantages(self) -> list[float]:
-        """Every sample's advantage, in order (0 for errored samples)."""
-        return [t.advantage for t in self.trajectories]
-
-    def finalize(self, method: AdvantageMethod = "mean") -> TrajectoryGroup:
-        """Compute advantages over the samples in the baseline (`in_baseline`), count errors, findings and
-        screened samples; returns self."""
-        scored = [t for t in self.trajectories if t.in_baseline]
-        advantages = compute_advantages([t.reward for t in scored], method)
-        for sample in self.trajectories:
-            sample.advantage = 0.0
-        for sample, value in zip(scored, advantages.values, strict=True):
-            sample.advantage = value
-        self.advantage_method = method
-        self.zero_variance = advantages.zero_variance
-        causes = Counter(t.error.cause for t in self.trajectories if t.error is not None)
-        self.n_errors = sum(causes.values())
-        self.errors_by_cause = dict(sorted(causes.items()))
-        self.n_with_findings = sum(1 for t in self.trajectories if t.integrity)
-        self.n_screened = sum(1 for t in self.trajectories if t.screened)
-        return self
+def finalize_group(group: TrajectoryGroup, method: AdvantageMethod = "mean") -> TrajectoryGroup:
+    """`group` with its advantages computed over the samples in the baseline (`in_baseline`, the others get
+    0) by `method`, and its errors, findings and screened samples counted."""
+    scored = [t for t in group.trajectories if t.in_baseline]
+    advantages = compute_advantages([t.reward for t in scored], method)
+    for sample in group.trajectories:
+        sample.advantage = 0.0
+    for sample, value in zip(scored, advantages.values, strict=True):
+        sample.advantage = value
+    group.advantage_method = method
+    group.zero_variance = advantages.zero_variance
+    causes = Counter(t.error.cause for t in group.trajectories if t.error is not None)
+    group.n_errors = sum(causes.values())
+    group.errors_by_cause = dict(sorted(causes.items()))
+    group.n_with_findings = sum(1 for t in group.trajectories if t.integrity)
+    group.n_screened = sum(1 for t in group.trajectories if t.screened)
+    return group
 
 
 def integrity_columns(sample: RolloutTrajectory) -> dict[str, Any]:

@@ -20,11 +20,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from evsys.records import FailureCause, IntegrityKind, IntegrityPolicy, TrialResult
+from evsys.records import WRONG_ANSWER_CAUSES, FailureCause, IntegrityKind, IntegrityPolicy, TrialResult
 
 INTEGRITY_POLICIES: tuple[str, ...] = tuple(p.value for p in IntegrityPolicy)
-WRONG_ANSWER_CAUSES = frozenset({FailureCause.AGENT_EXHAUSTED_RESOURCES})
-"""Failure causes that count as a wrong answer (reward 0, in the group's baseline), not as an error."""
 WRONG_ANSWER_KINDS = frozenset({IntegrityKind.AGENT_EXHAUSTED_RESOURCES})
 """Finding kinds that make a sample a wrong answer under `screen` too (never screened out of the baseline)."""
 

@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from evsys.trajectory.groups import RolloutTrajectory, TrajectoryGroup
+from evsys.records import RolloutTrajectory, TrajectoryGroup
 
 LATENCY_PHASES = ("sandbox_start", "agent_run", "verifier", "total")
 TENSORBOARD_HINT = "TensorBoard logging needs tensorboardX: pip install 'evsys[rl]'"

@@ -15,9 +15,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from evsys.records import Step, Trajectory
+from evsys.records import RolloutTrajectory, Step, Trajectory, TrajectoryGroup
 from evsys.trajectory.graph import CallNode, CaptureGraph, capture_graph
-from evsys.trajectory.groups import RolloutTrajectory, TrajectoryGroup, integrity_columns
+from evsys.trajectory.groups import integrity_columns
 
 SEQUENCE_COLUMNS = (
     "group_id",

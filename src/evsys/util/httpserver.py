@@ -75,11 +75,6 @@ class GuardedServer:
         self._accepting: list[asyncio.Task[None]] = []
         self._errors = BoundedLog(log)
 
-    @property
-    def open_connections(self) -> int:
-        """Connections open now, over all sockets."""
-        return len(self.state.connections)
-
     async def start(self) -> None:
         """Listen on every socket and start accepting."""
         raise_descriptor_limit()

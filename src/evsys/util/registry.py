@@ -2,10 +2,11 @@
 
 A `Registry` maps names to entries (a class, a factory, or a record holding one). An entry comes from one of
 three places, in this order of precedence: registered in code (`register`), registered lazily as a
-`module:attribute` path (`register_lazy`; evsys's own plug-ins are declared this way so that naming one
-imports nothing), or an installed package's entry point in the registry's group (`importlib.metadata`, read
-the first time a name is not found or the names are listed). A lazy entry is imported only when its name is
-asked for, and `adapt` turns what was imported into an entry (TypeError for the wrong kind of object).
+`module:attribute` path (`register_lazy`; a registry starts with evsys's own plug-ins of its group this way,
+from evsys.util.builtin_plugins, so that naming one imports nothing), or an installed package's entry point in
+the registry's group (`importlib.metadata`, read the first time a name is not found or the names are listed).
+A lazy entry is imported only when its name is asked for, and `adapt` turns what was imported into an entry
+(TypeError for the wrong kind of object).
 
 An unknown name raises the registry's `UnknownNameError` subclass, whose message lists every available name
 and suggests the closest ones (`did_you_mean`, the one helper evsys uses for such hints).
@@ -21,6 +22,8 @@ import threading
 from collections.abc import Callable, Sequence
 from importlib.metadata import EntryPoint, entry_points
 from typing import Generic, TypeVar
+
+from evsys.util.builtin_plugins import builtin_plugins
 
 T = TypeVar("T")
 
@@ -73,7 +76,10 @@ class Registry(Generic[T]):
         self._unknown = unknown
         self._load_error = load_error
         self._entries: dict[str, T] = {}
-        self._lazy: dict[str, EntryPoint] = {}
+        self._lazy: dict[str, EntryPoint] = {
+            name: EntryPoint(name=name, value=target, group=group)
+            for name, target in builtin_plugins(group).items()
+        }
         self._entry_points: dict[str, EntryPoint] | None = None
         self._lock = threading.Lock()
 

@@ -6,8 +6,14 @@ from __future__ import annotations
 from openenv.core.harness import TrainingTrace
 
 from evsys.integrations.openenv.trace import training_trace
-from evsys.records import AgentInfo, StepMetrics, ToolCall, TrajectoryRecorder
-from evsys.trajectory.groups import RolloutTrajectory, TrajectoryGroup
+from evsys.records import (
+    AgentInfo,
+    RolloutTrajectory,
+    StepMetrics,
+    ToolCall,
+    TrajectoryGroup,
+    TrajectoryRecorder,
+)
 from evsys.trajectory.training_rows import openenv_traces
 
 

@@ -1,5 +1,5 @@
 """TRL's GRPOTrainer trains a tiny model on an evsys task through `environment_factory`
-(evsys.integrations.trl.EvsysEnvironment): each rollout is an evsys episode in a sandbox, the model's tool
+(evsys.integrations.trl.EvsysTrlEnvironment): each rollout is an evsys episode in a sandbox, the model's tool
 calls run there, and the reward TRL optimises is the task's verifier's."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ pytest.importorskip("trl", reason="TRL is not installed (pip install 'evsys[trl]
 
 from trl_grpo import TASKS, changed, grpo_config, weights
 
-from evsys.integrations.trl import EnvironmentFactory, EvsysEnvironment, hermes_response_parsing
+from evsys.integrations.trl import EnvironmentFactory, EvsysTrlEnvironment, hermes_response_parsing
 from evsys.records import TrialResult
 from evsys.testing.tiny_model import TinyModelRecipe, TrainingChat, build_tiny_model
 
@@ -23,7 +23,7 @@ def tool_schemas() -> list[dict]:
     """The schemas TRL renders for the environment's tools (from their type hints and docstrings)."""
     from transformers.utils import get_json_schema
 
-    return [get_json_schema(getattr(EvsysEnvironment, name)) for name in TOOLS]
+    return [get_json_schema(getattr(EvsysTrlEnvironment, name)) for name in TOOLS]
 
 
 def touch_policy(instruction: str) -> Path:
@@ -90,7 +90,7 @@ def test_grpo_trains_on_episodes_in_evsys_sandboxes(tmp_path: Path) -> None:
     rewards = [t.reward for t in trials]
     assert set(rewards) == {0.0, 1.0}, rewards
     # the verifier's rewards are the ones TRL logged, step by step
-    logged = [e["rewards/EvsysEnvironment/mean"] for e in trainer.state.log_history if "loss" in e]
+    logged = [e["rewards/EvsysTrlEnvironment/mean"] for e in trainer.state.log_history if "loss" in e]
     assert logged == pytest.approx([sum(rewards[0:4]) / 4, sum(rewards[4:8]) / 4])
     # and they moved the policy
     assert changed(before, trainer.model)
@@ -123,3 +123,15 @@ def test_an_environment_is_an_episode_whose_reward_the_policy_cannot_write(tmp_p
         factory.close()
     assert len(list(factory.runner.job_dir.glob("*/result.json"))) == 2
     assert not factory.runner.service.episodes
+
+
+def test_the_old_name_still_works_with_a_deprecation_warning():
+    """Code written against `EvsysEnvironment` (the name docs gave TRL's environment before Harbor's took it
+    alone) still gets the environment, warned that it was renamed."""
+    import evsys.integrations.trl as trl_integration
+
+    with pytest.warns(DeprecationWarning, match="EvsysTrlEnvironment"):
+        old = trl_integration.EvsysEnvironment
+    assert old is EvsysTrlEnvironment
+    with pytest.raises(AttributeError):
+        trl_integration.NoSuchName  # noqa: B018

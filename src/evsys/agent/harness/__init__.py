@@ -1,10 +1,11 @@
-"""External agent harnesses (RFC 005): configuration, events, the adapter lifecycle and multi-turn episodes.
+"""External agent harnesses (RFC 005): configuration, events and the adapter lifecycle.
 
 A harness (Claude Code, Codex, mini-swe-agent, a custom CLI) owns its agent loop; evsys starts it, sends it
 one message per turn, streams its events, and records its model calls through the recording proxy
 (`evsys.model.proxy`). MCP: the task's `[environment] mcp_servers` go into each harness's MCP configuration;
 evsys's own sandbox tools are injected over MCP when a job asks (`--harness-mcp-tools`, agent option
-`mcp_tools`; `inject_tools` and `HarnessEnvironment` from Python).
+`mcp_tools`; `inject_tools` from Python). Multi-turn episodes of a harness (one step per turn) are the
+engine's: `evsys.engine.episodes` (`evsys serve --harness NAME`, `EpisodeRunner(harness=...)`).
 
 The names below load their modules on first use: naming an agent (`evsys.agent.registry`, which reads the
 harness catalog) does not import the harness machinery a run of the built-in agents never needs."""
@@ -26,8 +27,6 @@ _EXPORTS = {
     "HarnessConfig": "evsys.agent.harness.config",
     "InjectedTool": "evsys.agent.harness.config",
     "ModelEndpoint": "evsys.agent.harness.config",
-    "HarnessEnvironment": "evsys.agent.harness.environment",
-    "HarnessObservation": "evsys.agent.harness.environment",
     "HarnessEvent": "evsys.agent.harness.events",
     "HarnessEventType": "evsys.agent.harness.events",
     "HarnessTurn": "evsys.agent.harness.events",

@@ -60,14 +60,9 @@ def _definition(name: str, loaded: object) -> HarnessDefinition:
 
 
 HARNESSES: Registry[HarnessDefinition] = Registry("harness", "evsys.harnesses", _definition)
-"""`-a` name -> definition. Each built-in module defines `DEFINITION`, imported only when its name is used
-(each pulls in only its own adapter); a package adds one through the `evsys.harnesses` entry-point group."""
-HARNESSES.register_lazy("claude-code", "evsys.agent.harness.claude_code:DEFINITION")
-HARNESSES.register_lazy("codex", "evsys.agent.harness.codex:DEFINITION")
-HARNESSES.register_lazy("mini-swe-agent", "evsys.agent.harness.mini_swe_agent:DEFINITION")
-HARNESSES.register_lazy("gemini-cli", "evsys.agent.harness.gemini_cli:DEFINITION")
-HARNESSES.register_lazy("opencode", "evsys.agent.harness.opencode:DEFINITION")
-HARNESSES.register_lazy("openclaw", "evsys.agent.harness.openclaw:DEFINITION")
+"""`-a` name -> definition. Each built-in (declared in evsys.util.builtin_plugins) defines `DEFINITION`,
+imported only when its name is used (each pulls in only its own adapter); a package adds one through the
+`evsys.harnesses` entry-point group."""
 
 
 def harness_names() -> list[str]:

@@ -36,6 +36,7 @@ from evsys.engine.episodes.protocol import (
     ServeError,
     ToolError,
 )
+from evsys.engine.image_services import ImageServices
 from evsys.engine.store import JobStore
 from evsys.engine.trial import Trial
 from evsys.model.base import ModelClient
@@ -83,12 +84,15 @@ class Episode(Generic[AgentT]):
         episode_id: str | None = None,
         agent: Any = None,
         model_client: ModelClient | None = None,
+        images: ImageServices | None = None,
     ) -> Episode[Any]:
         """An episode of `task` (not started yet) recording into `store`; its agent phase is `agent` (default:
         a `ServedAgent` running tool actions)."""
         agent = agent or ServedAgent(limits)
         # the trial's agent phase is this agent, always in a sandbox (the client's actions run there)
-        trial = Trial(spec, store, task=task.task, slots=pool, agent=agent, model_client=model_client)
+        trial = Trial(
+            spec, store, task=task.task, slots=pool, agent=agent, model_client=model_client, images=images
+        )
         return cls(task, trial, agent, episode_id or spec.trial_name, limits)
 
     @property

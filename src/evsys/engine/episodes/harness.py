@@ -173,10 +173,3 @@ class HarnessEpisode(Episode[ServedHarnessAgent]):
         if self.agent.turns >= self.limits.max_steps or failed:
             return await self.final(observation)
         return observation, None, False
-
-
-def message_refused() -> ServeError:
-    """The error for a message action on a server without a harness."""
-    return ServeError(
-        ErrorCode.VALIDATION_ERROR, "message actions need a harness (evsys serve --harness NAME -m MODEL)"
-    )

@@ -32,6 +32,7 @@ from evsys.engine.episodes.protocol import (
     ServedState,
     ServeError,
 )
+from evsys.engine.image_services import ImageServices
 from evsys.engine.metrics import compute_metrics, with_findings
 from evsys.engine.store import JobStore
 from evsys.model.base import ModelClient, close_model_client
@@ -145,6 +146,7 @@ class ServeService:
         self._dirty = asyncio.Event()
         self._tasks: list[asyncio.Task] = []
         self.model_client: ModelClient | None = None
+        self.images = ImageServices()  # shared by the episodes' trials
 
     async def start(self) -> None:
         """Write the job's config, build the harness's model client, start reaper and writer. A job directory
@@ -235,6 +237,7 @@ class ServeService:
             episode_id=episode_id,
             agent=agent,
             model_client=self.model_client,
+            images=self.images,
         )
         self.episodes.add(episode)
         episode.on_finish = self._finished

@@ -1,9 +1,10 @@
 """What a worker process keeps between the trials it runs, whichever executor started it.
 
 `TrialRuntime` holds the process's model clients (one per model string and base URL, built from the spec the
-first time) and a sandbox pool per backend, and hands each trial its `TrialResources`. The Ray worker
-(evsys.engine.executors.ray_worker) and the local process worker (evsys.engine.executors.process_worker)
-build on it; the driver's process never uses it (it lends the job's own pool and clients).
+first time), a sandbox pool per backend and its image services, and hands each trial its `TrialResources`.
+The Ray worker (evsys.engine.executors.ray_worker) and the local process worker
+(evsys.engine.executors.process_worker) build on it; the driver's process never uses it (it lends the job's
+own pool, clients and image services).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from evsys.engine.image_services import ImageServices
 from evsys.engine.run import TrialResources, build_model_client, needs_model
 from evsys.engine.spec import TrialSpec
 from evsys.model.base import ModelClient, close_model_client
@@ -31,6 +33,7 @@ class TrialRuntime:
         self.clients: dict[tuple[str | None, str | None], ModelClient | None] = {}
         self.pools: dict[str, SlotPool] = {}
         self._client_lock: asyncio.Lock | None = None
+        self.images = ImageServices()  # the process's image services, shared by its trials
 
     async def prepare_backend(self, backend: str) -> None:
         """Called before each trial on `backend` (a subclass checks its node once, say); nothing here."""
@@ -38,7 +41,9 @@ class TrialRuntime:
     async def resources(self, spec: TrialSpec) -> TrialResources:
         """The pool and model client the trial of `spec` borrows (built on first use)."""
         await self.prepare_backend(spec.sandbox)
-        return TrialResources(slots=self.pool(spec.sandbox), model_client=await self.client(spec))
+        return TrialResources(
+            slots=self.pool(spec.sandbox), model_client=await self.client(spec), images=self.images
+        )
 
     def pool(self, backend: str) -> SlotPool:
         """This process's sandbox pool for `backend`."""

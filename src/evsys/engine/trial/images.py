@@ -4,18 +4,14 @@ trial's sandbox spec moved onto it.
 A task runs on an image when its Dockerfile needs a build (RUN, a base other than a plain one) or its
 task.toml names a `docker_image`, unless the job skips builds (then it runs on the host rootfs and the
 trial records `ran_on_host_image`). Tasks with no Dockerfile and Python tasks keep the host rootfs.
-One `ImageService` per pull policy is shared by every trial of the process, so concurrent trials of one
-task wait for a single build. The build log goes to `<trial>/environment/build.log`; the build is bounded by
-the trial's `build_timeout_sec` (the task's, scaled by the job's setup multiplier when planned). A backend
-that pulls and builds images itself (`Capability.REMOTE_IMAGES`: modal) is handed the task's `docker_image`
-or Dockerfile instead, and nothing is built here.
+The images come from the trial's `ImageServices` (evsys.engine.image_services: the job's, shared by its
+trials, its build progress on the job's event stream). The build log goes to `<trial>/environment/build.log`;
+the build is bounded by the trial's `build_timeout_sec` (the task's, scaled by the job's setup multiplier
+when planned). A backend that pulls and builds images itself (`Capability.REMOTE_IMAGES`: modal) is handed
+the task's `docker_image` or Dockerfile instead, and nothing is built here.
 """
 
 from __future__ import annotations
-
-import time
-from pathlib import Path
-from typing import TYPE_CHECKING
 
 from evsys.engine.trial.state import TrialState
 from evsys.records import FailureCause, FileCopy, ImageSpec, SandboxSpec, TrialImage
@@ -25,62 +21,12 @@ from evsys.task.dockerfile import DOCKERFILE
 from evsys.task.models import Task
 from evsys.util.hostca import SANDBOX_CA_PATH, ca_environment, host_ca_bundle
 
-if TYPE_CHECKING:  # evsys.images loads with the first trial that needs an image, not with every run
-    from evsys.images import ImageResult, ImageService, PullPolicy
-
-_SERVICES: dict[str, ImageService] = {}
 BUILD_LOG = "environment/build.log"
-_ACTIVITY: dict[str, tuple[float, str]] = {}
 
 
 def needs_image(task: Task, skip_build: bool) -> bool:
     """True when the task runs on a built or pulled image rather than the host rootfs."""
     return task.environment.needs_image and not skip_build
-
-
-def image_service(pull_policy: PullPolicy = "missing") -> ImageService:
-    """The process's image service for a pull policy."""
-    from evsys.images import ImageService
-
-    if pull_policy not in _SERVICES:
-        _SERVICES[pull_policy] = ImageService(pull_policy=pull_policy)
-    return _SERVICES[pull_policy]
-
-
-def build_activity() -> list[str]:
-    """What image builds print right now (one line per task being built), for progress displays."""
-    now = time.monotonic()
-    return [f"{task}: {line}" for task, (at, line) in sorted(_ACTIVITY.items()) if now - at < 600]
-
-
-async def task_image(
-    task: Task,
-    trial_dir: Path,
-    *,
-    pull_policy: PullPolicy,
-    timeout: float,  # noqa: ASYNC109 - the build's own limit
-    notices: list[str],
-) -> ImageResult:
-    """The image of `task` (built, pulled or cached), its build log under the trial dir."""
-    log = trial_dir / BUILD_LOG
-    log.parent.mkdir(parents=True, exist_ok=True)
-
-    def on_line(line: str) -> None:
-        if line.strip():
-            _ACTIVITY[task.name] = (time.monotonic(), line.strip()[:120])
-
-    try:
-        return await image_service(pull_policy).task_image(
-            task.path,
-            docker_image=task.config.environment.docker_image,
-            build_timeout=timeout,
-            name=task.name,
-            log=log,
-            on_line=on_line,
-            notice=notices.append,
-        )
-    finally:
-        _ACTIVITY.pop(task.name, None)
 
 
 def image_spec(spec: SandboxSpec, task: Task, image: ImageSpec) -> SandboxSpec:
@@ -138,9 +84,9 @@ async def on_image(state: TrialState, task: Task, spec: SandboxSpec) -> SandboxS
     try:
         image = await state.timed(
             "environment_build",
-            task_image(
+            state.images.task_image(
                 task,
-                trial_dir,
+                trial_dir / BUILD_LOG,
                 pull_policy=state.spec.pull,
                 timeout=build_timeout(state, task),
                 notices=notices,

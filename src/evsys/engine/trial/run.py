@@ -29,6 +29,7 @@ from typing import Any
 from evsys.agent.base import Agent, AgentContext
 from evsys.agent.registry import AgentNotFoundError
 from evsys.engine.config import TrialConfig
+from evsys.engine.image_services import ImageServices
 from evsys.engine.spec import TrialSpec
 from evsys.engine.store import JobStore
 from evsys.engine.trial.agent import (
@@ -72,6 +73,7 @@ class Trial:
         on_event: Callable[[dict[str, Any]], None] | None = None,
         slots: SlotPool | None = None,
         agent: Agent | None = None,
+        images: ImageServices | None = None,
     ) -> None:
         python_task = spec.python_task
         self.agent = agent
@@ -87,6 +89,7 @@ class Trial:
             or (python_task.sandbox and not answers_with_reference(spec)),
             model_client=model_client,
             on_event=on_event,
+            images=images or ImageServices(),
         )
 
     @property

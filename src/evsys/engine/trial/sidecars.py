@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from evsys.engine.image_services import ImageServices
 from evsys.engine.trial import images
 from evsys.engine.trial.healthcheck import HealthcheckFailed, await_healthy
 from evsys.engine.trial.state import TrialState
@@ -62,9 +63,17 @@ class Sidecars:
     """The sidecar sandboxes of one trial (see the module docstring)."""
 
     def __init__(
-        self, task: Task, project: ComposeProject, *, backend: str, name: str, trial_dir: Path
+        self,
+        task: Task,
+        project: ComposeProject,
+        *,
+        backend: str,
+        name: str,
+        trial_dir: Path,
+        images: ImageServices,
     ) -> None:
         self.task = task
+        self.images = images
         self.project = project
         self.backend = backend
         self.name = name  # the main sandbox's name: sidecars are named after it
@@ -94,7 +103,7 @@ class Sidecars:
 
         log = self.trial_dir / "environment" / f"build-{service.name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
-        image_service = images.image_service(pull)
+        image_service = self.images.service(pull)
         try:
             if service.build_context is not None:
                 context = BuildContext(service.build_context / service.dockerfile, service.build_context)
@@ -225,7 +234,9 @@ async def start_sidecars(state: TrialState, task: Task, spec: SandboxSpec) -> Sa
     if project is None or not project.services:
         return spec
     trial_dir = state.store.trial_dir(state.config.trial_name)
-    sidecars = Sidecars(task, project, backend=state.spec.sandbox, name=spec.name, trial_dir=trial_dir)
+    sidecars = Sidecars(
+        task, project, backend=state.spec.sandbox, name=spec.name, trial_dir=trial_dir, images=state.images
+    )
     state.sidecars = sidecars
     notices: list[str] = []
     limit = images.build_timeout(state, task)

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from evsys.engine.image_services import ImageServices
 from evsys.engine.spec import TrialSpec
 from evsys.engine.store import JobStore
 from evsys.engine.trial.pause import PausableTimeout
@@ -82,6 +83,7 @@ class TrialState:
     uses_sandbox: bool = True  # False: a Python task without a sandbox, answered by one model call
     model_client: ModelClient | None = None
     on_event: Callable[[dict[str, Any]], None] | None = None
+    images: ImageServices = field(default_factory=ImageServices)  # the job's, else the trial's own
     result: TrialResult = field(init=False)
     slot: Slot | None = None
     sandbox: Sandbox | None = None

@@ -13,9 +13,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from evsys.engine.trial import images as environment
+from evsys.engine.image_services import ImageServices
 from evsys.engine.trial.environment import sandbox_spec
-from evsys.engine.trial.images import image_spec
+from evsys.engine.trial.images import BUILD_LOG, image_spec
 from evsys.engine.trial.sidecars import SidecarFailed, Sidecars
 from evsys.images import BuildContext, ImageError, ImageResult, PullPolicy
 from evsys.records import FailureCause, SandboxSpec
@@ -113,6 +113,7 @@ class EnvironmentRuntime:
         self.image: ImageResult | None = None
         self.default_user: SandboxUser = "root"
         self.notices: list[str] = []
+        self.images = ImageServices()  # this environment's builds, pulls and their cache
 
     def running(self) -> Sandbox:
         """The started sandbox; `SandboxError` before `start` or after `stop`."""
@@ -151,13 +152,13 @@ class EnvironmentRuntime:
         verifier's)."""
         request = self.request
         timeout, pull = request.build_timeout_sec, request.options.pull
-        log = request.trial_dir / environment.BUILD_LOG
+        log = request.trial_dir / BUILD_LOG
         try:
             if request.environment_dir.name == "environment":
-                return await environment.task_image(
-                    task, request.trial_dir, pull_policy=pull, timeout=timeout, notices=self.notices
+                return await self.images.task_image(
+                    task, log, pull_policy=pull, timeout=timeout, notices=self.notices
                 )
-            service = environment.image_service(pull)
+            service = self.images.service(pull)
             log.parent.mkdir(parents=True, exist_ok=True)
             image = task.config.environment.docker_image
             if image:
@@ -179,6 +180,7 @@ class EnvironmentRuntime:
             backend=self.request.options.backend,
             name=spec.name,
             trial_dir=self.request.trial_dir,
+            images=self.images,
         )
         try:
             await self.sidecars.start(

@@ -26,8 +26,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from evsys.engine.image_services import ImageServices
 from evsys.engine.trial.environment import sandbox_spec
-from evsys.engine.trial.images import image_spec, needs_image, task_image
+from evsys.engine.trial.images import BUILD_LOG, image_spec, needs_image
 from evsys.records import SandboxSpec
 from evsys.sandbox.base import Sandbox, SandboxError
 from evsys.sandbox.registry import DEFAULT_BACKEND, create_sandbox
@@ -192,7 +193,8 @@ async def start_task_sandbox(
     if needs_image(task, skip_build=False):
         limit = build_timeout or task.config.environment.build_timeout_sec
         logs = scratch or Path(tempfile.gettempdir()) / "evsys-tinker"
-        image = await task_image(task, logs / spec.name, pull_policy="missing", timeout=limit, notices=[])
+        log = logs / spec.name / BUILD_LOG
+        image = await ImageServices().task_image(task, log, pull_policy="missing", timeout=limit, notices=[])
         spec = image_spec(spec, task, image.spec)
     sandbox = create_sandbox(spec.model_copy(update={"user": user}), backend)
     try:

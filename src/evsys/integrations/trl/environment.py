@@ -4,7 +4,7 @@ TRL creates environment instances with a zero-argument factory, calls `reset(**r
 (the returned text is appended to the row's last user message), exposes every other public method as a tool
 (schema from its type hints and docstring) and, once the rollout's tool loop ends, calls `get_reward()`.
 
-`EvsysEnvironment.reset` starts an episode of the row's `task` (a task name of the runner's dataset: a task
+`EvsysTrlEnvironment.reset` starts an episode of the row's `task` (a task name of the runner's dataset: a task
 directory, a directory of tasks, Python tasks or repository rows) and returns its instruction; the tools are
 the loop agent's (`bash`, `read_file`, `write_file`, `str_replace`), run in the episode's sandbox as the
 task's agent user; `get_reward` ends the episode, runs the task's verifier chain (the trial's own verifier
@@ -41,7 +41,7 @@ def _documented(fn: Callable[..., str]) -> Callable[..., str]:
     return fn
 
 
-class EvsysEnvironment:
+class EvsysTrlEnvironment:
     """One rollout's environment: an evsys episode of the row's task. Public methods are TRL tools."""
 
     def __init__(self, runner: EpisodeRunner) -> None:
@@ -109,9 +109,9 @@ class EnvironmentFactory:
             runner = EpisodeRunner(dataset, **options)
         self.runner = runner
 
-    def __call__(self) -> EvsysEnvironment:
+    def __call__(self) -> EvsysTrlEnvironment:
         """A new environment (TRL pools and resets them)."""
-        return EvsysEnvironment(self.runner)
+        return EvsysTrlEnvironment(self.runner)
 
     def dataset(self, tasks: Sequence[str] | None = None, repeats: int = 1) -> Any:
         """A Hugging Face `Dataset` with one row per task (`repeats` times each): an empty user message as

@@ -30,11 +30,11 @@ from pathlib import Path
 from typing import Any
 
 from evsys.engine.sources import resolve_tasks, tasks_on_disk
+from evsys.records import RolloutTrajectory, TrajectoryGroup
 from evsys.repo.rows import RepoTask
 from evsys.rollouts import prepare_tasks, run_rollouts
 from evsys.task.models import Task
 from evsys.task.python import VerifiedTask
-from evsys.trajectory.groups import RolloutTrajectory, TrajectoryGroup
 from evsys.trajectory.integrity import integrity_policy
 
 TaskItem = VerifiedTask | RepoTask | Mapping[str, Any]

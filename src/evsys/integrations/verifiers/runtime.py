@@ -24,7 +24,7 @@ from verifiers.v1.configs.runtime import NetworkPolicyConfig, parse_network_rule
 from verifiers.v1.errors import SandboxError as VfSandboxError
 from verifiers.v1.runtimes.base import BaseRuntimeInfo, ProgramResult, Runtime, RuntimeProcess
 
-from evsys.engine.trial.images import image_service
+from evsys.engine.image_services import ImageServices
 from evsys.images import ImageError
 from evsys.integrations.verifiers.bridge import LoopbackBridge
 from evsys.records import ExecResult, ImageSpec, NetworkMode, SandboxSpec, marked_output
@@ -145,8 +145,9 @@ class EvsysRuntime(Runtime):
         cfg = self.config
         image: ImageSpec | None = None
         if cfg.image:
-            stored, _ = await image_service().ensure_ref(cfg.image)
-            image = await image_service().storage.spec(stored)
+            service = ImageServices().service()
+            stored, _ = await service.ensure_ref(cfg.image)
+            image = await service.storage.spec(stored)
         workdir = cfg.workdir or (image.config.workdir if image is not None else None) or "/app"
         return SandboxSpec(
             name=self.name,

@@ -16,8 +16,8 @@ What shared slots do not isolate (the sandbox's network, /proc listings, names i
 docs/cloud.md.
 
 Two interfaces, for two different callers:
-- `exec_tool(slot, tool, args) -> ExecutionResult` — structured (success, output, error, exit code), for an
-  environment's setup and verify hooks;
+- `exec_tool(slot, tool, args) -> ExecutionResult` (evsys.records) — structured (success, output, error,
+  exit code), for an environment's setup and verify hooks;
 - `tool_handler(slot)` — an `async (tool_name, args) -> str` returning a JSON string, for an agent loop that
   feeds tool results back to the model.
 `execute_batch([(slot, tool, args), ...])` runs calls on different slots concurrently (one asyncio task each;
@@ -25,7 +25,7 @@ every sandbox operation is async, nothing blocks the event loop) and returns res
 the same slot run one after the other, in order.
 """
 
-from evsys.sandbox.slots.pool import TOOLS, ExecutionResult, SlotPool
+from evsys.sandbox.slots.pool import TOOLS, SlotPool
 from evsys.sandbox.slots.sandbox import SlotSandbox
 from evsys.sandbox.slots.slot import SHARED_DIRS, SLOTS_DIR, TMP_DIR, Slot, slot_exec
 
@@ -34,7 +34,6 @@ __all__ = [
     "SLOTS_DIR",
     "TMP_DIR",
     "TOOLS",
-    "ExecutionResult",
     "Slot",
     "SlotPool",
     "SlotSandbox",

@@ -4,14 +4,11 @@
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, Field
-
-from evsys.records import ExecResult, SandboxSpec
+from evsys.records import ExecResult, ExecutionResult, SandboxSpec
 from evsys.sandbox.base import Sandbox, SandboxError
 from evsys.sandbox.pool import SandboxPool
 from evsys.sandbox.slots.sandbox import SlotSandbox
@@ -35,21 +32,6 @@ class _SlotRunner:
 
     async def shell(self, command: str) -> ExecResult:
         return await self.exec(command)
-
-
-class ExecutionResult(BaseModel):
-    """The structured outcome of one tool call on a slot."""
-
-    success: bool
-    output: str = ""
-    error: str = ""
-    exit_code: int | None = None
-    timed_out: bool = False
-    metadata: dict[str, Any] = Field(default_factory=dict)
-
-    def to_json(self) -> str:
-        """What `tool_handler` returns: the result as a JSON string (output, error, exit code)."""
-        return json.dumps({"output": self.output, "error": self.error, "exit_code": self.exit_code})
 
 
 class SlotPool:
