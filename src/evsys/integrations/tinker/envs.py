@@ -342,7 +342,8 @@ def cookbook_policy(integrity: IntegrityPolicy | str) -> IntegrityPolicy:
 
 @chz.chz
 class EvsysDatasetBuilder(RLDatasetBuilder):
-    """The cookbook's `RLDatasetBuilder` (for its train config) over an evsys dataset path."""
+    """The cookbook's `RLDatasetBuilder` (for its train config) over an evsys dataset path or `NAME@VERSION`
+    (from `registry_path`, `registry_url` or Harbor's registry)."""
 
     dataset: str
     model_name: str
@@ -355,6 +356,8 @@ class EvsysDatasetBuilder(RLDatasetBuilder):
     job_name: str | None = None
     sandbox: str = "local"
     integrity: str = "zero"
+    registry_path: str | None = None
+    registry_url: str | None = None
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
         """The training dataset (no separate test set)."""
@@ -370,5 +373,7 @@ class EvsysDatasetBuilder(RLDatasetBuilder):
             job_name=self.job_name,
             sandbox=self.sandbox,
             integrity=self.integrity,
+            registry_path=self.registry_path,
+            registry_url=self.registry_url,
         )
         return dataset, None
