@@ -281,7 +281,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--tasks", type=int, default=16)
     parser.add_argument("--group-size", type=int, default=GRPOConfig.group_size)
     parser.add_argument("--lr", type=float, default=GRPOConfig.learning_rate)
