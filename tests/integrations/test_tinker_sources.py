@@ -21,6 +21,7 @@ from evsys.integrations.tinker import EvsysRLDataset
 from evsys.task.loader import load_tasks
 from evsys.testing.tiny_model import DEMO_RECIPE, build_tiny_model
 
+PLANNING_ONLY = "never-loaded/model"
 EXAMPLE_TASKS = Path(__file__).resolve().parents[2] / "examples" / "tasks"
 HARBOR_MANIFEST = """\
 schema_version = "1.0"
@@ -42,10 +43,11 @@ def model_dir() -> Path:
     return build_tiny_model(DEMO_RECIPE)
 
 
-async def planned_names(tasks: object, model_dir: Path, jobs: Path, **kwargs: object) -> list[str]:
-    """The task names of the dataset's builders, in the order it hands them out."""
+async def planned_names(tasks: object, jobs: Path) -> list[str]:
+    """The task names of the dataset's builders, in the order it hands them out (planning loads no model:
+    the model name only picks the renderer when an env is made)."""
     dataset = await EvsysRLDataset.create(
-        tasks, model_name=str(model_dir), renderer_name=RENDERER, jobs_dir=jobs, **kwargs
+        tasks, model_name=PLANNING_ONLY, renderer_name=RENDERER, jobs_dir=jobs
     )
     async with dataset:
         return [builder.task.name for builder in dataset.builders]
@@ -59,7 +61,7 @@ def harbor_dataset(root: Path) -> Path:
     return root
 
 
-async def test_every_form_of_a_task_directory_plans_what_evsys_run_runs(model_dir: Path, tmp_path: Path):
+async def test_every_form_of_a_task_directory_plans_what_evsys_run_runs(tmp_path: Path):
     """The examples as a string, a TaskSet, its Tasks and a list of paths plan the same tasks as a job over
     the directory; a Harbor manifest's directory plans the tasks it lists."""
     taskset = load_tasks(EXAMPLE_TASKS)
@@ -71,16 +73,16 @@ async def test_every_form_of_a_task_directory_plans_what_evsys_run_runs(model_di
         "paths": [task.path for task in taskset.tasks],
     }
     for form, tasks in forms.items():
-        assert await planned_names(tasks, model_dir, tmp_path / form) == expected, form
+        assert await planned_names(tasks, tmp_path / form) == expected, form
 
     harbor = harbor_dataset(tmp_path / "harbor-dataset")
     listed = ["evsys/create-file", "evsys/json-transform"]
-    assert await planned_names(harbor, model_dir, tmp_path / "harbor") == listed
+    assert await planned_names(harbor, tmp_path / "harbor") == listed
 
 
-async def test_a_missing_source_is_refused_naming_what_was_looked_for(model_dir: Path, tmp_path: Path):
+async def test_a_missing_source_is_refused_naming_what_was_looked_for(tmp_path: Path):
     with pytest.raises(TaskSourceError, match="neither a task directory"):
-        await planned_names(str(tmp_path / "no-such-tasks"), model_dir, tmp_path)
+        await planned_names(str(tmp_path / "no-such-tasks"), tmp_path)
 
 
 @pytest.mark.needs_sandbox
