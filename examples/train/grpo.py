@@ -1,6 +1,7 @@
 """On-policy GRPO on one machine: evsys rollouts from the local engine, a policy-gradient step, new weights.
 
-    PYTHONPATH=src python examples/train/grpo.py --steps 40 --jobs-dir /tmp/grpo-jobs
+    PYTHONPATH=src python examples/train/grpo.py --steps 40 --seed 0 --jobs-dir /tmp/grpo-jobs
+    PYTHONPATH=src python examples/train/grpo.py --steps 40 --seeds 0,1,2 --jobs-dir /tmp/grpo-jobs
 
 Each step: `run_rollouts` samples `group_size` answers per task from the running local engine and scores
 them with the task's verifier; evsys computes the group-relative advantages (`mean_std`, the GRPO form). The
@@ -8,16 +9,29 @@ trainer's copy of the model recomputes the logprobs of the sampled tokens, weigh
 through the clipped importance ratio against the logprobs recorded at sampling time, takes an AdamW step,
 and loads its weights into the engine (`LocalPolicy.load_weights`), whose next batch is sampled with them.
 A short self-contained loop (torch only), so every part of it can be read here.
+
+A run is deterministic on CPU for its seed (`--seed`): the seed fixes torch's and Python's RNGs, and every
+step's rollouts sample with a seed derived from it and the step (each sample of a group with its own,
+`run_rollouts(seed=...)`); the engine generates one sequence at a time (`max_batch_size=1`: the rows a
+sequence shares a batched forward pass with change its logits by float rounding, and which rows those are
+depends on timing), and torch runs on one thread with deterministic algorithms. The same seed prints the same
+table again. `--seeds 0,1,2` runs one loop per seed and prints the mean and spread of the reward per step.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import math
+import random
 import secrets
+import shutil
+import statistics
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -43,6 +57,7 @@ class GRPOConfig:
     n_concurrent: int = 16
     jobs_dir: Path = Path("jobs/grpo")
     seed: int = 0
+    """Seeds torch and Python's RNGs and, with the step, every rollout's sampling (`step_seed`)."""
 
 
 @dataclass
@@ -116,6 +131,11 @@ def trainable(groups: list[TrajectoryGroup]) -> list[RolloutTrajectory]:
     ]
 
 
+def step_seed(seed: int, step: int) -> int:
+    """The sampling seed of step `step` of the run seeded `seed` (distinct per step and per run)."""
+    return random.Random(f"grpo:{seed}:{step}").getrandbits(48)
+
+
 class GRPOLoop:
     """The on-policy loop over one running local engine: `await loop.step()` runs one rollout batch and one
     update, and leaves the engine sampling with the new weights."""
@@ -126,6 +146,7 @@ class GRPOLoop:
         import torch
 
         self.client, self.policy, self.tasks, self.config = client, policy, tasks, config
+        random.seed(config.seed)
         torch.manual_seed(config.seed)
         self.model = policy.trainable_copy()
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=config.learning_rate, weight_decay=0.0)
@@ -134,8 +155,9 @@ class GRPOLoop:
 
     @classmethod
     async def create(cls, model_dir: Path, tasks: list[VerifiedTask], config: GRPOConfig) -> GRPOLoop:
-        """A loop over the shared local engine for `model_dir` (the one `model="local:<dir>"` would use)."""
-        client = LocalModelClient(str(model_dir))
+        """A loop over the shared local engine for `model_dir` (the one `model="local:<dir>"` would use),
+        generating one sequence at a time, so a seed gives the same run again (the module docstring)."""
+        client = LocalModelClient(str(model_dir), max_batch_size=1)
         return cls(client, await client.policy(), tasks, config)
 
     async def rollouts(self) -> list[TrajectoryGroup]:
@@ -151,6 +173,7 @@ class GRPOLoop:
             jobs_dir=c.jobs_dir,
             job_name=f"{self.run_name}-step-{self.steps:04d}",
             advantage="mean_std",
+            seed=step_seed(c.seed, self.steps),
         )
 
     def update(self, rollouts: list[RolloutTrajectory]) -> tuple[float, float]:
@@ -190,38 +213,103 @@ class GRPOLoop:
         )
 
 
-async def main(argv: list[str] | None = None) -> list[StepReport]:
-    """Run the loop from the command line and print one row per step."""
+DEFAULT_SEED = 0
+"""The seed of the run docs/training.md shows (and tests/train checks rises)."""
+
+
+@contextlib.contextmanager
+def deterministic_torch() -> Iterator[None]:
+    """torch on one thread with deterministic algorithms while the loop runs (the settings restored after)."""
     import torch
+
+    threads, strict = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    torch.set_num_threads(1)  # also the fastest here: the engine and the trainer take turns
+    torch.use_deterministic_algorithms(True)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+        torch.use_deterministic_algorithms(strict)
+
+
+async def run(args: argparse.Namespace, seed: int, echo: bool) -> list[StepReport]:
+    """`args.steps` steps of a loop seeded `seed` over a private copy of the starting policy (its own engine:
+    each run starts from the same weights); prints one row per step when `echo`."""
     from digits import base_model_dir, sum_tasks
 
-    torch.set_num_threads(1)  # the engine and the trainer take turns; more threads only contend for cores
+    config = GRPOConfig(group_size=args.group_size, learning_rate=args.lr, jobs_dir=args.jobs_dir, seed=seed)
+    reports: list[StepReport] = []
+    with tempfile.TemporaryDirectory(prefix="evsys-grpo-") as tmp, deterministic_torch():
+        model_dir = Path(tmp) / "policy"
+        shutil.copytree(base_model_dir(), model_dir)
+        loop = await GRPOLoop.create(model_dir, sum_tasks(args.tasks), config)
+        for _ in range(args.steps):
+            report = await loop.step()
+            reports.append(report)
+            if echo:
+                print(step_row(report), flush=True)
+            if not math.isfinite(report.loss):
+                raise SystemExit(f"seed {seed}, step {report.step}: the loss is {report.loss}")
+    return reports
 
+
+def step_row(report: StepReport) -> str:
+    """One step as a row of the single-seed table."""
+    return (
+        f"| {report.step} | {report.sampled_with} | {report.mean_reward:.3f} | {report.loss:+.4f} "
+        f"| {report.max_logprob_gap:.1e} | {report.trained_rollouts} |"
+    )
+
+
+def curve_rows(runs: dict[int, list[StepReport]]) -> list[str]:
+    """The mean reward per step over the seeds' runs, its spread (population standard deviation) and range."""
+    rows = [
+        f"| step | mean reward ({len(runs)} seeds: {', '.join(map(str, runs))}) | std | min | max |",
+        "|---:|---:|---:|---:|---:|",
+    ]
+    for step, reports in enumerate(zip(*runs.values(), strict=True), start=1):
+        rewards = [r.mean_reward for r in reports]
+        rows.append(
+            f"| {step} | {statistics.fmean(rewards):.3f} | {statistics.pstdev(rewards):.3f} "
+            f"| {min(rewards):.3f} | {max(rewards):.3f} |"
+        )
+    return rows
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line (see the module docstring)."""
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--steps", type=int, default=40)
     parser.add_argument("--tasks", type=int, default=16)
     parser.add_argument("--group-size", type=int, default=GRPOConfig.group_size)
     parser.add_argument("--lr", type=float, default=GRPOConfig.learning_rate)
     parser.add_argument("--jobs-dir", type=Path, default=GRPOConfig.jobs_dir)
-    args = parser.parse_args(argv)
-    config = GRPOConfig(group_size=args.group_size, learning_rate=args.lr, jobs_dir=args.jobs_dir)
-    loop = await GRPOLoop.create(base_model_dir(), sum_tasks(args.tasks), config)
-    print("| step | weights version | mean reward | loss | max logprob gap | trained rollouts |")
-    print("|---:|---:|---:|---:|---:|---:|")
-    reports = []
-    for _ in range(args.steps):
-        report = await loop.step()
-        reports.append(report)
-        print(
-            f"| {report.step} | {report.sampled_with} | {report.mean_reward:.3f} | {report.loss:+.4f} "
-            f"| {report.max_logprob_gap:.1e} | {report.trained_rollouts} |",
-            flush=True,
-        )
-        if not math.isfinite(report.loss):
-            raise SystemExit(f"step {report.step}: the loss is {report.loss}")
-    return reports
+    seeds = parser.add_mutually_exclusive_group()
+    seeds.add_argument("--seed", type=int, default=DEFAULT_SEED, help="the run's seed (default: %(default)s)")
+    seeds.add_argument(
+        "--seeds", type=lambda text: [int(s) for s in text.split(",")], help="one run per seed, e.g. 0,1,2"
+    )
+    return parser.parse_args(argv)
+
+
+async def main(argv: list[str] | None = None) -> dict[int, list[StepReport]]:
+    """Run the loop from the command line: one row per step for `--seed`; for `--seeds`, the reward curve's
+    mean and spread over the seeds (each run's wall time goes to stderr, so stdout repeats exactly)."""
+    args = parse_args(argv)
+    seeds = args.seeds or [args.seed]
+    if not args.seeds:
+        print("| step | weights version | mean reward | loss | max logprob gap | trained rollouts |")
+        print("|---:|---:|---:|---:|---:|---:|", flush=True)
+    runs = {}
+    for seed in seeds:
+        started = time.monotonic()
+        runs[seed] = await run(args, seed, echo=not args.seeds)
+        print(f"seed {seed}: {args.steps} steps in {time.monotonic() - started:.1f} s", file=sys.stderr)
+    if args.seeds:
+        print("\n".join(curve_rows(runs)), flush=True)
+    return runs
 
 
 if __name__ == "__main__":

@@ -51,3 +51,28 @@ async def test_harness_runs_a_trial_through_the_proxy(tmp_path, long_context_cli
     if harness in ACP_HARNESSES:  # their ACP session updates, as ATIF beside the proxy's view
         native = json.loads((trial_dir / "agent" / "native-trajectory.json").read_text())["steps"]
         assert native[0]["source"] == "user" and any(s["source"] == "agent" for s in native)
+
+
+async def test_gemini_cli_runs_a_trial_on_a_local_model_named_by_its_path(tmp_path, long_context_client):
+    """`-a gemini-cli -m local:<path>`: the CLI puts the model name, `/` and `:` and all, in its request path
+    (`/v1beta/models/local:/.../<dir>:streamGenerateContent`); the proxy routes it to the trial's session
+    (a 404 before the route took slashes) and the job's own client for that path answers."""
+    model = f"local:{long_context_client.shared.model}"
+    assert "/" in model.removeprefix("local:")
+    config = JobConfig(
+        datasets=[EXAMPLES],
+        agents=[AgentSpec(name="gemini-cli", model=model, kwargs={"max_tokens_cap": 24})],
+        task_names=["create-file"],
+        jobs_dir=tmp_path,
+        job_name="gemini-local-path",
+    )
+    job = Job(config)
+    (trial,) = (await job.run()).trials
+    assert trial.failure is None, trial.failure
+    assert trial.reward is not None  # the verifier ran
+    steps = json.loads((job.store.trial_dir(trial.trial_name) / "trajectory.json").read_text())["steps"]
+    agent_steps = [s for s in steps if s["source"] == "agent"]
+    assert agent_steps, "Gemini CLI made no model call through the proxy"
+    assert all(s["metrics"]["prompt_token_ids"] and s["metrics"]["completion_token_ids"] for s in agent_steps)
+    assert {s.get("model_name") for s in agent_steps} == {model}
+    assert harness_processes() == []

@@ -1,7 +1,9 @@
 """tinker-cookbook RL environments over evsys tasks: every env is an evsys trial, its reward the verifier's.
 
-`EvsysRLDataset` plans any evsys tasks — a task directory or a directory of them, a Python-task dataset, a
-file of repository rows, or Python tasks / repository rows in memory — once, like the trials of a job, and
+`EvsysRLDataset` plans any evsys tasks — whatever `evsys run` takes: a task directory or a directory of them,
+a Harbor `dataset.toml` directory, `NAME@VERSION`, a Python-task dataset, a file of repository rows, loaded
+`Task`s, or Python tasks / repository rows in memory (evsys.integrations.tinker.catalog) — once, like the
+trials of a job, and
 hands out one `EvsysEnvGroupBuilder` per task. `make_envs()` starts `group_size` episodes of the task: each is
 a trial of the dataset's job (an `Episode` of evsys.engine.episodes: the task's sandbox and environment, the
 loop agent's tools, the verifier chain, result.json and trajectory.json under `<jobs_dir>/<job_name>/`). Each
@@ -51,7 +53,7 @@ from tinker_cookbook.tool_use.types import Tool, ToolInput, ToolResult
 
 from evsys.agent.loop import DEFAULT_SYSTEM_PROMPT
 from evsys.agent.tools import SandboxTools
-from evsys.engine import AgentSpec, JobConfig, plan_trials
+from evsys.engine import AgentSpec, JobConfig
 from evsys.engine.episodes import (
     Episode,
     EpisodeLimits,
@@ -59,19 +61,12 @@ from evsys.engine.episodes import (
     ServeError,
     ServeService,
     ServeSettings,
-    TaskCatalog,
 )
 from evsys.engine.episodes.catalog import SERVED_AGENT
 from evsys.engine.episodes.protocol import CallToolAction
+from evsys.integrations.tinker.catalog import Tasks, plan_catalog
 from evsys.records import IntegrityPolicy, TrialResult
-from evsys.repo.rows import RepoTask
-from evsys.rollouts import prepare_tasks, save_tasks
-from evsys.task.python import PromptTask, VerifiedTask
 from evsys.trajectory.integrity import integrity_policy, judged_reward
-from evsys.util.atomic import write_text_atomic
-
-Tasks = Path | str | Sequence[VerifiedTask | PromptTask | RepoTask]
-"""A dataset path (task directory, Python-task dataset, rows file) or tasks held in memory."""
 
 
 class EpisodeTool:
@@ -275,10 +270,13 @@ class EvsysRLDataset(RLDataset):
         sandbox: str = "local",
         limits: EpisodeLimits | None = None,
         integrity: IntegrityPolicy | str = IntegrityPolicy.ZERO,
+        registry_path: Path | str | None = None,
+        registry_url: str | None = None,
     ) -> EvsysRLDataset:
-        """Plan `tasks` as the job `<jobs_dir>/<job_name>` (episodes run on the `sandbox` backend within
-        `limits`); `model_name` and `renderer_name` choose the cookbook tokenizer and renderer; `integrity`
-        is "zero" or "flag" (see the module docstring)."""
+        """Plan `tasks` (anything `evsys run` takes, evsys.integrations.tinker.catalog; a `NAME@VERSION`
+        from `registry_path`, `registry_url` or Harbor's registry) as the job `<jobs_dir>/<job_name>`
+        (episodes run on the `sandbox` backend within `limits`); `model_name` and `renderer_name` choose the
+        cookbook tokenizer and renderer; `integrity` is "zero" or "flag" (see the module docstring)."""
         policy = cookbook_policy(integrity)  # refused before any sandbox starts
         job = JobConfig(
             datasets=[Path(".")],  # plan_catalog sets the dataset the tasks are (or are saved as)
@@ -287,7 +285,7 @@ class EvsysRLDataset(RLDataset):
             jobs_dir=Path(jobs_dir),
             sandbox=sandbox,
         )
-        catalog = await asyncio.to_thread(plan_catalog, tasks, job)
+        catalog = await plan_catalog(tasks, job, registry_path=registry_path, registry_url=registry_url)
         settings = ServeSettings(
             max_sessions=max(64, batch_size * group_size), limits=limits or EpisodeLimits()
         )
@@ -344,33 +342,10 @@ def cookbook_policy(integrity: IntegrityPolicy | str) -> IntegrityPolicy:
     return policy
 
 
-def plan_catalog(tasks: Tasks, job: JobConfig) -> TaskCatalog:
-    """The tasks planned once as the job's trials. Tasks in memory are saved under the job directory first
-    (`tasks/tasks.jsonl` or `tasks/rows.jsonl`), so the job records what it ran."""
-    root = job.job_dir / "tasks"
-    if isinstance(tasks, Path | str):
-        return TaskCatalog.load(Path(tasks), job.model_copy(update={"datasets": [Path(tasks)]}))
-    rows = [t for t in tasks if isinstance(t, RepoTask)]
-    if rows:
-        if len(rows) != len(tasks):
-            raise ValueError("tasks: give repository rows or Python tasks, not a mix")
-        data = "".join(row.model_dump_json(exclude_none=True) + "\n" for row in rows)
-        write_text_atomic(root / "rows.jsonl", data)
-        return TaskCatalog.load(
-            root / "rows.jsonl", job.model_copy(update={"datasets": [root / "rows.jsonl"]})
-        )
-    items = prepare_tasks(
-        [t for t in tasks if not isinstance(t, RepoTask)], outcome_reward=True, sandbox=True
-    )
-    dataset = save_tasks(items, root)
-    planned = plan_trials(job.model_copy(update={"datasets": [dataset]}), python_tasks=items)
-    served = [ServedTask(p.config.task_name, p.task, p.spec) for p in planned if p.task is not None]
-    return TaskCatalog(served, job.model_copy(update={"datasets": [dataset]}))
-
-
 @chz.chz
 class EvsysDatasetBuilder(RLDatasetBuilder):
-    """The cookbook's `RLDatasetBuilder` (for its train config) over an evsys dataset path."""
+    """The cookbook's `RLDatasetBuilder` (for its train config) over an evsys dataset path or `NAME@VERSION`
+    (from `registry_path`, `registry_url` or Harbor's registry)."""
 
     dataset: str
     model_name: str
@@ -383,6 +358,8 @@ class EvsysDatasetBuilder(RLDatasetBuilder):
     job_name: str | None = None
     sandbox: str = "local"
     integrity: str = "zero"
+    registry_path: str | None = None
+    registry_url: str | None = None
 
     async def __call__(self) -> tuple[RLDataset, RLDataset | None]:
         """The training dataset (no separate test set)."""
@@ -398,5 +375,7 @@ class EvsysDatasetBuilder(RLDatasetBuilder):
             job_name=self.job_name,
             sandbox=self.sandbox,
             integrity=self.integrity,
+            registry_path=self.registry_path,
+            registry_url=self.registry_url,
         )
         return dataset, None
