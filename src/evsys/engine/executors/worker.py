@@ -9,7 +9,6 @@ build on it; the driver's process never uses it (it lends the job's own pool and
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from evsys.engine.run import TrialResources, build_model_client, needs_model
 from evsys.engine.spec import TrialSpec
@@ -46,7 +45,7 @@ class TrialRuntime:
             self.pools[backend] = SlotPool.for_backend(backend, max_idle=self.max_idle, warm=self.warm)
         return self.pools[backend]
 
-    async def client(self, spec: TrialSpec) -> Any:
+    async def client(self, spec: TrialSpec) -> ModelClient | None:
         """The model client for the spec's model string (None when its agent talks to no model)."""
         if not needs_model(spec):
             return None
