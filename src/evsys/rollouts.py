@@ -28,16 +28,17 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, ParamSpec
+from typing import Any, ParamSpec, Protocol, runtime_checkable
 
 from pydantic import BaseModel
 
 from evsys.agent.registry import agent_plugin
 from evsys.engine.config import AgentSpec, ExecutorSpec, JobConfig
 from evsys.engine.executors.base import executor_class
-from evsys.engine.job import Job
+from evsys.engine.job import Job, ModelClientFactory
 from evsys.engine.sources import resolve_tasks
 from evsys.engine.spec import PlannedTrial
+from evsys.model.base import Completion, Message, SamplingParams, ToolSchema
 from evsys.records import FailureCause, IntegrityPolicy, JobResult
 from evsys.repo.rows import RepoTask
 from evsys.sandbox.slots import SlotPool
@@ -59,16 +60,41 @@ P = ParamSpec("P")
 Scoring = tuple[AdvantageMethod, IntegrityPolicy]  # how a group's samples are scored
 
 
+@runtime_checkable
+class LentModelClient(Protocol):
+    """A model client a caller lends to a job (`run_rollouts(model=client)`): `complete` as on a
+    `ModelClient`; the job never closes it (its `model`, when it has one, names it in the results)."""
+
+    async def complete(
+        self,
+        messages: list[Message],
+        *,
+        tools: list[ToolSchema] | None = None,
+        params: SamplingParams | None = None,
+    ) -> Completion:
+        """Complete `messages` (optionally offering `tools`) and return the model's response."""
+        ...
+
+
 class BorrowedModelClient:
-    """A caller's model client lent to a job: the job's clean-up never closes it."""
+    """A caller's model client lent to a job, as the job's `ModelClient`: its clean-up never closes it."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: LentModelClient) -> None:
         self.client = client
-        self.model = str(getattr(client, "model", "") or type(client).__name__)
+        self.model = str(getattr(client, "model", "") or type(client).__name__)  # optional on a lent client
 
-    async def complete(self, messages: Any, **kwargs: Any) -> Any:
+    async def complete(
+        self,
+        messages: list[Message],
+        *,
+        tools: list[ToolSchema] | None = None,
+        params: SamplingParams | None = None,
+    ) -> Completion:
         """Forward to the lent client."""
-        return await self.client.complete(messages, **kwargs)
+        return await self.client.complete(messages, tools=tools, params=params)
+
+    async def aclose(self) -> None:
+        """Nothing: the lender closes its own client."""
 
 
 def _as_task(item: Item, index: int, outcome_reward: bool) -> VerifiedTask | PromptTask:
@@ -127,7 +153,9 @@ def save_tasks(tasks: Sequence[VerifiedTask | PromptTask], root: Path) -> Path:
     return root
 
 
-def _agent_spec(agent: str | None, model: Any, kwargs: dict[str, Any]) -> tuple[AgentSpec, Any]:
+def _agent_spec(
+    agent: str | None, model: str | LentModelClient | None, kwargs: dict[str, Any]
+) -> tuple[AgentSpec, ModelClientFactory | None]:
     """The agent spec and, for a client object passed as `model`, the factory that lends it to the job. A
     model-free agent (`oracle`, `nop`) needs no model; every other agent does."""
     name = agent or DEFAULT_AGENT
@@ -139,7 +167,7 @@ def _agent_spec(agent: str | None, model: Any, kwargs: dict[str, Any]) -> tuple[
         return AgentSpec(name=name, kwargs={}), None
     if isinstance(model, str):
         return AgentSpec(name=name, model=model, kwargs=kwargs), None
-    if not callable(getattr(model, "complete", None)):
+    if not isinstance(model, LentModelClient):
         raise TypeError("model must be a model string (e.g. 'local') or a model client with complete()")
     borrowed = BorrowedModelClient(model)
     return AgentSpec(name=name, model=borrowed.model, kwargs=kwargs), lambda _spec: borrowed
@@ -173,7 +201,7 @@ async def plan_rollouts(
     items: Sequence[Item] | Path | str,
     *,
     outcome_reward: bool = True,
-    model: Any = None,
+    model: str | LentModelClient | None = None,
     num_samples: int = 1,
     max_turns: int = 1,
     max_tokens: int = 512,
@@ -326,7 +354,7 @@ class DiskJob:
     settings, where it runs and the caller's sandbox pool."""
 
     spec: AgentSpec
-    factory: Any
+    factory: ModelClientFactory | None
     job_dir: Path
     settings: dict[str, Any]
     executor: ExecutorSpec
