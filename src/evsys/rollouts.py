@@ -28,7 +28,7 @@ from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any, ParamSpec, Protocol, runtime_checkable
+from typing import Any, ParamSpec
 
 from pydantic import BaseModel
 
@@ -38,7 +38,7 @@ from evsys.engine.executors.base import executor_class
 from evsys.engine.job import Job, ModelClientFactory
 from evsys.engine.sources import resolve_tasks
 from evsys.engine.spec import PlannedTrial
-from evsys.model.base import Completion, Message, SamplingParams, ToolSchema
+from evsys.model.base import ChatCompleter, Completion, Message, SamplingParams, ToolSchema
 from evsys.records import FailureCause, IntegrityPolicy, JobResult
 from evsys.repo.rows import RepoTask
 from evsys.sandbox.slots import SlotPool
@@ -60,26 +60,10 @@ P = ParamSpec("P")
 Scoring = tuple[AdvantageMethod, IntegrityPolicy]  # how a group's samples are scored
 
 
-@runtime_checkable
-class LentModelClient(Protocol):
-    """A model client a caller lends to a job (`run_rollouts(model=client)`): `complete` as on a
-    `ModelClient`; the job never closes it (its `model`, when it has one, names it in the results)."""
-
-    async def complete(
-        self,
-        messages: list[Message],
-        *,
-        tools: list[ToolSchema] | None = None,
-        params: SamplingParams | None = None,
-    ) -> Completion:
-        """Complete `messages` (optionally offering `tools`) and return the model's response."""
-        ...
-
-
 class BorrowedModelClient:
     """A caller's model client lent to a job, as the job's `ModelClient`: its clean-up never closes it."""
 
-    def __init__(self, client: LentModelClient) -> None:
+    def __init__(self, client: ChatCompleter) -> None:
         self.client = client
         self.model = str(getattr(client, "model", "") or type(client).__name__)  # optional on a lent client
 
@@ -154,7 +138,7 @@ def save_tasks(tasks: Sequence[VerifiedTask | PromptTask], root: Path) -> Path:
 
 
 def _agent_spec(
-    agent: str | None, model: str | LentModelClient | None, kwargs: dict[str, Any]
+    agent: str | None, model: str | ChatCompleter | None, kwargs: dict[str, Any]
 ) -> tuple[AgentSpec, ModelClientFactory | None]:
     """The agent spec and, for a client object passed as `model`, the factory that lends it to the job. A
     model-free agent (`oracle`, `nop`) needs no model; every other agent does."""
@@ -167,7 +151,7 @@ def _agent_spec(
         return AgentSpec(name=name, kwargs={}), None
     if isinstance(model, str):
         return AgentSpec(name=name, model=model, kwargs=kwargs), None
-    if not isinstance(model, LentModelClient):
+    if not isinstance(model, ChatCompleter):
         raise TypeError("model must be a model string (e.g. 'local') or a model client with complete()")
     borrowed = BorrowedModelClient(model)
     return AgentSpec(name=name, model=borrowed.model, kwargs=kwargs), lambda _spec: borrowed
@@ -201,7 +185,7 @@ async def plan_rollouts(
     items: Sequence[Item] | Path | str,
     *,
     outcome_reward: bool = True,
-    model: str | LentModelClient | None = None,
+    model: str | ChatCompleter | None = None,
     num_samples: int = 1,
     max_turns: int = 1,
     max_tokens: int = 512,
