@@ -136,7 +136,7 @@ def get_verifier(name_or_path: str, base_dir: Path | None = None) -> VerifierFn:
         raise UnknownVerifierError(
             f"verifier {name_or_path!r}: cannot import {module_part!r} ({exc})"
         ) from None
-    fn = getattr(module, attr, None)
+    fn: Callable[..., Any] | None = getattr(module, attr, None)
     if fn is None or not callable(fn):
         raise UnknownVerifierError(f"verifier {name_or_path!r}: {module_part!r} has no callable {attr!r}")
     return fn
