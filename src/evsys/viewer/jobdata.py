@@ -187,9 +187,8 @@ def list_jobs(jobs_dir: Path) -> list[JobListing]:
     return sorted(listings, key=lambda j: (j.started_at or "", j.name), reverse=True)
 
 
-ChangeStamp = tuple[
-    tuple[int, int, int] | None, ...
-]  # (mtime ns, size, inode) of the job dir and result.json
+# (mtime ns, size, inode) of the job directory and of its result.json (None: missing)
+ChangeStamp = tuple[tuple[int, int, int] | None, ...]
 
 
 def change_stamp(job_dir: Path) -> ChangeStamp:
