@@ -36,10 +36,11 @@ from evsys.agent.oracle import OracleAgent
 from evsys.agent.registry import agent_plugin
 from evsys.engine.config import AgentSpec, ExecutorSpec, JobConfig
 from evsys.engine.executors.base import executor_class
-from evsys.engine.job import Job
+from evsys.engine.job import Job, ModelClientFactory
 from evsys.engine.preflight import missing_references
 from evsys.engine.sources import resolve_tasks
 from evsys.engine.spec import PlannedTrial
+from evsys.model.base import ChatCompleter, Completion, Message, SamplingParams, ToolSchema
 from evsys.records import (
     AdvantageMethod,
     FailureCause,
@@ -65,15 +66,24 @@ Scoring = tuple[AdvantageMethod, IntegrityPolicy]  # how a group's samples are s
 
 
 class BorrowedModelClient:
-    """A caller's model client lent to a job: the job's clean-up never closes it."""
+    """A caller's model client lent to a job, as the job's `ModelClient`: its clean-up never closes it."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: ChatCompleter) -> None:
         self.client = client
-        self.model = str(getattr(client, "model", "") or type(client).__name__)
+        self.model = str(getattr(client, "model", "") or type(client).__name__)  # optional on a lent client
 
-    async def complete(self, messages: Any, **kwargs: Any) -> Any:
+    async def complete(
+        self,
+        messages: list[Message],
+        *,
+        tools: list[ToolSchema] | None = None,
+        params: SamplingParams | None = None,
+    ) -> Completion:
         """Forward to the lent client."""
-        return await self.client.complete(messages, **kwargs)
+        return await self.client.complete(messages, tools=tools, params=params)
+
+    async def aclose(self) -> None:
+        """Nothing: the lender closes its own client."""
 
 
 def _as_task(item: Item, index: int, outcome_reward: bool) -> VerifiedTask | PromptTask:
@@ -132,7 +142,9 @@ def save_tasks(tasks: Sequence[VerifiedTask | PromptTask], root: Path) -> Path:
     return root
 
 
-def _agent_spec(agent: str | None, model: Any, kwargs: dict[str, Any]) -> tuple[AgentSpec, Any]:
+def _agent_spec(
+    agent: str | None, model: str | ChatCompleter | None, kwargs: dict[str, Any]
+) -> tuple[AgentSpec, ModelClientFactory | None]:
     """The agent spec and, for a client object passed as `model`, the factory that lends it to the job. A
     model-free agent (`oracle`, `nop`) needs no model; every other agent does."""
     name = agent or DEFAULT_AGENT
@@ -144,7 +156,7 @@ def _agent_spec(agent: str | None, model: Any, kwargs: dict[str, Any]) -> tuple[
         return AgentSpec(name=name, kwargs={}), None
     if isinstance(model, str):
         return AgentSpec(name=name, model=model, kwargs=kwargs), None
-    if not callable(getattr(model, "complete", None)):
+    if not isinstance(model, ChatCompleter):
         raise TypeError("model must be a model string (e.g. 'local') or a model client with complete()")
     borrowed = BorrowedModelClient(model)
     return AgentSpec(name=name, model=borrowed.model, kwargs=kwargs), lambda _spec: borrowed
@@ -178,7 +190,7 @@ async def plan_rollouts(
     items: Sequence[Item] | Path | str,
     *,
     outcome_reward: bool = True,
-    model: Any = None,
+    model: str | ChatCompleter | None = None,
     num_samples: int = 1,
     max_turns: int = 1,
     max_tokens: int = 512,
@@ -333,7 +345,7 @@ class DiskJob:
     settings, where it runs and the caller's sandbox pool."""
 
     spec: AgentSpec
-    factory: Any
+    factory: ModelClientFactory | None
     job_dir: Path
     settings: dict[str, Any]
     executor: ExecutorSpec

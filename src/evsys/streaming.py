@@ -41,6 +41,7 @@ from evsys.engine.spec import PlannedTrial
 from evsys.model.local.client import LocalModelClient
 from evsys.records import AdvantageMethod, IntegrityPolicy, TrajectoryGroup, TrialResult
 from evsys.rollouts import RolloutPlan, plan_rollouts
+from evsys.task.models import Task
 from evsys.trajectory.groups import finalize_group, oldest_version, rollout_from_trial
 from evsys.trajectory.integrity import integrity_policy
 
@@ -119,7 +120,7 @@ class RolloutStream:
         if len(done) == len(self._planned[task]):
             self._queue.put_nowait(self._group(task, self._planned[task][0].task, done))
 
-    def _group(self, task: str, loaded: Any, results: list[TrialResult]) -> TrajectoryGroup:
+    def _group(self, task: str, loaded: Task | None, results: list[TrialResult]) -> TrajectoryGroup:
         prompt = loaded.instruction if loaded is not None else ""
         group = TrajectoryGroup(group_id=f"{self.job.config.job_name}/{task}", task_id=task, prompt=prompt)
         for result in sorted(results, key=lambda r: r.attempt):

@@ -119,9 +119,11 @@ class Agent(ABC):
 
     Subclass it and implement `setup` and `run`; `prepare_sandbox` and `close` are hooks with defaults that do
     nothing. `name` is the agent's name in results (the registry sets it from the name it was resolved by when
-    a subclass leaves it empty); `model_use` says whether it talks to a model (see `ModelUse`)."""
+    a subclass leaves it empty); `version` is recorded in the trajectory; `model_use` says whether it talks to
+    a model (see `ModelUse`)."""
 
     name: str = ""
+    version: str = "unknown"
     model_use: ClassVar[ModelUse] = "optional"
     starts_before_sandbox: ClassVar[bool] = False  # True: `run_early` runs while the sandbox starts
 

@@ -38,7 +38,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from evsys.agent.base import Agent, AgentContext, AgentError, AgentResult, ModelCallError
 from evsys.agent.mcp_client import TaskMcpTools
 from evsys.agent.tools import SandboxTools, ToolOutcome
-from evsys.model.base import Completion, Message, SamplingParams
+from evsys.model.base import Completion, Message, ModelClient, SamplingParams
 from evsys.model.errors import ContextOverflowError, ModelError
 from evsys.model.partial import watch_partial
 from evsys.model.registry import turn_max_tokens
@@ -99,9 +99,10 @@ class LoopStats(BaseModel):
 
 @dataclass
 class _Opening:
-    """The start of a run: the chat so far, the counters and the first turn's completion (None: the
-    context window is full) with its context events."""
+    """The start of a run: the model client, the chat so far, the counters and the first turn's completion
+    (None: the context window is full) with its context events."""
 
+    client: ModelClient
     messages: list[Message]
     stats: LoopStats
     schemas: list[dict[str, Any]]
@@ -146,7 +147,13 @@ class LoopAgent(Agent):
         system_prompt = ctx.task.system_prompt or self.config.system_prompt  # a Python task's own prompt wins
         messages = self.initial_messages(instruction, system_prompt)
         max_tokens = self.config.max_tokens or turn_max_tokens(ctx.model_name)
-        opening = _Opening(messages=messages, stats=LoopStats(), schemas=list(schemas), max_tokens=max_tokens)
+        opening = _Opening(
+            client=ctx.model_client,
+            messages=messages,
+            stats=LoopStats(),
+            schemas=list(schemas),
+            max_tokens=max_tokens,
+        )
         ctx.trajectory.agent.tool_definitions = list(schemas)  # what SFT exports need
         ctx.trajectory.add("system", system_prompt)
         ctx.trajectory.add("user", instruction)
@@ -226,7 +233,7 @@ class LoopAgent(Agent):
         try:
             with watch_partial() as partial:
                 try:
-                    return await self._complete(ctx.model_client, opening, turn, budget, events)
+                    return await self._complete(opening, turn, budget, events)
                 except asyncio.CancelledError:
                     record_cut_short(ctx, partial.completion(ctx.model_name or ""), events)
                     raise
@@ -234,7 +241,7 @@ class LoopAgent(Agent):
             stats.model_time_s += time.perf_counter() - started
 
     async def _complete(
-        self, client: Any, opening: _Opening, turn: int, max_tokens: int, events: list[str]
+        self, opening: _Opening, turn: int, max_tokens: int, events: list[str]
     ) -> Completion | None:
         """One model call, eliding old observations on context overflow; None when nothing more fits."""
         cfg = self.config
@@ -247,7 +254,7 @@ class LoopAgent(Agent):
         )
         while True:
             try:
-                return await client.complete(messages, tools=opening.schemas, params=params)
+                return await opening.client.complete(messages, tools=opening.schemas, params=params)
             except ContextOverflowError as exc:
                 if cfg.context_strategy == "stop" or not _elide_oldest_observation(messages):
                     events.append(f"context window full, stopping: {exc}")
@@ -258,7 +265,7 @@ class LoopAgent(Agent):
                 raise ModelCallError(f"model call failed: {exc}") from exc
 
     async def _run_tool(
-        self, tools: SandboxTools, mcp: TaskMcpTools, call: Any, stats: LoopStats
+        self, tools: SandboxTools, mcp: TaskMcpTools, call: ToolCall, stats: LoopStats
     ) -> ToolOutcome:
         started = time.perf_counter()
         if call.function_name in mcp:

@@ -13,6 +13,7 @@ from typing import Any
 from evsys.agent.base import Agent, AgentContext, AgentError, AgentResult
 from evsys.model.base import Message, SamplingParams
 from evsys.records import StepMetrics
+from evsys.sandbox.base import Sandbox
 
 DEFAULT_MAX_TOKENS = 512
 SAMPLING_KEYS = ("temperature", "top_p", "seed", "max_tokens")
@@ -41,10 +42,10 @@ class SingleTurnAgent(Agent):
     def __init__(self, **kwargs: Any) -> None:
         self.kwargs = dict(kwargs)
 
-    async def setup(self, sandbox: Any, ctx: AgentContext) -> None:
+    async def setup(self, sandbox: Sandbox | None, ctx: AgentContext) -> None:
         """Nothing to prepare."""
 
-    async def run(self, instruction: str, sandbox: Any, ctx: AgentContext) -> AgentResult:
+    async def run(self, instruction: str, sandbox: Sandbox | None, ctx: AgentContext) -> AgentResult:
         """Send the chat, record it; `AgentError` when no model was given."""
         if ctx.model_client is None:
             raise AgentError(

@@ -20,7 +20,7 @@ from evsys.sandbox.tools import BASH, READ_FILE, SANDBOX_TOOLS, WRITE_FILE
 ErrorKind = Literal["parse", "unknown_tool", "bad_arguments", "execution"]
 
 
-def _schema(name: str, description: str, properties: dict[str, Any], required: list[str]) -> dict:
+def _schema(name: str, description: str, properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
     params = {"type": "object", "properties": properties, "required": required}
     return {"type": "function", "function": {"name": name, "description": description, "parameters": params}}
 

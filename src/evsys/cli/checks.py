@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
@@ -81,7 +81,7 @@ def resume_job(
     resume: Path,
     paths: list[Path],
     retry_errors: bool,
-    settings: dict,
+    settings: dict[str, Any],
     executor: ExecutorFlags | None = None,
 ) -> Job:
     """The job to resume, with the flags that may change applied; a usage error naming any other flag. It

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import typer
 
+if TYPE_CHECKING:
+    from evsys.sandbox.local.doctor import Check
 
-def _table(title: str, checks: list) -> object:
+
+def _table(title: str, checks: list[Check]) -> object:
     from rich.table import Table
 
     table = Table(title=title, show_lines=False)

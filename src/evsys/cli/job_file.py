@@ -18,6 +18,9 @@ from evsys.cli.checks import fail
 if TYPE_CHECKING:
     from evsys.engine.config import JobConfig
 
+KeyPath = tuple[str | int, ...]
+"""Where a key of a job file is: its keys and list indexes from the root (`("agents", 0, "name")`)."""
+
 PARAM_FIELDS = {
     "task": "task_names",
     "exclude_task": "exclude_task_names",
@@ -34,7 +37,7 @@ RERUN_EXCLUDED = ("job_name",)  # a rerun gets a new job directory
 
 
 def validation_message(
-    exc: Exception, flags: dict[str, str] | None = None, lines: dict[tuple, int] | None = None
+    exc: Exception, flags: dict[str, str] | None = None, lines: dict[KeyPath, int] | None = None
 ) -> str:
     """The error as the user typed it: a config field is named by its flag (`-k/--n-attempts`), a key of a
     job file by its line (`lines`, from `key_lines`), and a misspelt field gets a did-you-mean."""
@@ -63,7 +66,7 @@ def _did_you_mean(error: Any) -> str:
     return did_you_mean(str(error["loc"][-1]), list(model.model_fields)) if model is not None else ""
 
 
-def _model_at(model: Any, loc: tuple) -> Any:
+def _model_at(model: Any, loc: KeyPath) -> Any:
     """The pydantic model holding the field `loc[-1]` of `model` (list indexes and optional types looked
     through), or None."""
     for part in loc[:-1]:
@@ -86,7 +89,7 @@ def _nested_model(annotation: Any) -> Any:
     return next((m for m in map(_nested_model, get_args(annotation)) if m is not None), None)
 
 
-def key_lines(text: str) -> dict[tuple, int]:
+def key_lines(text: str) -> dict[KeyPath, int]:
     """The line (1-based) of every key and list item of a YAML document, by its path (`("agents", 0,
     "name")`); empty when it does not parse."""
     import yaml
@@ -95,9 +98,9 @@ def key_lines(text: str) -> dict[tuple, int]:
         root = yaml.compose(text)
     except yaml.YAMLError:
         return {}
-    found: dict[tuple, int] = {}
+    found: dict[KeyPath, int] = {}
 
-    def walk(node: Any, path: tuple) -> None:
+    def walk(node: Any, path: KeyPath) -> None:
         if isinstance(node, yaml.MappingNode):
             for key, value in node.value:
                 found[(*path, key.value)] = key.start_mark.line + 1

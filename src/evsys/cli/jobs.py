@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -143,7 +143,7 @@ def _print_json(data: object) -> None:
     typer.echo(json.dumps(data, indent=2, ensure_ascii=False))
 
 
-def _job_json(job: LoadedJob, groups: list[ErrorGroup]) -> dict:
+def _job_json(job: LoadedJob, groups: list[ErrorGroup]) -> dict[str, Any]:
     """`jobs show --json`: the job's summary and metrics, errors grouped by message, failed and pending
     trials."""
     from evsys.viewer.jobdata import first_line

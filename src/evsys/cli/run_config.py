@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import typer
 
@@ -41,7 +41,7 @@ def build_job(
     model: str | None,
     base_url: str | None,
     agent_kwargs: list[str],
-    settings: dict,
+    settings: dict[str, Any],
     flags: dict[str, str] | None = None,
     env: dict[str, str] | None = None,
 ) -> JobConfig:
@@ -110,7 +110,7 @@ def new_job_config(
     datasets: DatasetFlags,
     config_file: Path | None,
     agents: AgentFlags,
-    settings: dict,
+    settings: dict[str, Any],
     where: ExecutorFlags,
 ) -> JobConfig:
     """The JobConfig of a new job: task paths and registry datasets, the agents, the executor, and the job

@@ -11,7 +11,7 @@ from rich.console import Console
 from evsys.cli.markup import shown
 
 if TYPE_CHECKING:
-    from evsys.records import GroupMetrics, JobResult
+    from evsys.records import GroupMetrics, JobResult, TrialResult
 
 MAX_TASK_ROWS = 40
 MAX_TRACEBACK_LINES = 5
@@ -33,7 +33,7 @@ def print_task_table(out: Console, result: JobResult) -> None:
 
     from evsys.engine.metrics import scored
 
-    cells: dict[str, dict[str, list]] = {}
+    cells: dict[str, dict[str, list[TrialResult]]] = {}
     for trial in result.trials:
         cells.setdefault(trial.task_name, {}).setdefault(trial.agent, []).append(trial)
     if not cells or len(cells) > MAX_TASK_ROWS:

@@ -4,13 +4,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
 from evsys.cli import repo_tasks
 from evsys.task.scaffold import DEFAULT_ORG
+
+if TYPE_CHECKING:
+    from evsys.task.python import PromptTask, VerifiedTask
 
 tasks_app = typer.Typer(
     no_args_is_help=True, help="Check, scaffold, validate and export tasks (directories, SWE rows)."
@@ -124,7 +127,7 @@ def _check_python_dataset(path: Path, out: Console, oracle: bool) -> None:
         _check_references(tasks, out)
 
 
-def _check_references(tasks: list, out: Console) -> None:
+def _check_references(tasks: list[VerifiedTask | PromptTask], out: Console) -> None:
     """Each verifier on its reference answer (expect 1) and on an empty answer (expect < 1)."""
     import asyncio
 

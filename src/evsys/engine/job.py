@@ -50,7 +50,7 @@ from evsys.sandbox.slots import SlotPool
 from evsys.task.loader import TaskSet
 
 TrialCallback = Callable[[TrialResult], Awaitable[None] | None]
-ModelClientFactory = Callable[[AgentSpec], Any]
+ModelClientFactory = Callable[[AgentSpec], ModelClient | None]
 JOB_RESULT_INTERVAL_SEC = 0.5
 # result.json holds every finished trial: with thousands, building and writing it takes tens of ms, so the
 # rewrites are spaced to keep them under this share of the time (and at most JOB_RESULT_MAX_PAUSE_SEC apart)
@@ -105,13 +105,13 @@ class Job:
         self._unstarted = 0  # trials of this run not started yet (set when they are scheduled)
         self.prepared = False  # True once planned and the job directory is ready: trials may start
         self._clients: dict[int, ModelClient | None] = {}
-        self._workers: list[asyncio.Task] = []
+        self._workers: list[asyncio.Task[None]] = []
         self._executor: Executor | None = None
         self._cancelled = False
         self._started_at = utc_now()
         self._started = time.perf_counter()
         self._dirty = False
-        self._writer: asyncio.Task | None = None
+        self._writer: asyncio.Task[None] | None = None
         self._closing = asyncio.Event()
         self._slots: SlotPool | None = None
         # a pool the caller owns and keeps across jobs (a trainer's steps): used, never closed here

@@ -83,7 +83,12 @@ def _log_name(member_name: str) -> str | None:
 
 
 def _place(
-    tar: tarfile.TarFile, member: tarfile.TarInfo, name: str, trial_dir: Path, links: dict, made: set[str]
+    tar: tarfile.TarFile,
+    member: tarfile.TarInfo,
+    name: str,
+    trial_dir: Path,
+    links: dict[str, str],
+    made: set[str],
 ) -> str:
     """Create one member under trial_dir (a symlink is only noted, in `links`; directories made are noted in
     `made`); an explanation when it is refused or fails, else ""."""

@@ -9,7 +9,7 @@ from evsys.records import RETRYABLE_CAUSES, FailureCause
 
 def retry_delay(retry_index: int, min_wait: float, max_wait: float) -> float:
     """Seconds to wait before retry number `retry_index` (0-based): exponential, capped, 50-100 % jitter."""
-    base = min(max_wait, min_wait * (2**retry_index))
+    base = min(max_wait, min_wait * 2.0**retry_index)
     return base * (0.5 + random.random() / 2)
 
 

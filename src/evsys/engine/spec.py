@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -138,7 +138,7 @@ class PlannedTrial:
         return self.spec.failure
 
     @property
-    def python_task(self) -> Any:
+    def python_task(self) -> VerifiedTask | PromptTask | None:
         """The Python task of a trial of one, else None."""
         return self.spec.python_task
 

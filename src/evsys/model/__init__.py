@@ -8,7 +8,7 @@ prompt token ids and completion ids back into text and tool calls; `openai_wire`
 that `serve` and the `proxy` speak."""
 
 from evsys.model import providers as _builtin_providers  # noqa: F401  (registers the built-ins)
-from evsys.model.base import Completion, Message, ModelClient, SamplingParams, ToolSchema
+from evsys.model.base import ChatCompleter, Completion, Message, ModelClient, SamplingParams, ToolSchema
 from evsys.model.errors import (
     AuthenticationError,
     ContextOverflowError,
@@ -30,6 +30,7 @@ from evsys.model.spec import ModelSpec, create_model_client
 
 __all__ = [
     "AuthenticationError",
+    "ChatCompleter",
     "Completion",
     "ContextOverflowError",
     "InvalidRequestError",

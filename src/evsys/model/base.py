@@ -85,10 +85,9 @@ class Completion(BaseModel):
 
 
 @runtime_checkable
-class ModelClient(Protocol):
-    """Anything that can complete a chat. Implementations must not block the event loop."""
-
-    model: str
+class ChatCompleter(Protocol):
+    """Anything with `complete`, the one call of a `ModelClient` (a client a caller lends to a job, which
+    never closes it, needs no more). Implementations must not block the event loop."""
 
     async def complete(
         self,
@@ -99,6 +98,14 @@ class ModelClient(Protocol):
     ) -> Completion:
         """Complete `messages` (optionally offering `tools`) and return the model's response."""
         ...
+
+
+@runtime_checkable
+class ModelClient(ChatCompleter, Protocol):
+    """Anything that can complete a chat, named by `model`, and be closed. Implementations must not block the
+    event loop."""
+
+    model: str
 
     async def aclose(self) -> None:
         """Release connections, worker threads and model weights."""

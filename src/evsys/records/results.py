@@ -7,12 +7,14 @@ trial whose agent timed out but whose verifier still produced a reward keeps the
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, Field, field_serializer
 
 from evsys.records.failure import FailureCause, TrialFailure
 from evsys.records.integrity import IntegrityFinding
 from evsys.records.trajectory import Usage, utc_now
-from evsys.util.text import safe_value
+from evsys.util.text import safe_text, safe_value
 
 PHASES = (
     "environment_build",
@@ -99,7 +101,7 @@ class TrialResult(BaseModel):
     sandbox_reused: bool = Field(
         False, description="The trial ran in a sandbox kept from an earlier trial of the job and reset."
     )
-    agent_metadata: dict = Field(
+    agent_metadata: dict[str, Any] = Field(
         default_factory=dict, description="What the agent reported (AgentResult.metadata)."
     )
     warnings: list[str] = Field(
@@ -123,10 +125,14 @@ class TrialResult(BaseModel):
         "was saved there, in the trial directory.",
     )
 
-    @field_serializer("warnings", "agent_metadata")
-    def _safe_strings(self, value: list | dict) -> list | dict:
-        # appended to as the trial runs, so made safe when written: names and text from inside the sandbox
-        return safe_value(value)
+    # appended to as the trial runs, so made safe when written: names and text from inside the sandbox
+    @field_serializer("warnings")
+    def _safe_warnings(self, value: list[str]) -> list[str]:
+        return [safe_text(w) for w in value]
+
+    @field_serializer("agent_metadata")
+    def _safe_metadata(self, value: dict[str, Any]) -> dict[str, Any]:
+        return {safe_value(k): safe_value(v) for k, v in value.items()}
 
     @property
     def cause(self) -> FailureCause | None:

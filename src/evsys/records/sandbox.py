@@ -20,6 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from evsys.records.image import ImageSpec
 
 NetworkMode = Literal["no-network", "public", "allowlist"]
+LimitKind = Literal["memory", "pids", "storage"]
+"""A resource limit a command can run into: memory (OOM kill), pids (the cap), storage (disk full)."""
 DEFAULT_MAX_OUTPUT_BYTES = 4 << 20
 
 MIB = 1 << 20
@@ -155,7 +157,7 @@ class ExecResult(BaseModel):
     exit_code: int
     timed_out: bool = False
     duration: float = 0.0
-    limits_hit: list[Literal["memory", "pids", "storage"]] = Field(
+    limits_hit: list[LimitKind] = Field(
         default_factory=list,
         description="Resource limits the command ran into (OOM kill, pids cap, disk full).",
     )

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
@@ -70,7 +70,7 @@ class ToolCall(_Open):
 
     @model_serializer(mode="wrap")
     def _omit_unset(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data = handler(self)
+        data: dict[str, Any] = handler(self)
         for key in ("raw_arguments", "parse_error"):
             if data.get(key, 0) is None:
                 del data[key]
@@ -96,6 +96,23 @@ class Observation(_Open):
     results: list[ObservationResult] = Field(default_factory=list)
 
 
+class SampledCompletion(Protocol):
+    """What `StepMetrics.from_completion` reads of one model call (an `evsys.model.Completion`)."""
+
+    @property
+    def usage(self) -> Usage: ...
+    @property
+    def cost_usd(self) -> float | None: ...
+    @property
+    def prompt_token_ids(self) -> list[int] | None: ...
+    @property
+    def completion_token_ids(self) -> list[int] | None: ...
+    @property
+    def logprobs(self) -> list[float] | None: ...
+    @property
+    def weights_version(self) -> int | None: ...
+
+
 class StepMetrics(_Open):
     """Token counts, cost and (for RL) the exact token ids, sampling logprobs and loss mask of one step."""
 
@@ -113,13 +130,13 @@ class StepMetrics(_Open):
 
     @model_serializer(mode="wrap")
     def _omit_unknown_version(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        data = handler(self)
+        data: dict[str, Any] = handler(self)
         if data.get("weights_version", 0) is None:  # left out unless known: ATIF has no such field
             del data["weights_version"]
         return data
 
     @classmethod
-    def from_completion(cls, completion: Any, **extra: Any) -> StepMetrics:
+    def from_completion(cls, completion: SampledCompletion, **extra: Any) -> StepMetrics:
         """Metrics of one model call (an `evsys.model.Completion`): usage, cost (None: unknown), token ids,
         sampling logprobs and a loss mask covering exactly the generated tokens; `extra` adds fields."""
         ids = completion.completion_token_ids

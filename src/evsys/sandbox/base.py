@@ -19,7 +19,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from enum import StrEnum
 from pathlib import Path, PurePosixPath
-from typing import Any, ClassVar, Protocol, Self, runtime_checkable
+from typing import ClassVar, Protocol, Self, runtime_checkable
 
 from evsys.records import CausedError, FailureCause
 from evsys.records.sandbox import CopyOutLimits, ExecResult, NetworkMode, SandboxSpec
@@ -67,12 +67,32 @@ class ShellSession(Protocol):
         ...
 
 
+class ProcessStdin(Protocol):
+    """The stdin of a `StreamingProcess`: `write`, `drain` and `close` as on an `asyncio.StreamWriter`."""
+
+    def write(self, data: bytes) -> None:
+        """Queue `data` for the process (in order)."""
+        ...
+
+    async def drain(self) -> None:
+        """Wait until the process's pipe has room again."""
+        ...
+
+    def close(self) -> None:
+        """Close the pipe: the process reads end-of-file after what was written."""
+        ...
+
+
 @runtime_checkable
 class StreamingProcess(Protocol):
     """A long-lived process from `Sandbox.spawn`: `stdout`/`stderr` are `asyncio.StreamReader`s, `stdin` takes
     `write`/`drain`/`close` like an `asyncio.StreamWriter`."""
 
-    stdin: Any
+    @property
+    def stdin(self) -> ProcessStdin:
+        """The process's stdin (read-only here, so an implementation may narrow its type)."""
+        ...
+
     stdout: asyncio.StreamReader
     stderr: asyncio.StreamReader
 

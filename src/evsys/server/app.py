@@ -23,6 +23,8 @@ from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from evsys import __version__
+from evsys.agent.harness.events import HarnessEvent
+from evsys.engine.episodes.episode import EventSink
 from evsys.engine.episodes.protocol import (
     Action,
     ErrorCode,
@@ -121,7 +123,7 @@ class WsHandler:
             log.exception("a /ws request failed")
             return {"type": "error", "data": {"message": str(exc), "code": ErrorCode.EXECUTION_ERROR.value}}
 
-    async def _step(self, session: Session, data: Any, sink: Any = None) -> dict[str, Any]:
+    async def _step(self, session: Session, data: Any, sink: EventSink | None = None) -> dict[str, Any]:
         action = ACTION.validate_python(data if data is not None else {})
         if isinstance(action, ListToolsAction):
             harness_mode = self.service.settings.harness is not None
@@ -130,11 +132,11 @@ class WsHandler:
         observation, reward, done = await session.step(action, sink)
         return observation_payload(observation, reward, done)
 
-    def _event_sink(self, message: dict[str, Any]) -> Any:
+    def _event_sink(self, message: dict[str, Any]) -> EventSink:
         """Where a streamed harness turn's events go: one `event` frame each, before the observation."""
         websocket, request_id = self._websocket, message.get("id")
 
-        async def send(event: Any) -> None:
+        async def send(event: HarnessEvent) -> None:
             frame: dict[str, Any] = {"type": "event", "data": event.model_dump(mode="json")}
             if isinstance(request_id, str | int | float):
                 frame["id"] = request_id

@@ -100,7 +100,12 @@ class McpDispatcher:
             return rpc_error(request_id, SERVER_ERROR, str(exc), exc.payload()), None
 
     async def _method(
-        self, request_id: Any, method: str, params: dict, session: Session | None, reset: ResetParams
+        self,
+        request_id: Any,
+        method: str,
+        params: dict[str, Any],
+        session: Session | None,
+        reset: ResetParams,
     ) -> tuple[dict[str, Any], Session | None]:
         if method == "initialize":
             opened = await self.open(reset)
@@ -123,7 +128,7 @@ class McpDispatcher:
             return await self._call(request_id, params, session), None
         return rpc_error(request_id, METHOD_NOT_FOUND, f"method not found: {method}"), None
 
-    def _initialize_result(self, params: dict, session: Session) -> dict[str, Any]:
+    def _initialize_result(self, params: dict[str, Any], session: Session) -> dict[str, Any]:
         episode = session.episode
         instruction = episode.task.task.instruction if episode is not None else ""
         version = params.get("protocolVersion")
@@ -134,7 +139,7 @@ class McpDispatcher:
             "instructions": instruction,
         }
 
-    async def _call(self, request_id: Any, params: dict, session: Session | None) -> dict[str, Any]:
+    async def _call(self, request_id: Any, params: dict[str, Any], session: Session | None) -> dict[str, Any]:
         session = session or self.find(params.get("session_id"))
         if session is None:
             return rpc_error(

@@ -19,7 +19,7 @@ import re
 import shlex
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -169,7 +169,7 @@ def _healthcheck(value: object, field: str) -> ComposeHealthcheck | None:
 
 
 def _service(
-    name: str, raw: dict, env_dir: Path, names: set[str], warn: Callable[[str, str], None]
+    name: str, raw: dict[str, Any], env_dir: Path, names: set[str], warn: Callable[[str, str], None]
 ) -> ComposeService:
     field = f"services.{name}"
     service = ComposeService(name=name)

@@ -226,7 +226,8 @@ def _resolved_child(resolved_dir: Path, name: str) -> Path:
     return child.resolve() if child.is_symlink() else child
 
 
-_CACHE: OrderedDict[str, tuple[tuple, Task]] = OrderedDict()
+TreeSignature = tuple[tuple[str, int, int, int], ...]  # (path, mtime ns, size, inode) of each entry
+_CACHE: OrderedDict[str, tuple[TreeSignature, Task]] = OrderedDict()
 _CACHE_LOCK = threading.Lock()  # trials load their tasks from worker threads
 
 
@@ -252,7 +253,7 @@ def load_task_cached(task_dir: Path | str) -> Task:
     return task
 
 
-def _tree_signature(path: str) -> tuple:
+def _tree_signature(path: str) -> TreeSignature:
     """What changes when a file under `path` changes: each entry's name, mtime, size and inode (of what a
     symlink names, when it names something; linked directories are walked too, each real one once)."""
     entries = []

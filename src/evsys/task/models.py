@@ -31,7 +31,7 @@ class TaskMeta(_Section):
     description: str | None = None
 
 
-class _PhaseNetwork(_Section):
+class PhaseNetwork(_Section):
     """`network_mode` / `allowed_hosts` of `[agent]` and `[verifier]`: a phase's own network, replacing the
     environment's baseline while that phase runs (unset: the baseline)."""
 
@@ -39,7 +39,7 @@ class _PhaseNetwork(_Section):
     allowed_hosts: list[str] | None = None
 
 
-class VerifierConfig(_PhaseNetwork):
+class VerifierConfig(PhaseNetwork):
     """`[verifier]`: how the reward is computed."""
 
     timeout_sec: float = 600.0
@@ -54,7 +54,7 @@ class VerifierConfig(_PhaseNetwork):
     )
 
 
-class AgentSection(_PhaseNetwork):
+class AgentSection(PhaseNetwork):
     """`[agent]`: limits on the agent."""
 
     timeout_sec: float = 600.0
@@ -162,14 +162,14 @@ class ArtifactSpec(_Section):
     destination: str | None = None
 
 
-class StepAgentSection(_PhaseNetwork):
+class StepAgentSection(PhaseNetwork):
     """`[steps.agent]`: a step's own agent limits (unset: the task's `[agent]`)."""
 
     timeout_sec: float | None = None
     user: str | None = None
 
 
-class StepVerifierSection(_PhaseNetwork):
+class StepVerifierSection(PhaseNetwork):
     """`[steps.verifier]`: a step's own verifier settings (unset: the task's `[verifier]`)."""
 
     timeout_sec: float | None = None

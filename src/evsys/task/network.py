@@ -14,9 +14,11 @@ orchestrator stay unreachable.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from evsys.task.models import PhaseNetwork, StepConfig, TaskConfig
 
 NetworkMode = Literal["no-network", "public", "allowlist"]  # as evsys.sandbox.base names them
 
@@ -52,14 +54,16 @@ PUBLIC = NetworkPolicy()  # the default policy; frozen, so shared
 DEFAULT_PLAN = NetworkPlan(baseline=PUBLIC, agent=PUBLIC, verifier=PUBLIC)
 
 
-def _phase(section: Any) -> NetworkPolicy | None:
+def _phase(section: PhaseNetwork | None) -> NetworkPolicy | None:
     """An explicit `[agent]`/`[verifier]` policy, or None when the section does not set `network_mode`."""
     if section is None or section.network_mode is None:
         return None
     return NetworkPolicy(mode=section.network_mode, allowed_hosts=tuple(section.allowed_hosts or ()))
 
 
-def resolve_network_plan(config: Any, step: Any = None, override: NetworkMode | None = None) -> NetworkPlan:
+def resolve_network_plan(
+    config: TaskConfig, step: StepConfig | None = None, override: NetworkMode | None = None
+) -> NetworkPlan:
     """The plan for a `TaskConfig` (and optionally one of its `StepConfig`s); `override` replaces it all."""
     if override is not None:
         policy = NetworkPolicy(mode=override)

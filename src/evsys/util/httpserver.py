@@ -165,7 +165,8 @@ class _GuardedProtocol(asyncio.Protocol):
             self._arm()  # the first bytes of the next request on a kept-alive connection
 
     def eof_received(self) -> bool | None:
-        return self.inner.eof_received()
+        keep_open: bool | None = self.inner.eof_received()
+        return keep_open
 
     def pause_writing(self) -> None:
         self.inner.pause_writing()

@@ -8,8 +8,10 @@ import tarfile
 from functools import lru_cache
 from pathlib import Path
 
+Fingerprint = tuple[tuple[str, int, int, int], ...]  # (relative path, mtime ns, size, mode) of each entry
 
-def _fingerprint(path: Path) -> tuple:
+
+def _fingerprint(path: Path) -> Fingerprint:
     entries = []
     for root, dirs, files in os.walk(path):
         dirs.sort()
@@ -22,7 +24,7 @@ def _fingerprint(path: Path) -> tuple:
 
 
 @lru_cache(maxsize=256)
-def _pack(path: str, fingerprint: tuple) -> bytes:
+def _pack(path: str, fingerprint: Fingerprint) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
         tar.add(path, arcname=".", recursive=True)

@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from evsys.records import IntegrityFinding
+from evsys.records import IntegrityFinding, Trajectory
 from evsys.sandbox.base import Sandbox
 from evsys.task.models import Task
-from evsys.task.python import VerifiedTask
+from evsys.task.python import PromptTask, VerifiedTask
 from evsys.verify.base import Verifier, VerifierError, VerifierResult, VerifierTimeoutError
 from evsys.verify.functions import run_verifier
 from evsys.verify.script import ScriptVerifier
@@ -36,7 +36,7 @@ class VerifyContext:
     verifier_dir: Path
     sandbox: Sandbox | None = None
     completion: str = ""
-    trajectory: Any = None
+    trajectory: Trajectory | None = None
     prompt: str | None = None
     base_dir: Path | None = None
     timeout_sec: float | None = None
@@ -74,7 +74,12 @@ class FunctionVerifier:
     needs_sandbox = False
 
     def __init__(
-        self, function: str, *, data: Mapping[str, Any] | None = None, task: Any = None, label: str = ""
+        self,
+        function: str,
+        *,
+        data: Mapping[str, Any] | None = None,
+        task: VerifiedTask | None = None,
+        label: str = "",
     ) -> None:
         self.function = function
         self.data = dict(data or {})
@@ -140,7 +145,9 @@ class VerifierChain:
         return chain
 
 
-def chain_for_task(task: Task, python_task: Any = None, timeout_sec: float | None = None) -> VerifierChain:
+def chain_for_task(
+    task: Task, python_task: VerifiedTask | PromptTask | None = None, timeout_sec: float | None = None
+) -> VerifierChain:
     """The chain a task's config asks for: a task directory's tests/test.sh, then its `[verifier] function`;
     a Python task's verifier function; no link for a `PromptTask` (generation only, reward 0)."""
     if python_task is not None:

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from evsys.records import Trajectory
 from evsys.task.python import RESERVED_DATA_FIELDS, PromptTask, VerifiedTask
 from evsys.util.imports import import_module_or_file, importable_name
 from evsys.util.registry import Registry
@@ -135,7 +136,7 @@ def get_verifier(name_or_path: str, base_dir: Path | None = None) -> VerifierFn:
         raise UnknownVerifierError(
             f"verifier {name_or_path!r}: cannot import {module_part!r} ({exc})"
         ) from None
-    fn = getattr(module, attr, None)
+    fn: Callable[..., Any] | None = getattr(module, attr, None)
     if fn is None or not callable(fn):
         raise UnknownVerifierError(f"verifier {name_or_path!r}: {module_part!r} has no callable {attr!r}")
     return fn
@@ -259,11 +260,11 @@ async def run_verifier(
         return VerifierResult(error=str(exc))
 
 
-def completion_of(trajectory: Any) -> str:
+def completion_of(trajectory: Trajectory | None) -> str:
     """The completion a verifier scores for a trajectory: the message of its last agent step ("" if none)."""
-    for step in reversed(getattr(trajectory, "steps", None) or []):
-        if getattr(step, "source", None) == "agent":
-            return getattr(step, "message", "") or ""
+    for step in reversed(trajectory.steps if trajectory is not None else []):
+        if step.source == "agent":
+            return step.message
     return ""
 
 

@@ -187,7 +187,7 @@ class WeightedSum(Rubric):
     async def forward(self, action: Any, observation: Any) -> float:
         """Evaluate every child at once (asyncio.gather) and return the weighted sum of their scores."""
         children = [getattr(self, name) for name in self._order]
-        scores = await asyncio.gather(*(child(action, observation) for child in children))
+        scores: list[float] = await asyncio.gather(*(child(action, observation) for child in children))
         return sum(w * s for w, s in zip(self.weights, scores, strict=True))
 
 

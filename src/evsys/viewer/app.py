@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from evsys.viewer.files import TEXT_CAP, UnsafePathError
 from evsys.viewer.jobdata import (
+    ChangeStamp,
     JobListing,
     LoadedJob,
     change_stamp,
@@ -75,7 +76,7 @@ class JobSource:
         self.jobs_dir = Path(jobs_dir)
         self.only = only
         self.tokenizers = TokenizerFinder(decoder, find_local=find_tokenizers)
-        self._cache: dict[str, tuple[tuple, LoadedJob]] = {}
+        self._cache: dict[str, tuple[ChangeStamp, LoadedJob]] = {}
 
     def job_dir(self, name: str) -> Path:
         """The directory of a job the viewer may show; `UnsafePathError` for any other name."""

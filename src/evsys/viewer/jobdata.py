@@ -187,7 +187,11 @@ def list_jobs(jobs_dir: Path) -> list[JobListing]:
     return sorted(listings, key=lambda j: (j.started_at or "", j.name), reverse=True)
 
 
-def change_stamp(job_dir: Path) -> tuple:
+# (mtime ns, size, inode) of the job directory and of its result.json (None: missing)
+ChangeStamp = tuple[tuple[int, int, int] | None, ...]
+
+
+def change_stamp(job_dir: Path) -> ChangeStamp:
     """What changes when a job makes progress: its directory (trial dirs added) and its result.json
     (rewritten as trials finish and once at the end)."""
     stamps: list[tuple[int, int, int] | None] = []

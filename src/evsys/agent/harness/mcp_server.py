@@ -162,7 +162,7 @@ class ToolServer:
             json_response=True,
             security_settings=TransportSecuritySettings(enable_dns_rebinding_protection=False),
         )
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self._ready = asyncio.Event()
         self._stop = asyncio.Event()
 
@@ -170,7 +170,7 @@ class ToolServer:
         """Exposed name -> the environment's own tool name."""
         return {exposed: injected.tool.name for exposed, injected in self.tools.items()}
 
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         """Serve one authorised MCP HTTP request: POST JSON-RPC. GET (a server-to-client event stream) and
         DELETE (end an MCP session) get 405: a stateless server has neither, as the transport allows."""
         if scope.get("method") != "POST":

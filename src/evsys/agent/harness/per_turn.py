@@ -203,7 +203,7 @@ class PerTurnHarnessAdapter(ProcessHarnessAdapter):
         queue.put_nowait(HarnessEvent(type=HarnessEventType.TURN_COMPLETE, data=data, turn=turn))
 
 
-async def _wait_exit(process: HarnessProcess, reader: asyncio.Task) -> int:
+async def _wait_exit(process: HarnessProcess, reader: asyncio.Task[ProtocolViolation | None]) -> int:
     """The exit code as soon as the process exits, even while a child it left behind holds its pipes; the
     stdout reader's exception (a failing `parse_line`) is raised at once."""
     waiter = asyncio.ensure_future(process.wait())

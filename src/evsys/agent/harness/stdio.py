@@ -58,7 +58,7 @@ class StdioHarnessAdapter(ProcessHarnessAdapter):
 
     def ready(self, obj: dict[str, Any]) -> bool:
         """Whether a line printed during startup says the harness is ready."""
-        return obj["type"] == "ready"
+        return bool(obj["type"] == "ready")
 
     def to_events(self, obj: dict[str, Any]) -> list[HarnessEvent]:
         """The events one protocol line stands for."""

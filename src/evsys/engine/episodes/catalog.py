@@ -34,7 +34,7 @@ class TaskCatalog:
     tasks: list[ServedTask]
     job: JobConfig
     skipped: list[str] = field(default_factory=list)
-    _counter: itertools.count = field(default_factory=lambda: itertools.count(1))
+    _counter: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
 
     @classmethod
     def load(cls, dataset: Path, job: JobConfig) -> TaskCatalog:

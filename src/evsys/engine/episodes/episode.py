@@ -15,9 +15,10 @@ background; its step count and the reason are in the trial's agent metadata.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
+from evsys.agent.harness.events import HarnessEvent
 from evsys.agent.tools import ToolOutcome
 from evsys.engine.episodes.agents import (
     EpisodeAgent,
@@ -37,17 +38,20 @@ from evsys.engine.episodes.protocol import (
     ToolError,
 )
 from evsys.engine.image_services import ImageServices
+from evsys.engine.spec import TrialSpec
 from evsys.engine.store import JobStore
 from evsys.engine.trial import Trial
 from evsys.model.base import ModelClient
 from evsys.records import TrialResult
 from evsys.sandbox.slots import SlotPool
 
-__all__ = ["Episode", "EpisodeAgent", "EpisodeLeft", "EpisodeLimits", "ServedAgent"]
+__all__ = ["Episode", "EpisodeAgent", "EpisodeLeft", "EpisodeLimits", "EventSink", "ServedAgent"]
 
 T = TypeVar("T")
 STEP_GRACE_SEC = 10.0  # beyond the step timeout, before an unanswered tool call ends the episode
-AgentT = TypeVar("AgentT", bound=EpisodeAgent)
+AgentT = TypeVar("AgentT", bound=EpisodeAgent, covariant=True)
+EventSink = Callable[[HarnessEvent], Awaitable[None]]
+"""Where a harness turn's events go as they happen (a streaming client's connection)."""
 
 
 class Episode(Generic[AgentT]):
@@ -70,22 +74,22 @@ class Episode(Generic[AgentT]):
         self.result: TrialResult | None = None
         self.step_count = 0
         self.left_early = False  # the client left before the episode ended
-        self.on_finish: Callable[[Episode[Any], asyncio.Task[TrialResult]], None] | None = None
+        self.on_finish: Callable[[Episode[EpisodeAgent], asyncio.Task[TrialResult]], None] | None = None
 
     @classmethod
     def create(
-        cls,
+        cls: type[Episode[EpisodeAgent]],
         task: ServedTask,
-        spec: Any,
+        spec: TrialSpec,
         *,
         store: JobStore,
         pool: SlotPool,
         limits: EpisodeLimits,
         episode_id: str | None = None,
-        agent: Any = None,
+        agent: EpisodeAgent | None = None,
         model_client: ModelClient | None = None,
         images: ImageServices | None = None,
-    ) -> Episode[Any]:
+    ) -> Episode[EpisodeAgent]:
         """An episode of `task` (not started yet) recording into `store`; its agent phase is `agent` (default:
         a `ServedAgent` running tool actions)."""
         agent = agent or ServedAgent(limits)
@@ -141,7 +145,7 @@ class Episode(Generic[AgentT]):
             raise ServeError(ErrorCode.NO_EPISODE, "the episode is over: send reset for a new one")
 
     async def step(
-        self, call: CallToolAction | MessageAction, sink: Any = None
+        self, call: CallToolAction | MessageAction, sink: EventSink | None = None
     ) -> tuple[ServedObservation, float | None, bool]:
         """Run one tool call; the final step (submit, step limit) waits for the verifier and carries the
         reward. Unknown tools and bad arguments are answered with an error and cost no step."""

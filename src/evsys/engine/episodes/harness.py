@@ -12,14 +12,14 @@ and the proxy's model calls (token ids, logprobs) are the episode's trajectory.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 from evsys.agent.base import AgentContext, AgentError, AgentResult
+from evsys.agent.harness.adapter import HarnessAdapter
 from evsys.agent.harness.agent import EVENTS_FILE, HarnessAgent, offered_tools
-from evsys.agent.harness.events import EventLog, HarnessEvent, HarnessEventType
+from evsys.agent.harness.events import EventLog, HarnessEventType
 from evsys.agent.registry import resolve_agent
-from evsys.engine.episodes.episode import Episode, EpisodeAgent, EpisodeLeft, EpisodeLimits
+from evsys.engine.episodes.episode import Episode, EpisodeAgent, EpisodeLeft, EpisodeLimits, EventSink
 from evsys.engine.episodes.protocol import (
     CallToolAction,
     ErrorCode,
@@ -31,8 +31,6 @@ from evsys.engine.episodes.protocol import (
 from evsys.records import SandboxSpec
 from evsys.sandbox.base import Sandbox
 from evsys.util.atomic import write_text_atomic
-
-EventSink = Callable[[HarnessEvent], Awaitable[None]]
 
 
 def resolve_harness(name: str, options: dict[str, Any] | None = None) -> HarnessAgent:
@@ -91,7 +89,7 @@ class ServedHarnessAgent(EpisodeAgent):
                 if request.message is None:
                     request.reply.set_result(EventLog())
                     return AgentResult(metadata={"turns": self.turns, "ended_by": "submit"})
-                events = await self._turn(adapter, request)
+                events = await self._turn(adapter, request.message, request)
                 self.turns += 1
                 last = events.last
                 if last is None or last.data.get("status") != "ok":
@@ -103,10 +101,10 @@ class ServedHarnessAgent(EpisodeAgent):
             await adapter.stop()
             await self._save(ctx)
 
-    async def _turn(self, adapter: Any, request: _Turn) -> EventLog:
+    async def _turn(self, adapter: HarnessAdapter, message: str, request: _Turn) -> EventLog:
         events = EventLog()
         try:
-            async for event in adapter.send_message_streaming(request.message):
+            async for event in adapter.send_message_streaming(message):
                 events.append(event)
                 if request.sink is not None:
                     await request.sink(event)

@@ -135,7 +135,7 @@ class ServedState(BaseModel):
     max_steps: int | None = None
 
 
-def observation_payload(observation: ServedObservation, reward: float | None, done: bool) -> dict:
+def observation_payload(observation: ServedObservation, reward: float | None, done: bool) -> dict[str, Any]:
     """The `data` of an observation answer (OpenEnv's `{observation, reward, done}`)."""
     return {
         "observation": observation.model_dump(mode="json", exclude_none=True),

@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from evsys.agent.tools import SandboxTools
-from evsys.engine.episodes.catalog import EPISODE_NUMBER, TaskCatalog
-from evsys.engine.episodes.episode import Episode, EpisodeAgent, EpisodeLimits
+from evsys.engine.episodes.catalog import EPISODE_NUMBER, ServedTask, TaskCatalog
+from evsys.engine.episodes.episode import Episode, EpisodeAgent, EpisodeLimits, EventSink
 from evsys.engine.episodes.protocol import (
     CallToolAction,
     ErrorCode,
@@ -65,7 +65,7 @@ class Session:
         self.group = f"session-{secrets.token_hex(6)}"
         self.kind = kind
         self.service = service
-        self.episode: Episode | None = None
+        self.episode: Episode[EpisodeAgent] | None = None
         self.lock = asyncio.Lock()
         self.last_active = time.monotonic()
         self.closed = False
@@ -92,7 +92,7 @@ class Session:
             raise
 
     async def step(
-        self, action: CallToolAction | MessageAction, sink: Any = None
+        self, action: CallToolAction | MessageAction, sink: EventSink | None = None
     ) -> tuple[ServedObservation, float | None, bool]:
         """One action in the current episode (`sink` receives a harness turn's events as they happen)."""
         if self.episode is None:
@@ -135,7 +135,7 @@ class ServeService:
             catalog.job.sandbox, max_idle=settings.max_sessions, warm=settings.warm_sandboxes
         )
         self.sessions: dict[str, Session] = {}
-        self.episodes: set[Episode] = set()
+        self.episodes: set[Episode[EpisodeAgent]] = set()
         self.results: list[TrialResult] = []
         self._started_at = utc_now()
         self._t0 = time.perf_counter()
@@ -144,7 +144,7 @@ class ServeService:
         self._result_lock = asyncio.Lock()
         self._final_written = False
         self._dirty = asyncio.Event()
-        self._tasks: list[asyncio.Task] = []
+        self._tasks: list[asyncio.Task[None]] = []
         self.model_client: ModelClient | None = None
         self.images = ImageServices()  # shared by the episodes' trials
 
@@ -213,15 +213,20 @@ class ServeService:
         return sum(1 for episode in self.episodes if episode.left_early)
 
     def new_episode(
-        self, task: Any, episode_id: str | None, max_steps: int | None = None, *, group: str | None = None
-    ) -> Episode:
+        self,
+        task: ServedTask,
+        episode_id: str | None,
+        max_steps: int | None = None,
+        *,
+        group: str | None = None,
+    ) -> Episode[EpisodeAgent]:
         """An episode of `task` in `group` (exports compare its reward only with its group's), tracked until
         its trial is recorded."""
         spec = self.catalog.episode_spec(task, group)
         limits = self.settings.limits
         if max_steps is not None:
             limits = replace(limits, max_steps=max_steps)
-        kind: type[Episode[Any]] = Episode
+        kind: type[Episode[EpisodeAgent]] = Episode
         agent: EpisodeAgent | None = None
         if self.settings.harness is not None:
             from evsys.engine.episodes.harness import HarnessEpisode, ServedHarnessAgent, resolve_harness
@@ -243,7 +248,7 @@ class ServeService:
         episode.on_finish = self._finished
         return episode
 
-    def _finished(self, episode: Episode, task: asyncio.Task) -> None:
+    def _finished(self, episode: Episode[EpisodeAgent], task: asyncio.Task[TrialResult]) -> None:
         self.episodes.discard(episode)
         if task.cancelled() or task.exception() is not None:
             return

@@ -197,8 +197,8 @@ class WorkerProcess:
 
     async def run(
         self, spec: TrialSpec, on_event: Callable[[dict[str, Any]], None] | None, grace: float
-    ) -> Any:
-        """Send the trial and wait for the worker's answer: ("done", result JSON) or ("error", message).
+    ) -> bytes | str:
+        """Send the trial and wait for the worker's answer: the result JSON (bytes), or its error message.
         Cancelled, the worker is asked to cancel it too (it records `cancelled`) and given `grace` seconds;
         `CancelledNotRecorded` when the driver has to record it instead."""
         trial_id = next(self._ids)
@@ -216,7 +216,7 @@ class WorkerProcess:
                 if await self._cancel(trial_id, future, grace):
                     raise
                 raise CancelledNotRecorded from None
-            return reply["op"], body if reply["op"] == "done" else reply.get("message", "")
+            return body if reply["op"] == "done" else str(reply.get("message", ""))
         finally:
             self.pending.pop(trial_id, None)
             self.trial_names.pop(trial_id, None)
@@ -318,7 +318,7 @@ class ProcessExecutor(Executor):
             except WorkerGone as exc:
                 return await record_failure(store, current, FailureCause.WORKER_LOST, str(exc))
             try:
-                outcome, payload = await worker.run(current, on_event, self.options.cancel_grace_sec)
+                payload = await worker.run(current, on_event, self.options.cancel_grace_sec)
             except CancelledNotRecorded:
                 await asyncio.shield(
                     record_failure(store, current, FailureCause.CANCELLED, CANCELLED_MESSAGE)
@@ -326,7 +326,7 @@ class ProcessExecutor(Executor):
                 raise asyncio.CancelledError from None
             finally:
                 worker.in_flight -= 1
-            if outcome == "done":
+            if isinstance(payload, bytes):
                 return TrialResult.model_validate_json(payload)
             message = f"the worker process could not run this trial: {payload}"
             return await record_failure(store, current, FailureCause.SANDBOX_FAILED, message)

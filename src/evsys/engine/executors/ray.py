@@ -28,13 +28,14 @@ import contextlib
 import logging
 from collections import Counter
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from evsys.engine.executors.base import Executor, ExecutorContext, ExecutorUnavailableError
 from evsys.engine.executors.ray_worker import (
     NodeNotReady,
+    Packed,
     ShippedTask,
     TrialRunner,
     pack_directory,
@@ -44,6 +45,9 @@ from evsys.engine.executors.remote import WorkerLost, record_failure, run_resche
 from evsys.engine.run import run_trial
 from evsys.engine.spec import PlannedTrial, TrialSpec
 from evsys.records import FailureCause, TrialResult
+
+if TYPE_CHECKING:
+    from ray import ObjectRef
 
 MB = 1024 * 1024
 
@@ -104,7 +108,7 @@ def _lost_errors(ray: Any) -> tuple[type[BaseException], ...]:
     )
 
 
-async def await_trial(ray: Any, ref: Any, grace: float, *, force_cancel: bool = True) -> Any:
+async def await_trial(ray: Any, ref: ObjectRef[Packed], grace: float, *, force_cancel: bool = True) -> Packed:
     """The value of a trial's object ref. Worker/node loss raises `WorkerLost`, a node that cannot run
     sandboxes `NodeNotReady`; being cancelled cancels the remote trial (KeyboardInterrupt there, then a forced
     kill after `grace` seconds) before re-raising."""
@@ -259,7 +263,9 @@ class TaskBackend:
         nodes = await asyncio.to_thread(alive_nodes, self.ray)
         self.largest = max(((n["cpus"], n["memory"]) for n in nodes), default=(0.0, 0.0))
 
-    async def run(self, spec: TrialSpec, shipped: ShippedTask | None, cpus: float, memory: int | None) -> Any:
+    async def run(
+        self, spec: TrialSpec, shipped: ShippedTask | None, cpus: float, memory: int | None
+    ) -> Packed:
         """Submit the trial as a Ray task and wait for it."""
         check_fits(cpus, memory, *self.largest)
         options: dict[str, Any] = {"num_cpus": cpus, "max_retries": 0, "name": f"evsys:{spec.trial_name}"}
@@ -267,7 +273,9 @@ class TaskBackend:
             options["memory"] = memory
         if self.options.runtime_env:
             options["runtime_env"] = self.options.runtime_env
-        ref = self.remote.options(**options).remote(spec.model_dump_json(), shipped, self.reuse)
+        ref: ObjectRef[Packed] = self.remote.options(**options).remote(
+            spec.model_dump_json(), shipped, self.reuse
+        )
         return await await_trial(self.ray, ref, self.options.cancel_grace_sec)
 
     async def close(self) -> None:
@@ -323,14 +331,16 @@ class ActorBackend:
             self.free[node["id"]] = [node["cpus"], node["memory"]]
             self.size[node["id"]] = (node["cpus"], node["memory"])
 
-    async def run(self, spec: TrialSpec, shipped: ShippedTask | None, cpus: float, memory: int | None) -> Any:
+    async def run(
+        self, spec: TrialSpec, shipped: ShippedTask | None, cpus: float, memory: int | None
+    ) -> Packed:
         """Wait for a node with room, run the trial on its actor, give the room back."""
         node = await self._reserve(cpus, memory or 0)
         try:
             actor = self.actors.get(node)
             if actor is None:  # the node was dropped since it was reserved
                 raise WorkerLost("the node's actor is gone")
-            ref = actor.run.remote(spec.model_dump_json(), shipped)
+            ref: ObjectRef[Packed] = actor.run.remote(spec.model_dump_json(), shipped)
             return await await_trial(self.ray, ref, self.options.cancel_grace_sec, force_cancel=False)
         except WorkerLost:
             await self._drop(node)

@@ -24,10 +24,10 @@ import socket
 import tarfile
 import tempfile
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from evsys.engine.executors.worker import TrialRuntime
 from evsys.engine.run import PackedTrial, run_trial_packed
@@ -35,6 +35,9 @@ from evsys.engine.spec import TrialSpec
 from evsys.sandbox.registry import sandbox_class
 from evsys.task.python import VerifiedTask
 from evsys.util.tarsafe import links_stay_inside
+
+if TYPE_CHECKING:
+    from ray import ObjectRef
 
 TASK_CACHE = "ray-tasks"
 POLL_SEC = 0.2  # how often a waiting Ray task wakes up, so `ray.cancel`'s KeyboardInterrupt lands promptly
@@ -44,7 +47,8 @@ CANCEL_WAIT_SEC = 30.0
 IDLE_RELEASE_SEC = 30.0
 
 Packed = tuple[str, bytes, str]  # (TrialResult JSON, tar of the trial directory, the Ray node's id)
-Fetch = Callable[[Any], Awaitable[bytes]]
+Fetch = Callable[["ObjectRef[bytes]"], Awaitable[bytes]]
+T = TypeVar("T")
 
 
 class NodeNotReady(RuntimeError):
@@ -58,7 +62,7 @@ class ShippedTask:
 
     root: str
     digest: str
-    blob: list[Any] = field(default_factory=list)
+    blob: list[ObjectRef[bytes]] = field(default_factory=list)
 
 
 def pack_directory(path: Path) -> tuple[str, bytes]:
@@ -224,7 +228,7 @@ class _LoopThread:
         self.thread = threading.Thread(target=self.loop.run_forever, name="evsys-ray-loop", daemon=True)
         self.thread.start()
 
-    def call(self, coro: Any) -> Any:
+    def call(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run `coro` on the loop and wait; on KeyboardInterrupt (`ray.cancel`) cancel it, let it record the
         cancellation and release its sandbox, then re-raise."""
         future = asyncio.run_coroutine_threadsafe(coro, self.loop)
@@ -242,15 +246,14 @@ class _LoopThread:
             raise
 
 
-_process: dict[str, Any] = {}
+_process: list[tuple[_LoopThread, WorkerRuntime]] = []  # this worker process's, once made
 
 
 def _process_runtime(reuse_sandboxes: bool) -> tuple[_LoopThread, WorkerRuntime]:
     """This worker process's loop and runtime (created on its first trial, kept for the next ones)."""
-    if "loop" not in _process:
-        _process["loop"] = _LoopThread()
-        _process["runtime"] = WorkerRuntime(reuse_sandboxes=reuse_sandboxes, node_id=_node_id())
-    return _process["loop"], _process["runtime"]
+    if not _process:
+        _process.append((_LoopThread(), WorkerRuntime(reuse_sandboxes=reuse_sandboxes, node_id=_node_id())))
+    return _process[0]
 
 
 def _node_id() -> str:
@@ -263,7 +266,7 @@ def run_trial_task(spec_json: str, shipped: ShippedTask | None, reuse_sandboxes:
     """The body of the Ray task that runs one trial (module-level so workers import it by name)."""
     import ray
 
-    async def fetch(ref: Any) -> bytes:
+    async def fetch(ref: ObjectRef[bytes]) -> bytes:
         return await asyncio.to_thread(ray.get, ref)
 
     loop, runtime = _process_runtime(reuse_sandboxes)
@@ -280,7 +283,7 @@ class TrialRunner:
     async def run(self, spec_json: str, shipped: ShippedTask | None) -> Packed:
         """Run one trial on this node."""
 
-        async def fetch(ref: Any) -> bytes:
+        async def fetch(ref: ObjectRef[bytes]) -> bytes:
             return await ref
 
         return await self.runtime.run(spec_json, shipped, fetch)

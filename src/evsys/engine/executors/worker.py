@@ -10,7 +10,6 @@ own pool, clients and image services).
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 from evsys.engine.image_services import ImageServices
 from evsys.engine.run import TrialResources, build_model_client, needs_model
@@ -51,7 +50,7 @@ class TrialRuntime:
             self.pools[backend] = SlotPool.for_backend(backend, max_idle=self.max_idle, warm=self.warm)
         return self.pools[backend]
 
-    async def client(self, spec: TrialSpec) -> Any:
+    async def client(self, spec: TrialSpec) -> ModelClient | None:
         """The model client for the spec's model string (None when its agent talks to no model)."""
         if not needs_model(spec):
             return None

@@ -25,7 +25,7 @@ from evsys.agent.registry import resolve_agent
 from evsys.agent.single_turn import SingleTurnAgent
 from evsys.engine.spec import TrialSpec
 from evsys.engine.trial.state import TrialState, describe_exception
-from evsys.records import AgentInfo, FailureCause, SandboxSpec
+from evsys.records import AgentInfo, CausedError, FailureCause, SandboxSpec
 from evsys.sandbox.base import SandboxError
 
 T = TypeVar("T")
@@ -39,7 +39,7 @@ def classify_agent_exception(exc: BaseException) -> FailureCause:
     """The failure cause of an exception raised by an agent (see evsys.agent.base)."""
     if isinstance(exc, SandboxError):
         return FailureCause.SANDBOX_FAILED
-    declared = getattr(exc, "failure_cause", None)
+    declared = exc.failure_cause if isinstance(exc, CausedError) else None
     try:
         return FailureCause(declared) if declared else FailureCause.AGENT_ERROR
     except ValueError:
@@ -89,7 +89,7 @@ def agent_info(state: TrialState, agent: Agent) -> AgentInfo:
     """Who acts, for the trajectory: the agent's name and version and the model."""
     return AgentInfo(
         name=agent.name if state.uses_sandbox else state.config.agent.name,
-        version=str(getattr(agent, "version", "unknown")),
+        version=str(agent.version),
         model_name=state.config.agent.model,
     )
 

@@ -62,6 +62,7 @@ from evsys.engine.episodes import (
     ServeService,
     ServeSettings,
 )
+from evsys.engine.episodes.agents import EpisodeAgent
 from evsys.engine.episodes.catalog import SERVED_AGENT
 from evsys.engine.episodes.protocol import CallToolAction
 from evsys.integrations.tinker.catalog import Tasks, plan_catalog
@@ -73,7 +74,7 @@ class EpisodeTool:
     """One evsys tool (bash, read_file, write_file, str_replace, submit) as the cookbook's `Tool`, run in an
     episode's sandbox; the call that ends the episode (submit, the step limit) stops the cookbook's env."""
 
-    def __init__(self, schema: dict[str, Any], episode: Episode[Any]) -> None:
+    def __init__(self, schema: dict[str, Any], episode: Episode[EpisodeAgent]) -> None:
         self.function = schema["function"]
         self.episode = episode
 
@@ -113,7 +114,7 @@ class EpisodeTool:
         return simple_tool_result(content, call_id=call_id, name=self.name, should_stop=done)
 
 
-async def trial_result(episode: Episode[Any]) -> TrialResult | None:
+async def trial_result(episode: Episode[EpisodeAgent]) -> TrialResult | None:
     """The episode's recorded trial (waiting for it), or None when it never ran to the end."""
     await episode.wait()
     runner = episode.runner
@@ -127,7 +128,9 @@ class EpisodeReward:
     returns the trial's reward from the task's verifier chain under the `integrity` policy, each named
     reward as a metric."""
 
-    def __init__(self, episode: Episode[Any], integrity: IntegrityPolicy = IntegrityPolicy.ZERO) -> None:
+    def __init__(
+        self, episode: Episode[EpisodeAgent], integrity: IntegrityPolicy = IntegrityPolicy.ZERO
+    ) -> None:
         self.episode = episode
         self.integrity = integrity
         self.graded = False
@@ -159,7 +162,7 @@ class EvsysEnvGroupBuilder(EnvGroupBuilder):
         self.dataset = dataset
         self.task = task
         self.group_size = group_size
-        self.episodes: list[Episode[Any]] = []
+        self.episodes: list[Episode[EpisodeAgent]] = []
         self.graders: dict[int, EpisodeReward] = {}  # by id() of the env they grade
 
     async def make_envs(self) -> Sequence[Env]:
@@ -187,7 +190,7 @@ class EvsysEnvGroupBuilder(EnvGroupBuilder):
             rewards.append((0.0, {}) if grader.graded else await grader(_history(env)))
         return rewards
 
-    def _env(self, episode: Episode[Any], renderer: Renderer) -> Env:
+    def _env(self, episode: Episode[EpisodeAgent], renderer: Renderer) -> Env:
         tools: list[Tool] = [EpisodeTool(schema, episode) for schema in SandboxTools.schemas()]
         system_prompt = self.task.task.system_prompt or self.dataset.system_prompt
         prefix = renderer.create_conversation_prefix_with_tools(

@@ -149,7 +149,7 @@ class DockerSandbox(Sandbox):
         container.start()
         if self.spec.pod is not None and pods.OWNERS.owner(self.spec.pod) is None:
             pods.OWNERS.register(self.spec.pod, container.id)
-        return container.id
+        return str(container.id)  # the SDK's client is untyped
 
     def _network_options(self) -> dict[str, Any]:
         """No network or the public one; in a pod, its owner's network namespace and the pod's names."""
@@ -272,7 +272,7 @@ class DockerSandbox(Sandbox):
         with contextlib.suppress(SandboxError):
             await self._run_plain(scripts.kill_tree(pid_file, user), user="root")
 
-    async def _drain(self, reader: asyncio.Future, stream: api.ExecStream) -> None:
+    async def _drain(self, reader: asyncio.Future[None], stream: api.ExecStream) -> None:
         """Wait briefly for the killed exec's stream to end; close it when something still holds it open."""
         try:
             await asyncio.wait_for(asyncio.shield(reader), STOP_GRACE_SEC)

@@ -14,9 +14,8 @@ import asyncio
 import ipaddress
 import re
 import socket
-from typing import Any
 
-from evsys.sandbox.base import HELPER_ENV, SandboxError
+from evsys.sandbox.base import HELPER_ENV, Sandbox, SandboxError
 from evsys.sandbox.local.rootfs import HOSTS
 from evsys.sandbox.local.slirp import DNS_SERVER, host_tool
 
@@ -102,13 +101,13 @@ def hosts_file(base: str, resolved: dict[str, list[str]]) -> str:
     return base + "".join(line + "\n" for line in pinned)
 
 
-async def restrict(sandbox: Any, daemon_pid: int, resolved: dict[str, list[str]]) -> None:
+async def restrict(sandbox: Sandbox, daemon_pid: int, resolved: dict[str, list[str]]) -> None:
     """Narrow a started sandbox's slirp4netns network to `resolved` (see the module doc)."""
     await apply_rules(daemon_pid, nft_rules(resolved))
     await pin_hosts(sandbox, resolved)
 
 
-async def pin_hosts(sandbox: Any, resolved: dict[str, list[str]]) -> None:
+async def pin_hosts(sandbox: Sandbox, resolved: dict[str, list[str]]) -> None:
     """Pin each allowed name to its resolved addresses in the sandbox's /etc/hosts."""
     hosts = hosts_file(HOSTS, resolved).encode()
     written = await sandbox.exec("cat > /etc/hosts", user="root", stdin=hosts, env=HELPER_ENV)

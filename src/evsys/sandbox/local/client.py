@@ -8,8 +8,12 @@ import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from evsys.sandbox.base import SandboxError
+
+Header = dict[str, Any]
+"""A frame's header: a dict of plain values (marshal-encoded), `op` saying what it is."""
 
 HEADER = struct.Struct("!QQ")  # header length, payload length: 64 bits each, so no length ever wraps
 MAX_HEADER = 16 << 20  # a reply header is a small dict; anything larger means the stream is broken
@@ -42,13 +46,13 @@ def parse_prefix(
     return header_len, payload_len
 
 
-def encode_frame(header: dict, payload: bytes = b"") -> bytes:
+def encode_frame(header: Header, payload: bytes = b"") -> bytes:
     """One protocol frame: lengths, a marshal-encoded header dict (plain values only), raw payload."""
     h = marshal.dumps(header)
     return frame_prefix(len(h), len(payload)) + h + payload
 
 
-def request_timeout(header: dict) -> float | None:
+def request_timeout(header: Header) -> float | None:
     """How long the host waits for a request's final reply before it gives the sandbox up as wedged."""
     op = header.get("op")
     if op in ("kill", "ping"):
@@ -64,19 +68,19 @@ def request_timeout(header: dict) -> float | None:
 class Reply:
     """A finished request: the final header plus everything streamed for it."""
 
-    header: dict
+    header: Header
     stdout: bytes = b""
     stderr: bytes = b""
 
 
-FrameHandler = Callable[[dict, bytes], None]
+FrameHandler = Callable[[Header, bytes], None]
 WedgedHandler = Callable[[str], None]
 STREAM_ENDS = ("exit", "error", "packed")  # the final reply of a streaming request
 
 
 @dataclass
 class _Pending:
-    future: asyncio.Future
+    future: asyncio.Future[Reply]
     out: bytearray = field(default_factory=bytearray)
     err: bytearray = field(default_factory=bytearray)
     on_frame: FrameHandler | None = None  # streaming requests: every frame goes here as it arrives
@@ -101,10 +105,10 @@ class DaemonClient:
         self.writer = writer
         self.name = name
         self.daemon_pid: int | None = None
-        self.ready: dict = {}
+        self.ready: Header = {}
         self._next_id = 0
         self._pending: dict[int, _Pending] = {}
-        self._task: asyncio.Task | None = None
+        self._task: asyncio.Task[None] | None = None
         self._closed_reason: str | None = None
         self._watchdog: asyncio.TimerHandle | None = None
 
@@ -124,7 +128,7 @@ class DaemonClient:
             self._read_loop(), name=f"evsys-sandbox-{self.name}"
         )
 
-    async def _read_frame(self) -> tuple[dict, bytes]:
+    async def _read_frame(self) -> tuple[Header, bytes]:
         hlen, plen = parse_prefix(await self.reader.readexactly(HEADER.size))
         body = await self.reader.readexactly(hlen + plen)
         header = marshal.loads(body[:hlen])
@@ -152,7 +156,7 @@ class DaemonClient:
             self._fail_all("the sandbox was stopped")
             raise
 
-    def _dispatch(self, header: dict, payload: bytes) -> None:
+    def _dispatch(self, header: Header, payload: bytes) -> None:
         rid = header.get("id")
         pending = self._pending.get(rid) if isinstance(rid, int) else None
         if pending is None:
@@ -190,7 +194,7 @@ class DaemonClient:
 
     async def request(
         self,
-        header: dict,
+        header: Header,
         payload: bytes = b"",
         *,
         timeout: float | None = -1.0,  # noqa: ASYNC109 - a deadline for the daemon's answer, by op
@@ -238,15 +242,15 @@ class DaemonClient:
             self.on_wedged(reason)
 
     async def start_request(
-        self, header: dict, payload: bytes = b"", on_frame: FrameHandler | None = None
-    ) -> tuple[int, asyncio.Future]:
+        self, header: Header, payload: bytes = b"", on_frame: FrameHandler | None = None
+    ) -> tuple[int, asyncio.Future[Reply]]:
         """Send one request; return its id and the future of its final reply. `on_frame` (streaming) gets
         every intermediate frame and the final output as it arrives."""
         if self._closed_reason is not None:
             raise SandboxError(f"sandbox {self.name}: {self._closed_reason}")
         self._next_id += 1
         rid = self._next_id
-        future = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
         self._pending[rid] = _Pending(future, on_frame=on_frame)
         header["id"] = rid
         try:
@@ -256,7 +260,7 @@ class DaemonClient:
             raise
         return rid, future
 
-    async def send(self, header: dict, payload: bytes = b"") -> None:
+    async def send(self, header: Header, payload: bytes = b"") -> None:
         """Send a frame that expects no reply of its own (stdin for a spawned process, a signal)."""
         self.write_frame(header, payload)
         if len(payload) > 1 << 16:
@@ -265,7 +269,7 @@ class DaemonClient:
             except (ConnectionError, RuntimeError) as exc:
                 raise SandboxError(f"sandbox {self.name}: cannot reach the daemon: {exc}") from exc
 
-    def write_frame(self, header: dict, payload: bytes = b"") -> None:
+    def write_frame(self, header: Header, payload: bytes = b"") -> None:
         """Queue one frame for the daemon without waiting (SandboxError once the daemon is gone)."""
         if self._closed_reason is not None:
             raise SandboxError(f"sandbox {self.name}: {self._closed_reason}")

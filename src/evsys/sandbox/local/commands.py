@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import time
 
-from evsys.records import ExecResult
+from evsys.records import ExecResult, LimitKind
 from evsys.sandbox.base import SandboxError
 from evsys.sandbox.local import rootfs
 from evsys.sandbox.local.bwrap import tmp_size_mb
+from evsys.sandbox.local.client import Header
 from evsys.sandbox.local.core import LocalSandboxCore
 from evsys.sandbox.local.exhaustion import exhaustion_evidence
 from evsys.sandbox.local.process import SandboxProcess
@@ -64,7 +65,7 @@ class LocalCommandsMixin(LocalSandboxCore):
         timeout: float | None,  # noqa: ASYNC109
         user: str | None,
         stdin: bytes | None,
-        extra: dict,
+        extra: Header,
     ) -> ExecResult:
         client = self._running_client()
         user = user or self.spec.user
@@ -117,7 +118,7 @@ class LocalCommandsMixin(LocalSandboxCore):
         `exec prog > file 2>&1 < /dev/null` but one process fewer; else they come back as with `exec`."""
         if not argv or not all(isinstance(a, str) for a in argv) or not argv[0]:
             raise SandboxError(f"exec_program needs a non-empty argv of strings, got {argv!r}")
-        extra: dict = {"argv": list(argv)}
+        extra: Header = {"argv": list(argv)}
         if output_file is not None:
             extra["output"] = str(rootfs.sandbox_path(output_file))
         return await self._exec_request("", cwd, env, timeout, user, None, extra)
@@ -146,8 +147,8 @@ class LocalCommandsMixin(LocalSandboxCore):
         }
         return await self._exec_request("", cwd, env, timeout, user, tests, extra)
 
-    def _limits_hit(self, before: dict[str, int], free: int | None) -> list:
-        hits: list = []
+    def _limits_hit(self, before: dict[str, int], free: int | None) -> list[LimitKind]:
+        hits: list[LimitKind] = []
         cg = self._cgroup
         if cg is not None:
             after = cg.read_counters()

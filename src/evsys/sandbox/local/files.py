@@ -13,6 +13,7 @@ from evsys.records import CopyOutLimits
 from evsys.sandbox.base import SandboxError
 from evsys.sandbox.copyout import CopiedTree
 from evsys.sandbox.local import rootfs
+from evsys.sandbox.local.client import Header
 from evsys.sandbox.local.core import LocalSandboxCore
 from evsys.util.tarsafe import extract_one, tar_of
 
@@ -65,7 +66,7 @@ class LocalFilesMixin(LocalSandboxCore):
             raise SandboxError("a tar of the whole sandbox root is not supported; name a directory")
         tree = CopiedTree()
 
-        def on_frame(header: dict, payload: bytes) -> None:
+        def on_frame(header: Header, payload: bytes) -> None:
             if payload and header.get("fd") == 1:
                 tree.chunks.append(payload)
 

@@ -15,7 +15,7 @@ import contextlib
 import signal
 
 from evsys.sandbox.base import SandboxError
-from evsys.sandbox.local.client import DaemonClient
+from evsys.sandbox.local.client import DaemonClient, Header, Reply
 
 STREAM_LIMIT = 16 * 1024 * 1024  # longest line readline() accepts (harness JSON events can be large)
 
@@ -35,7 +35,7 @@ class SandboxStdin:
         if data:
             self._send({"op": "write", "target": self._rid}, bytes(data))
 
-    def _send(self, header: dict, payload: bytes = b"") -> None:
+    def _send(self, header: Header, payload: bytes = b"") -> None:
         try:
             self._client.write_frame(header, payload)
         except SandboxError as exc:
@@ -96,11 +96,11 @@ class SandboxProcess:
         self.timed_out = False
         self._client = client
         self._rid = 0
-        self._future: asyncio.Future | None = None
+        self._future: asyncio.Future[Reply] | None = None
         self._returncode: int | None = None
         self._started = asyncio.Event()
 
-    async def _start(self, request: dict, payload: bytes) -> None:
+    async def _start(self, request: Header, payload: bytes) -> None:
         self._rid, self._future = await self._client.start_request(request, payload, self._on_frame)
         self.stdin = SandboxStdin(self._client, self._rid)
         # StreamReader only calls pause_reading/resume_reading on its transport; _PipeFlow has just those.
@@ -112,7 +112,7 @@ class SandboxProcess:
         if failure is not None:
             raise failure
 
-    def _on_frame(self, header: dict, payload: bytes) -> None:
+    def _on_frame(self, header: Header, payload: bytes) -> None:
         op = header.get("op")
         if op == "started":
             self.pid = header.get("pid")
@@ -120,7 +120,7 @@ class SandboxProcess:
         elif op == "out" and payload:
             (self.stdout if header.get("fd") == 1 else self.stderr).feed_data(payload)
 
-    def _on_exit(self, future: asyncio.Future) -> None:
+    def _on_exit(self, future: asyncio.Future[Reply]) -> None:
         if future.cancelled() or future.exception() is not None:
             self._returncode = -signal.SIGKILL  # the sandbox went away under the process
         else:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from evsys.sandbox.base import SandboxError
+from evsys.sandbox.local.client import Header
 from evsys.sandbox.local.spawn import start_helper
 from evsys.sandbox.local.waits import wait_exit
 from evsys.util.procfs import children
@@ -102,13 +103,14 @@ def daemon_pid(bwrap_pid: int) -> int:
     return found[0]
 
 
-def inherited_state(ready: dict) -> tuple[str, ...]:
+def inherited_state(ready: Header) -> tuple[str, ...]:
     """What the daemon passes on to every command, from its ready frame (native/inherited.c), as the reset
     helper takes it: its rlimits, oom_score_adj, coredump_filter and autogroup."""
-    values = tuple(ready.get(key) for key in ("limits", "oom_score_adj", "coredump_filter", "autogroup"))
-    if not all(isinstance(value, str) for value in values) or not values[0]:
+    values = [ready.get(key) for key in ("limits", "oom_score_adj", "coredump_filter", "autogroup")]
+    strings = tuple(value for value in values if isinstance(value, str))
+    if len(strings) != len(values) or not strings[0]:
         raise SandboxError("the sandbox's daemon did not report what it passes on to its commands")
-    return values  # type: ignore[return-value]
+    return strings
 
 
 async def run_reset_helper(target: ResetTarget) -> None:

@@ -22,6 +22,7 @@ import signal
 import socket
 import subprocess
 import sys
+from io import FileIO
 from pathlib import Path
 from typing import Any
 
@@ -95,12 +96,14 @@ class _Spawner:
     set how many sandboxes started per second). One event loop at a time has requests out; another waits."""
 
     def __init__(self) -> None:
-        self.proc: subprocess.Popen | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.sock: socket.socket | None = None
         self.owner = os.getpid()
         # one per request out, in order: its future and how many fds its reply carries
-        self.waiting: collections.deque[tuple[asyncio.Future, int]] = collections.deque()
-        self.outbox: collections.deque[tuple[bytes, array.array, asyncio.Future, int]] = collections.deque()
+        self.waiting: collections.deque[tuple[asyncio.Future[_Child], int]] = collections.deque()
+        self.outbox: collections.deque[tuple[bytes, array.array[int], asyncio.Future[_Child], int]] = (
+            collections.deque()
+        )
         self.writing = False  # a writer callback waits for the socket to take the rest of the outbox
         self.loop: asyncio.AbstractEventLoop | None = None  # the loop reading replies while requests are out
 
@@ -142,7 +145,7 @@ class _Spawner:
         self.loop = loop
         return sock
 
-    async def request(self, message: dict, pass_fds: tuple[int, ...], n_fds: int = 5) -> _Child:
+    async def request(self, message: dict[str, Any], pass_fds: tuple[int, ...], n_fds: int = 5) -> _Child:
         """Ask for one child (`message`: see spawner.py); return its pid and the `n_fds` fds of the reply: a
         sandbox's [pidfd, stdin writer, stdout, stderr, setup-error reader], a helper's [pidfd].
 
@@ -152,7 +155,7 @@ class _Spawner:
         loop = asyncio.get_running_loop()
         await self._own(loop)
         msg = marshal.dumps(message)
-        future = loop.create_future()
+        future: asyncio.Future[_Child] = loop.create_future()
         self.outbox.append((msg, array.array("i", pass_fds), future, n_fds))
         self._send()
         try:
@@ -237,7 +240,7 @@ class _Spawner:
         self.loop, self.writing = None, False
 
 
-def _deliver(future: asyncio.Future, reply: dict, fds: list[int], n_fds: int) -> None:
+def _deliver(future: asyncio.Future[_Child], reply: dict[str, Any], fds: list[int], n_fds: int) -> None:
     """Resolve a request's future with its child; kill and forget a child nobody waits for any more."""
     if "error" in reply or len(fds) != n_fds:
         for fd in fds:
@@ -261,7 +264,9 @@ def _deliver(future: asyncio.Future, reply: dict, fds: list[int], n_fds: int) ->
 _SPAWNER = _Spawner()
 
 
-async def spawn(argv: list[str], *, setup: dict, pass_fds: tuple[int, ...], limit: int) -> SpawnedProcess:
+async def spawn(
+    argv: list[str], *, setup: dict[str, Any], pass_fds: tuple[int, ...], limit: int
+) -> SpawnedProcess:
     """Start `argv` through the spawner after it ran `mounts.ChildSetup(**setup)` in the child.
 
     An argv item "@fd<i>" names the i-th fd of `pass_fds` as numbered in the child. Raises SandboxError
@@ -298,7 +303,7 @@ async def start_helper(argv: list[str], fds: dict[int, int]) -> int:
     return pidfd
 
 
-async def _attach(pid: int, pidfd: int, pipes: list, limit: int) -> SpawnedProcess:
+async def _attach(pid: int, pidfd: int, pipes: list[FileIO], limit: int) -> SpawnedProcess:
     """The child's pipes as asyncio streams. Never left half-done: a cancellation waits until every pipe has
     its transport, then closes them through their transports and re-raises. (Closing a pipe under a live
     transport, or a transport before the loop ran the callbacks its creation queued, leaves the loop watching
@@ -322,7 +327,7 @@ async def _attach(pid: int, pidfd: int, pipes: list, limit: int) -> SpawnedProce
     return SpawnedProcess(pid, pidfd, writer, out_reader, err_reader)
 
 
-async def _connect(pipes: list, limit: int) -> list[tuple[Any, Any]]:
+async def _connect(pipes: list[FileIO], limit: int) -> list[tuple[Any, Any]]:
     """Transports for stdout and stderr (with their StreamReaders) and stdin (with its protocol), in that
     order; on failure the ones made are closed."""
     loop = asyncio.get_running_loop()

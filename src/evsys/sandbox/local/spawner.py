@@ -31,6 +31,7 @@ import select
 import signal
 import socket
 import sys
+from typing import Any
 
 MAX_MESSAGE = 1 << 20
 MAX_FDS = 16
@@ -66,7 +67,7 @@ def remove_dirs(paths: list[str]) -> None:
             pass
 
 
-def spawn(req: dict, passed: list[int]) -> tuple[int, list[int]]:
+def spawn(req: dict[str, Any], passed: list[int]) -> tuple[int, list[int]]:
     """Start the setup helper for `req` (it execs bwrap); return its pid and the fds the host gets: pidfd and
     its pipe ends. posix_spawn (vfork + exec) instead of fork: forking this Python process cost ~1.4 ms of
     CPU plus copy-on-write faults per sandbox on a VM."""
@@ -114,7 +115,7 @@ def spawn(req: dict, passed: list[int]) -> tuple[int, list[int]]:
     return pid, [pidfd, stdin_w, out_r, err_r, report_r]
 
 
-def start_helper(req: dict, passed: list[int]) -> tuple[int, list[int]]:
+def start_helper(req: dict[str, Any], passed: list[int]) -> tuple[int, list[int]]:
     """Start a host helper (`req["helper"]`, an argv) with the i-th passed fd as its fd `req["at"][i]` and an
     empty environment; its pid and [pidfd]. The passed fds are first copied above every target number, so no
     dup2 of the file actions overwrites one still to be placed."""
