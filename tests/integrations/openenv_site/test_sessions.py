@@ -124,7 +124,11 @@ def test_the_json_rpc_bridge_lists_and_calls_evsys_tools(factory: EvsysSessionFa
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_a_loop_owning_harness_session_returns_the_proxys_tokens(tmp_path: Path) -> None:
+def test_a_loop_owning_harness_session_returns_the_proxys_tokens(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the harness class lives beside the harness tests (on sys.path when their conftest ran first, not alone)
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[2] / "harness"))
     model = build_tiny_model(DEMO_RECIPE)
     factory = EvsysSessionFactory(
         TASK,
