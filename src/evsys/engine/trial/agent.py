@@ -1,10 +1,10 @@
 """The agent phase of a trial: which agent runs, its optional `prepare_sandbox` hook and `setup` (together
 bounded by the setup timeout), and `run` bounded by the agent timeout.
 
-A Python task without a sandbox is answered by `SingleTurnAgent` (one model call); every other task by the
-agent the trial names. An agent that `starts_before_sandbox` has its `run_early` (the loop agent's first model
-call) begun with the sandbox's start (`begin_early`): its seconds are the `agent_early` phase, overlapping
-`sandbox_start`; `run_agent` awaits what is left of it before `run`, and `end_early` cancels it when the
+A Python task without a sandbox is answered by `SingleTurnAgent` (one model call), or by the loop agent when
+it has custom tools or a respond hook (evsys.task.turns); every other task by the agent the trial names. An
+agent that `starts_before_sandbox` has its `run_early` (the loop agent's first model call) begun with the
+sandbox's start (`begin_early`): its seconds are the `agent_early` phase, overlapping `sandbox_start`; `run_agent` awaits what is left of it before `run`, and `end_early` cancels it when the
 trial ends before that (a sandbox that failed to start).
 
 An agent's exception becomes the trial's failure: `sandbox_failed` for a `SandboxError` (the sandbox is then
@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from evsys.agent.base import Agent, AgentContext, AgentResult
+from evsys.agent.loop import LoopAgent
 from evsys.agent.registry import resolve_agent
 from evsys.agent.single_turn import SingleTurnAgent
 from evsys.engine.trial.state import TrialState, describe_exception
@@ -66,10 +67,14 @@ def trial_kwargs(state: TrialState) -> dict[str, Any]:
 
 
 def trial_agent(state: TrialState) -> Agent:
-    """The agent of the trial: `SingleTurnAgent` for a Python task without a sandbox, else the named one;
-    either with the trial's kwargs (`trial_kwargs`)."""
+    """The agent of the trial: for a Python task without a sandbox `SingleTurnAgent`, or the loop agent when
+    the task has custom tools or a respond hook (its turns need no sandbox); else the named one; each with
+    the trial's kwargs (`trial_kwargs`)."""
     agent, kwargs = state.config.agent, trial_kwargs(state)
     if not state.uses_sandbox:
+        python_task = state.spec.python_task
+        if python_task is not None and python_task.interaction.multi_turn:
+            return LoopAgent(**kwargs)
         return SingleTurnAgent(**kwargs)
     return resolve_agent(agent.name, kwargs)
 
