@@ -4,8 +4,9 @@ bounded by the setup timeout), and `run` bounded by the agent timeout.
 A Python task without a sandbox is answered by `SingleTurnAgent` (one model call), or by the loop agent when
 it has custom tools or a respond hook (evsys.task.turns); every other task by the agent the trial names. An
 agent that `starts_before_sandbox` has its `run_early` (the loop agent's first model call) begun with the
-sandbox's start (`begin_early`): its seconds are the `agent_early` phase, overlapping `sandbox_start`; `run_agent` awaits what is left of it before `run`, and `end_early` cancels it when the
-trial ends before that (a sandbox that failed to start).
+sandbox's start (`begin_early`): its seconds are the `agent_early` phase, overlapping `sandbox_start`;
+`run_agent` awaits what is left of it before `run`, and `end_early` cancels it when the trial ends before
+that (a sandbox that failed to start).
 
 An agent's exception becomes the trial's failure: `sandbox_failed` for a `SandboxError` (the sandbox is then
 not reused), else the cause the exception declares (evsys.agent.base), else `agent_error`; its traceback goes
