@@ -87,3 +87,10 @@ def token_reply(text: str):
         )
 
     return reply
+
+
+def guess_by_history(request: ScriptedRequest) -> Completion:
+    """A scripted policy for the guessing game whatever order samples run in: 5 first, then 7 or 3."""
+    last = request.messages[-1]["content"]
+    guess = {"higher": "7", "lower": "3"}.get(last, "5")
+    return token_reply(guess)(request)
