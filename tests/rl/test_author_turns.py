@@ -41,6 +41,7 @@ async def test_the_environment_answers_each_turn_until_done_and_its_tokens_are_n
         ("agent", "7"),
     ]
     assert client.requests[2].messages[-1] == {"role": "user", "content": "lower"}
+    assert all(not request.tools for request in client.requests)  # no sandbox, no tools: a plain chat
     # one token sequence: the first prompt, then each completion (mask 1) and the environment's reply (mask 0)
     assert sample.prompt_token_ids == render(
         [{"role": "user", "content": "Guess my number between 1 and 10."}]

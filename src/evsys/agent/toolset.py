@@ -29,11 +29,13 @@ def _mcp_selected(name: str, selection: list[str] | None) -> bool:
     return name in selection or f"{MCP_PREFIX}{server}" in selection
 
 
-def builtin_schemas(interaction: Interaction) -> list[dict[str, Any]]:
-    """The built-in tools' schemas the task offers (all of them when it names none)."""
+def builtin_schemas(interaction: Interaction, sandboxed: bool = True) -> list[dict[str, Any]]:
+    """The built-in tools' schemas the task offers: the ones it names; when it names none, all of them in a
+    sandbox and none without one (a sandbox-free chat with a respond hook)."""
     chosen = interaction.builtin_tools()
-    schemas = SandboxTools.schemas()
-    return list(schemas) if chosen is None else [s for s in schemas if _function_name(s) in chosen]
+    if chosen is None:
+        chosen = [_function_name(s) for s in SandboxTools.schemas()] if sandboxed else []
+    return [s for s in SandboxTools.schemas() if _function_name(s) in chosen]
 
 
 class Toolset:
@@ -52,7 +54,7 @@ class Toolset:
         mcp_schemas = mcp.schemas() if mcp is not None else []
         selection = interaction.mcp_tools()
         self._schemas = [
-            *builtin_schemas(interaction),
+            *builtin_schemas(interaction, sandboxed=sandbox_tools is not None),
             *(s for s in mcp_schemas if _mcp_selected(_function_name(s), selection)),
             *host.schemas(),
         ]

@@ -137,14 +137,15 @@ def custom_tool(fn: Callable[..., Any], reference: str) -> CustomTool:
         if param.kind in (param.POSITIONAL_ONLY, param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise ValueError(f"custom tool {fn.__name__!r}: parameter {param.name!r} must be a named one")
     try:
-        parameters = TypeAdapter(fn).json_schema()
+        function_type: Any = fn  # pydantic takes a function as the type of its arguments
+        parameters = TypeAdapter(function_type).json_schema()
         validator = SchemaValidator(generate_arguments_schema(fn))
     except Exception as exc:
         raise ValueError(f"custom tool {fn.__name__!r}: no JSON schema for its signature: {exc}") from None
     parameters.pop("title", None)
     description = inspect.getdoc(fn) or f"The {fn.__name__} tool."
-    function = {"name": fn.__name__, "description": description, "parameters": parameters}
-    return CustomTool(fn.__name__, reference, fn, {"type": "function", "function": function}, validator)
+    schema = {"name": fn.__name__, "description": description, "parameters": parameters}
+    return CustomTool(fn.__name__, reference, fn, {"type": "function", "function": schema}, validator)
 
 
 def load_hook(reference: str, base_dir: Path | None, what: str) -> Callable[..., Any]:
