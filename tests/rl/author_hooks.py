@@ -94,3 +94,20 @@ def guess_by_history(request: ScriptedRequest) -> Completion:
     last = request.messages[-1]["content"]
     guess = {"higher": "7", "lower": "3"}.get(last, "5")
     return token_reply(guess)(request)
+
+
+GAME_PROMPT = "Guess my number between 1 and 10."
+
+
+def game_task(**fields: Any) -> Any:
+    """The guessing game as a Python task (secret 7, `guessing_game` answering), `fields` added."""
+    from evsys import VerifiedTask
+
+    return VerifiedTask(
+        id="game",
+        prompt=GAME_PROMPT,
+        verifier="author_hooks:guesses_left",
+        data={"secret": 7},
+        respond="author_hooks:guessing_game",
+        **fields,
+    )

@@ -8,13 +8,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from author_hooks import GAME_PROMPT, game_task
 
-from evsys import VerifiedTask, run_rollouts
+from evsys import run_rollouts
 from evsys.testing import TinyModelRecipe, TrainingChat, build_tiny_model
 
-PROMPT = "Guess my number between 1 and 10."
 GAME = [
-    {"role": "user", "content": PROMPT},
+    {"role": "user", "content": GAME_PROMPT},
     {"role": "assistant", "content": "5"},
     {"role": "user", "content": "higher"},
     {"role": "assistant", "content": "7"},
@@ -32,16 +32,8 @@ def game_model_dir() -> Path:
 async def test_the_local_engine_plays_a_respond_hook_game_token_exact(game_model_dir: Path, tmp_path):
     from transformers import AutoTokenizer
 
-    task = VerifiedTask(
-        id="game",
-        prompt=PROMPT,
-        verifier="author_hooks:guesses_left",
-        data={"secret": 7},
-        respond="author_hooks:guessing_game",
-        max_turns=3,
-    )
     groups = await run_rollouts(
-        [task],
+        [game_task(max_turns=3)],
         model=f"local:{game_model_dir}",
         temperature=0.0,
         max_tokens=8,

@@ -114,9 +114,9 @@ async def test_a_custom_tool_runs_host_side_with_validated_arguments():
 
 async def test_a_custom_tool_past_the_call_limit_is_an_error_the_model_sees():
     task = VerifiedTask(id="a", prompt="p", verifier="v", tools=[slow])
-    host = HostTools.for_task(task.interaction, None, call_timeout=0.2, max_output_chars=1000)
-    outcome = await host.call(ToolCall(tool_call_id="c", function_name="slow", arguments={"seconds": 2.0}))
-    assert outcome.is_error and outcome.content == "error: slow did not finish within 0.2 s"
+    host = HostTools.for_task(task.interaction, None, call_timeout=0.1, max_output_chars=1000)
+    outcome = await host.call(ToolCall(tool_call_id="c", function_name="slow", arguments={"seconds": 0.5}))
+    assert outcome.is_error and outcome.content == "error: slow did not finish within 0.1 s"
 
 
 async def test_run_rollouts_offers_and_scores_a_task_with_a_custom_tool(tmp_path):

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from author_hooks import ASSISTANT, END, USER, guess_by_history, render
+from author_hooks import ASSISTANT, END, GAME_PROMPT, USER, game_task, guess_by_history, render
 
-from evsys import VerifiedTask
 from evsys.integrations.trl.rollout import EvsysRolloutFunc
 from evsys.testing.scripted_model import ScriptedModelClient
 
-PROMPT = "Guess my number between 1 and 10."
+PROMPT = GAME_PROMPT
 
 
 def _chars(text: str) -> list[int]:
@@ -20,14 +19,7 @@ def _chars(text: str) -> list[int]:
 
 
 def test_trl_rollout_func_masks_the_environments_turns(tmp_path):
-    task = VerifiedTask(
-        id="game",
-        prompt=PROMPT,
-        verifier="author_hooks:guesses_left",
-        data={"secret": 7},
-        respond="author_hooks:guessing_game",
-        max_turns=4,
-    )
+    task = game_task(max_turns=4)
     client = ScriptedModelClient(guess_by_history, repeat_last=True)
     rollout = EvsysRolloutFunc([task], model=client, jobs_dir=tmp_path, max_retries=0)
     trainer = SimpleNamespace(

@@ -4,22 +4,11 @@ mask 0) in the flattened rollout, and a failing hook fails the trial naming it. 
 
 from __future__ import annotations
 
-from author_hooks import ASSISTANT, END, USER, render, token_reply
+from author_hooks import ASSISTANT, END, USER, game_task, render, token_reply
 
-from evsys import VerifiedTask, run_rollouts
+from evsys import run_rollouts
 from evsys.records import FailureCause
 from evsys.testing.scripted_model import ScriptedModelClient
-
-
-def _game(**fields) -> VerifiedTask:
-    return VerifiedTask(
-        id="game",
-        prompt="Guess my number between 1 and 10.",
-        verifier="author_hooks:guesses_left",
-        data={"secret": 7},
-        respond="author_hooks:guessing_game",
-        **fields,
-    )
 
 
 def _chars(text: str) -> list[int]:
@@ -28,7 +17,7 @@ def _chars(text: str) -> list[int]:
 
 async def test_the_environment_answers_each_turn_until_done_and_its_tokens_are_not_trained(tmp_path):
     client = ScriptedModelClient(token_reply("5"), token_reply("8"), token_reply("7"))
-    groups = await run_rollouts([_game(max_turns=6)], model=client, jobs_dir=tmp_path, max_retries=0)
+    groups = await run_rollouts([game_task(max_turns=6)], model=client, jobs_dir=tmp_path, max_retries=0)
     sample = groups[0].trajectories[0]
     assert sample.error is None and sample.reward == 1.0
     steps = [(s.source, s.message) for s in sample.trajectory.steps]
@@ -56,7 +45,7 @@ async def test_the_environment_answers_each_turn_until_done_and_its_tokens_are_n
 
 async def test_the_task_turn_limit_bounds_the_game_and_no_reply_follows_the_last_turn(tmp_path):
     client = ScriptedModelClient("1", "2", "3")
-    groups = await run_rollouts([_game(max_turns=2)], model=client, jobs_dir=tmp_path, max_retries=0)
+    groups = await run_rollouts([game_task(max_turns=2)], model=client, jobs_dir=tmp_path, max_retries=0)
     sample = groups[0].trajectories[0]
     assert [s.message for s in sample.trajectory.steps if s.source == "user"] == [
         "Guess my number between 1 and 10.",
@@ -66,7 +55,7 @@ async def test_the_task_turn_limit_bounds_the_game_and_no_reply_follows_the_last
 
 
 async def test_a_failing_respond_hook_fails_the_trial_naming_it(tmp_path):
-    task = _game(max_turns=3).model_copy(update={"respond": "author_hooks:broken_simulator"})
+    task = game_task(max_turns=3).model_copy(update={"respond": "author_hooks:broken_simulator"})
     groups = await run_rollouts([task], model=ScriptedModelClient("5"), jobs_dir=tmp_path, max_retries=0)
     error = groups[0].trajectories[0].error
     assert error is not None and error.cause == FailureCause.AGENT_ERROR
