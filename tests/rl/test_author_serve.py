@@ -60,7 +60,7 @@ async def test_serve_lists_and_calls_the_custom_tool_and_answers_messages_with_t
         first, reward, done = await session.step(MessageAction(message="4"))
         assert (first.text, reward, done) == ("higher", None, False)
         last, reward, done = await session.step(MessageAction(message="7"))
-        assert done and reward == 1.0
+        assert done and reward == 1.0 and last.metadata["ended_by"] == "environment_done"
         trial = last.metadata["trial_name"]
     finally:
         await service.close()

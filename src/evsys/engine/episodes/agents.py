@@ -150,7 +150,8 @@ class ServedAgent(EpisodeAgent):
                 continue
             self.steps += 1
             if outcome.submitted:
-                return AgentResult(metadata={"steps": self.steps, "ended_by": "submit"})
+                ended_by = "environment_done" if isinstance(request.call, MessageAction) else "submit"
+                return AgentResult(metadata={"steps": self.steps, "ended_by": ended_by})
             if self.steps >= self.limits.max_steps:
                 return AgentResult(metadata={"steps": self.steps, "ended_by": "max_steps"})
 
