@@ -4,16 +4,12 @@ respond hook) and a trajectory-level reward (`guess_reward`: each turn's guess, 
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
-
-from pydantic import Field
+from typing import Any, Literal
 
 from evsys.task.turns import Done
 from evsys.verify.functions import register_verifier
 from evsys.verify.rubric import RubricVerifier
 from evsys.verify.trajectory_rubric import TrajectoryRubric, Turn
-
-SECRETS = {"guess-1": 13, "guess-2": 4, "guess-3": 18}  # the tool reads the secret by the task's id
 
 
 def _guess(text: str) -> int | None:
@@ -21,21 +17,18 @@ def _guess(text: str) -> int | None:
     return int(numbers[-1]) if numbers else None
 
 
-def hint(
-    task: Annotated[str, Field(description="The task id from the prompt")],
-    kind: Literal["parity", "half"] = "parity",
-) -> str:
-    """A hint about the secret number: whether it is even or odd, or which half of 1-20 it is in."""
-    secret = SECRETS.get(task)
-    if secret is None:
-        return f"no task {task!r}"
+def hint(state: dict[str, Any], kind: Literal["parity", "half"] = "parity") -> str:
+    """A hint about the secret number: whether it is even or odd ("parity"), or which half of 1-20 it is in
+    ("half")."""
+    state["hints"] = state.get("hints", 0) + 1  # `state` is the episode's (the model never passes it)
+    secret = state["secret"]
     if kind == "parity":
         return "even" if secret % 2 == 0 else "odd"
     return "1-10" if secret <= 10 else "11-20"
 
 
 def user_simulator(history: list[dict[str, Any]], state: dict[str, Any]) -> str | Done:
-    """The user: says "higher" or "lower" after each guess, and is done once the number is guessed."""
+    """The user: says whether each guess is too low or too high, and is done once the number is guessed."""
     guess = _guess(str(history[-1].get("content") or ""))
     if guess is None:
         return "Please answer with a number."

@@ -111,3 +111,9 @@ def game_task(**fields: Any) -> Any:
         respond="author_hooks:guessing_game",
         **fields,
     )
+
+
+def peek(state: dict[str, Any]) -> str:
+    """Whether the secret is odd or even (reads the episode's state, which the model cannot pass)."""
+    CALLS.append(("peek", dict(state)))
+    return "odd" if state["secret"] % 2 else "even"

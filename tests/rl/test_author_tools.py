@@ -55,6 +55,7 @@ def test_a_custom_tool_is_stored_by_name_and_its_schema_comes_from_its_signature
     assert schema["parameters"]["required"] == ["country"]
     assert schema["parameters"]["properties"]["country"]["description"] == "A country's English name"
     assert schema["parameters"]["properties"]["upper"]["type"] == "boolean"
+    assert schema["parameters"]["additionalProperties"] is False
 
 
 async def _run_loop(task: VerifiedTask, client: ScriptedModelClient, sandbox=None) -> TrajectoryRecorder:

@@ -4,11 +4,11 @@ mask 0) in the flattened rollout, and a failing hook fails the trial naming it. 
 
 from __future__ import annotations
 
-from author_hooks import ASSISTANT, END, USER, game_task, render, token_reply
+from author_hooks import ASSISTANT, CALLS, END, USER, game_task, peek, render, token_reply
 
 from evsys import run_rollouts
 from evsys.records import FailureCause
-from evsys.testing.scripted_model import ScriptedModelClient
+from evsys.testing.scripted_model import ScriptedModelClient, tool_call
 
 
 def _chars(text: str) -> list[int]:
@@ -62,3 +62,18 @@ async def test_a_failing_respond_hook_fails_the_trial_naming_it(tmp_path):
     assert "respond hook 'author_hooks:broken_simulator' failed: RuntimeError: the simulator crashed" in (
         error.message
     )
+
+
+async def test_a_custom_tool_taking_state_shares_the_episode_state_with_the_respond_hook(tmp_path):
+    CALLS.clear()
+    client = ScriptedModelClient("5", tool_call("peek"), tool_call("peek", state={"secret": 1}), "7")
+    task = game_task(tools=[peek], max_turns=6)
+    groups = await run_rollouts([task], model=client, jobs_dir=tmp_path, max_retries=0)
+    sample = groups[0].trajectories[0]
+    assert sample.error is None and sample.reward == 1.0
+    assert [s["function"]["name"] for s in client.requests[0].tools] == ["peek"]
+    assert client.requests[0].tools[0]["function"]["parameters"]["properties"] == {}
+    # the hook counted one guess before the tool read the state: one dict, shared
+    assert CALLS == [("peek", {"secret": 7, "guesses": 1})]
+    results = [s.observation.results[0].content for s in sample.trajectory.steps if s.observation]
+    assert results == ["odd", "error: peek: state: Extra inputs are not permitted"]

@@ -27,7 +27,14 @@ from evsys.agent.base import AgentError
 from evsys.agent.tools import ToolOutcome, clip
 from evsys.model.base import Message
 from evsys.records import ToolCall
-from evsys.task.turns import CustomTool, Done, Interaction, load_custom_tools, load_hook
+from evsys.task.turns import (
+    STATE_PARAMETER,
+    CustomTool,
+    Done,
+    Interaction,
+    load_custom_tools,
+    load_hook,
+)
 
 
 async def call_bounded(fn: Callable[..., Any], limit: float, *args: Any, **kwargs: Any) -> Any:
@@ -56,21 +63,41 @@ def _argument_problems(exc: ValidationError) -> str:
     return "; ".join(f"{'.'.join(map(str, err['loc'])) or 'arguments'}: {err['msg']}" for err in exc.errors())
 
 
-class HostTools:
-    """A task's custom tools, run host-side: `schemas()`, `name in tools`, `await call(tool_call)`."""
+def episode_state(interaction: Interaction) -> dict[str, Any]:
+    """The state an episode starts with, shared by its respond hook and custom tools: a copy of the data."""
+    return copy.deepcopy(interaction.data)
 
-    def __init__(self, tools: Sequence[CustomTool], *, call_timeout: float, max_output_chars: int) -> None:
+
+class HostTools:
+    """A task's custom tools, run host-side: `schemas()`, `name in tools`, `await call(tool_call)`; a tool
+    taking `state` gets the episode's `state`."""
+
+    def __init__(
+        self,
+        tools: Sequence[CustomTool],
+        *,
+        call_timeout: float,
+        max_output_chars: int,
+        state: dict[str, Any] | None = None,
+    ) -> None:
         self.tools = {tool.name: tool for tool in tools}
         self.call_timeout = call_timeout
         self.max_output_chars = max_output_chars
+        self.state = state if state is not None else {}
 
     @classmethod
     def for_task(
-        cls, interaction: Interaction, base_dir: Path | None, *, call_timeout: float, max_output_chars: int
+        cls,
+        interaction: Interaction,
+        base_dir: Path | None,
+        *,
+        call_timeout: float,
+        max_output_chars: int,
+        state: dict[str, Any] | None = None,
     ) -> HostTools:
         """The custom tools `interaction` names, loaded (relative files against `base_dir`)."""
         tools = load_custom_tools(interaction.custom_tools(), base_dir)
-        return cls(tools, call_timeout=call_timeout, max_output_chars=max_output_chars)
+        return cls(tools, call_timeout=call_timeout, max_output_chars=max_output_chars, state=state)
 
     def __contains__(self, name: object) -> bool:
         return name in self.tools
@@ -87,12 +114,14 @@ class HostTools:
             message = f"error: could not parse your tool call: {call.parse_error}"
             return ToolOutcome(content=message, error_kind="parse")
         try:
-            args, kwargs = tool.validate(call.arguments)
+            kwargs = tool.validate(call.arguments)
         except ValidationError as exc:
             message = f"error: {tool.name}: {_argument_problems(exc)}"
             return ToolOutcome(content=message, error_kind="bad_arguments")
+        if tool.wants_state:
+            kwargs[STATE_PARAMETER] = self.state
         try:
-            value = await call_bounded(tool.fn, self.call_timeout, *args, **kwargs)
+            value = await call_bounded(tool.fn, self.call_timeout, **kwargs)
         except TimeoutError:
             message = f"error: {tool.name} did not finish within {self.call_timeout:g} s"
             return ToolOutcome(content=message, error_kind="execution")
@@ -110,17 +139,22 @@ class Responder:
     """A task's respond hook with its episode state: `await reply(history)` is the environment's next
     message, or None when the episode is over."""
 
-    def __init__(self, interaction: Interaction, base_dir: Path | None, *, timeout: float) -> None:
-        assert interaction.respond is not None
-        self.reference = interaction.respond
-        self.hook = load_hook(interaction.respond, base_dir, "respond hook")
-        self.state: dict[str, Any] = copy.deepcopy(interaction.data)
+    def __init__(
+        self, reference: str, base_dir: Path | None, *, timeout: float, state: dict[str, Any]
+    ) -> None:
+        self.reference = reference
+        self.hook = load_hook(reference, base_dir, "respond hook")
+        self.state = state
         self.timeout = timeout
 
     @classmethod
-    def for_task(cls, interaction: Interaction, base_dir: Path | None, *, timeout: float) -> Responder | None:
-        """The task's responder, or None when it has no respond hook."""
-        return None if interaction.respond is None else cls(interaction, base_dir, timeout=timeout)
+    def for_task(
+        cls, interaction: Interaction, base_dir: Path | None, *, timeout: float, state: dict[str, Any]
+    ) -> Responder | None:
+        """The task's responder over the episode's `state`, or None when it has no respond hook."""
+        if interaction.respond is None:
+            return None
+        return cls(interaction.respond, base_dir, timeout=timeout, state=state)
 
     async def reply(self, history: list[Message]) -> str | None:
         """The hook's reply to the chat so far (None: done); EnvironmentResponseError when it fails."""
@@ -142,3 +176,21 @@ class Responder:
                 f"respond hook {self.reference!r} returned a {type(value).__name__}; expected a str or Done()"
             )
         return value
+
+
+def _load_hooks(
+    interaction: Interaction, base_dir: Path | None, limit: float, max_output_chars: int
+) -> tuple[HostTools, Responder | None]:
+    state = episode_state(interaction)
+    host = HostTools.for_task(
+        interaction, base_dir, call_timeout=limit, max_output_chars=max_output_chars, state=state
+    )
+    return host, Responder.for_task(interaction, base_dir, timeout=limit, state=state)
+
+
+async def load_task_hooks(
+    interaction: Interaction, base_dir: Path | None, *, limit: float, max_output_chars: int
+) -> tuple[HostTools, Responder | None]:
+    """A run's custom tools and respond hook over one shared episode state, each call bounded by `limit`
+    seconds (loaded in a worker thread: loading imports their modules)."""
+    return await asyncio.to_thread(_load_hooks, interaction, base_dir, limit, max_output_chars)

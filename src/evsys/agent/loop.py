@@ -44,7 +44,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from evsys.agent.base import Agent, AgentContext, AgentError, AgentResult, ModelCallError
-from evsys.agent.host_tools import HostTools, Responder
+from evsys.agent.host_tools import HostTools, Responder, load_task_hooks
 from evsys.agent.loop_turns import (  # ELIDED, prefix_check: part of the loop agent's API
     ELIDED,
     elide_oldest_observation,
@@ -141,7 +141,7 @@ class LoopAgent(Agent):
     def __init__(self, **kwargs: Any) -> None:
         self.config = LoopConfig(**kwargs)
         self._opening: _Opening | None = None  # what run_early got, for run to continue from
-        self._host: HostTools | None = None  # the task's custom tools, once loaded
+        self._hooks: tuple[HostTools, Responder | None] | None = None  # the task's, once loaded
 
     def initial_messages(self, instruction: str, system_prompt: str | None = None) -> list[Message]:
         """The chat a run starts from: the system prompt (the agent's own by default) and the instruction."""
@@ -157,18 +157,17 @@ class LoopAgent(Agent):
             return ctx.task.system_prompt or self.config.system_prompt
         return None
 
-    async def _host_tools(self, ctx: AgentContext) -> HostTools:
-        """The task's custom tools, loaded once (a worker thread: loading imports their module)."""
-        if self._host is None:
+    async def _task_hooks(self, ctx: AgentContext) -> tuple[HostTools, Responder | None]:
+        """The task's custom tools and respond hook, loaded once, bounded by the command timeout."""
+        if self._hooks is None:
             cfg = self.config
-            self._host = await asyncio.to_thread(
-                HostTools.for_task,
+            self._hooks = await load_task_hooks(
                 ctx.task.interaction,
                 ctx.task.path,
-                call_timeout=cfg.command_timeout_sec,
+                limit=cfg.command_timeout_sec,
                 max_output_chars=cfg.max_output_chars,
             )
-        return self._host
+        return self._hooks
 
     async def setup(self, sandbox: Sandbox, ctx: AgentContext) -> None:
         """Nothing to install: the tools run through the sandbox's own exec and shell."""
@@ -177,7 +176,7 @@ class LoopAgent(Agent):
         """The first model call (it needs only the instruction), made while the trial's sandbox starts; not
         when the task has MCP servers, whose tools the first call must offer and only the sandbox can list."""
         if not ctx.task.config.environment.mcp_servers:
-            host = await self._host_tools(ctx)
+            host, _ = await self._task_hooks(ctx)
             schemas = [*builtin_schemas(ctx.task.interaction), *host.schemas()]  # Toolset's order
             self._opening = await self._open(instruction, ctx, schemas)
 
@@ -205,10 +204,7 @@ class LoopAgent(Agent):
         `sandbox` is None for a Python task without one (its custom tools and respond hook only)."""
         opening, self._opening = self._opening, None
         cfg = self.config
-        host = await self._host_tools(ctx)
-        responder = await asyncio.to_thread(
-            Responder.for_task, ctx.task.interaction, ctx.task.path, timeout=cfg.command_timeout_sec
-        )
+        host, responder = await self._task_hooks(ctx)
         tools = mcp = None
         if sandbox is not None:
             tools = SandboxTools(

@@ -5,10 +5,11 @@ to each model turn, and how many turns there may be.
 - a built-in tool's name (`bash`, `read_file`, `write_file`, `str_replace` need a sandbox; `submit` does not);
 - a Python callable, a custom tool: its name is the function's, its JSON schema comes from its signature
   (pydantic: annotations, defaults, `Annotated[..., Field(description=...)]`) and its description is its
-  docstring. It is stored as its import reference (`pkg.mod:fn`, `/abs/file.py:fn`) so another process can
-  load it again (a function of the script being run, `__main__:fn`, loads in this process only: the local
-  executor); a lambda or a function defined inside another cannot be, and is refused. A reference string
-  works the same way;
+  docstring. A parameter named `state` is not the model's: it gets the episode's state dict (the one the
+  respond hook gets). It is stored as its import reference (`pkg.mod:fn`, `/abs/file.py:fn`) so another
+  process can load it again (a function of the script being run, `__main__:fn`, loads in this process only:
+  the local executor); a lambda or a function defined inside another cannot be, and is refused. A reference
+  string works the same way;
 - a tool of one of the task's MCP servers (`mcp_servers`, as a task directory's
   `[[environment.mcp_servers]]`): `mcp__<server>__<tool>`, or `mcp__<server>` for all its tools.
 Any other name is refused when the task is built, naming the known ones.
@@ -18,10 +19,10 @@ functions), never in the sandbox; their arguments come from the model, so they a
 schema (never evaluated) before the call, and the call is bounded in time (evsys.agent.host_tools).
 
 `respond` is the environment's turn: `respond(history, state) -> str | Done | None` (sync or async), called
-after every model turn that calls no tool, with the chat so far (a copy) and a dict the hook owns for the
-episode (a copy of the task's data at the start). A string is the environment's reply (a user message the
-model answers next); `Done()` or None ends the episode. `max_turns` bounds the model turns of such a task
-(default: the agent's own limit).
+after every model turn that calls no tool, with the chat so far (a copy) and the episode's state: a dict the
+hook and the custom tools share (a copy of the task's data at the start). A string is the environment's
+reply (a user message the model answers next); `Done()` or None ends the episode. `max_turns` bounds the
+model turns of such a task (default: the agent's own limit).
 """
 
 from __future__ import annotations
@@ -31,14 +32,17 @@ import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic.experimental.arguments_schema import generate_arguments_schema
+from pydantic.json_schema import GenerateJsonSchema
 from pydantic_core import SchemaValidator
 
 from evsys.util.imports import import_module_or_file, importable_name, is_file_reference
 
+STATE_PARAMETER = "state"
+"""A custom tool's parameter of this name gets the episode's state (the respond hook's), not a model value."""
 SANDBOX_TOOLS = ("bash", "read_file", "write_file", "str_replace")
 """The built-in tools that act in the sandbox (evsys.agent.tools defines them)."""
 BUILTIN_TOOLS = (*SANDBOX_TOOLS, "submit")
@@ -113,39 +117,52 @@ def _main_reference(value: Any) -> str | None:
 
 @dataclass(frozen=True)
 class CustomTool:
-    """A custom tool loaded from its reference: the callable, its OpenAI-shape schema and its validator."""
+    """A custom tool loaded from its reference: the callable, its OpenAI-shape schema, its validator, its
+    parameters the model fills (in order) and whether it takes the episode's `state`."""
 
     name: str
     reference: str
     fn: Callable[..., Any]
     schema: dict[str, Any]
     arguments: SchemaValidator
+    parameters: tuple[str, ...]
+    wants_state: bool
 
-    def validate(self, arguments: dict[str, Any]) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        """The call's (args, kwargs) from the model's arguments; pydantic's ValidationError when they do not
-        fit the signature."""
+    def validate(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """The call's keyword arguments from the model's arguments (never `state`); pydantic's
+        ValidationError when they do not fit the signature."""
         args, kwargs = self.arguments.validate_python(arguments)
-        return tuple(args), dict(kwargs)
+        return {**dict(zip(self.parameters, args, strict=False)), **kwargs}
+
+
+def _skip_state(index: int, name: str, annotation: Any) -> Literal["skip"] | None:
+    return "skip" if name == STATE_PARAMETER else None
 
 
 def custom_tool(fn: Callable[..., Any], reference: str) -> CustomTool:
-    """`fn` as a tool: schema from its signature (pydantic) and docstring; ValueError when its signature
-    cannot be one (positional-only or variadic parameters, types without a JSON schema)."""
+    """`fn` as a tool: schema from its signature (pydantic) and docstring, less a `state` parameter (the
+    episode's state, never the model's); ValueError when its signature cannot be one (positional-only or
+    variadic parameters, types without a JSON schema)."""
     if not inspect.isfunction(fn) and not inspect.ismethod(fn):
         raise ValueError(f"custom tool {reference!r} must be a function, got {type(fn).__name__}")
-    for param in inspect.signature(fn).parameters.values():
+    params = list(inspect.signature(fn).parameters.values())
+    for param in params:
         if param.kind in (param.POSITIONAL_ONLY, param.VAR_POSITIONAL, param.VAR_KEYWORD):
             raise ValueError(f"custom tool {fn.__name__!r}: parameter {param.name!r} must be a named one")
     try:
-        function_type: Any = fn  # pydantic takes a function as the type of its arguments
-        parameters = TypeAdapter(function_type).json_schema()
-        validator = SchemaValidator(generate_arguments_schema(fn))
+        arguments = generate_arguments_schema(fn, parameters_callback=_skip_state)
+        parameters = GenerateJsonSchema().generate(arguments)
+        validator = SchemaValidator(arguments)
     except Exception as exc:
         raise ValueError(f"custom tool {fn.__name__!r}: no JSON schema for its signature: {exc}") from None
-    parameters.pop("title", None)
+    parameters["additionalProperties"] = False
     description = inspect.getdoc(fn) or f"The {fn.__name__} tool."
     schema = {"name": fn.__name__, "description": description, "parameters": parameters}
-    return CustomTool(fn.__name__, reference, fn, {"type": "function", "function": schema}, validator)
+    names = tuple(p.name for p in params if p.name != STATE_PARAMETER)
+    wants_state = STATE_PARAMETER in {p.name for p in params}
+    return CustomTool(
+        fn.__name__, reference, fn, {"type": "function", "function": schema}, validator, names, wants_state
+    )
 
 
 def load_hook(reference: str, base_dir: Path | None, what: str) -> Callable[..., Any]:

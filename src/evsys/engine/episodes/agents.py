@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from evsys.agent.base import Agent, AgentContext, AgentError, AgentResult
-from evsys.agent.host_tools import HostTools, Responder
+from evsys.agent.host_tools import Responder, load_task_hooks
 from evsys.agent.mcp_client import TaskMcpTools
 from evsys.agent.tools import SandboxTools, ToolOutcome
 from evsys.agent.toolset import Toolset
@@ -104,15 +104,8 @@ class ServedAgent(EpisodeAgent):
         servers = ctx.task.config.environment.mcp_servers
         mcp = TaskMcpTools(servers, sandbox, workdir=workdir, call_timeout=limits.step_timeout_sec)
         interaction, base = ctx.task.interaction, ctx.task.path
-        host = await asyncio.to_thread(
-            HostTools.for_task,
-            interaction,
-            base,
-            call_timeout=limits.step_timeout_sec,
-            max_output_chars=limits.max_output_chars,
-        )
-        self.responder = await asyncio.to_thread(
-            Responder.for_task, interaction, base, timeout=limits.step_timeout_sec
+        host, self.responder = await load_task_hooks(
+            interaction, base, limit=limits.step_timeout_sec, max_output_chars=limits.max_output_chars
         )
         self.takes_messages = self.responder is not None
         try:
