@@ -27,6 +27,7 @@ model turns of such a task (default: the agent's own limit).
 
 from __future__ import annotations
 
+import functools
 import inspect
 import sys
 from collections.abc import Callable, Sequence
@@ -185,6 +186,12 @@ def _relative_file(reference: str) -> bool:
     return is_file_reference(module) and not Path(module).is_absolute()
 
 
+@functools.lru_cache(maxsize=256)
+def _tool_name(reference: str) -> str:
+    """The name of the custom tool `reference` names, once per reference (a dataset's rows share them)."""
+    return custom_tool(load_hook(reference, None, "custom tool"), reference).name
+
+
 def _known(entry: str, servers: Sequence[str]) -> bool:
     """A built-in tool, or an MCP selection naming one of the task's servers."""
     if entry in BUILTIN_TOOLS:
@@ -202,7 +209,7 @@ def check_tools(entries: Sequence[str], has_sandbox: bool, servers: Sequence[str
         if is_reference(entry) and _relative_file(entry):
             continue  # loaded by the run, relative to the dataset's directory
         if is_reference(entry):
-            names.append(custom_tool(load_hook(entry, None, "custom tool"), entry).name)
+            names.append(_tool_name(entry))
         elif _known(entry, servers):
             names.append(entry)
         else:
