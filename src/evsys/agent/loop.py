@@ -24,11 +24,19 @@ are counted in the result's metadata.
 A task's MCP servers (`[environment] mcp_servers`) are reached from inside the sandbox and their tools are
 offered beside the built-in ones as `mcp__<server>__<tool>` (evsys.agent.mcp_client). The first model call is
 made while the sandbox starts unless the task has MCP servers: their tools are known only once it runs.
+
+A Python task's own tool selection (`VerifiedTask(tools=[...])`, evsys.task.turns) replaces the built-in set:
+only what it names is offered and callable (evsys.agent.toolset), its custom tools run host-side
+(evsys.agent.host_tools). Its `respond` hook answers every turn without a tool call: the reply is the next
+user message (a `user` step; its tokens are context, loss mask 0, in the next turn's prompt) until the hook
+says done (stop reason `environment_done`); `max_turns` of the task wins over the agent's. Such a task runs
+here even without a sandbox (then with no system prompt unless the task or `system_prompt=` gives one).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -36,8 +44,17 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from evsys.agent.base import Agent, AgentContext, AgentError, AgentResult, ModelCallError
+from evsys.agent.host_tools import HostTools, Responder, load_task_hooks
+from evsys.agent.loop_turns import (  # ELIDED, prefix_check: part of the loop agent's API
+    ELIDED,
+    elide_oldest_observation,
+    history_message,
+    prefix_check,
+    record_cut_short,
+)
 from evsys.agent.mcp_client import TaskMcpTools
 from evsys.agent.tools import SandboxTools, ToolOutcome
+from evsys.agent.toolset import Toolset, builtin_schemas
 from evsys.model.base import Completion, Message, ModelClient, SamplingParams
 from evsys.model.errors import ContextOverflowError, ModelError
 from evsys.model.partial import watch_partial
@@ -49,8 +66,9 @@ DEFAULT_SYSTEM_PROMPT = (
     "You are an autonomous agent working in a Linux sandbox. Use the tools to complete the task: run "
     "commands, read and edit files, and check your work. When the task is done, call submit."
 )
-ELIDED = "[output elided to fit the context window]"
-StopReason = Literal["submitted", "no_tool_call", "max_turns", "token_budget", "context_window"]
+StopReason = Literal[
+    "submitted", "no_tool_call", "environment_done", "max_turns", "token_budget", "context_window"
+]
 
 
 class LoopConfig(BaseModel):
@@ -92,6 +110,7 @@ class LoopStats(BaseModel):
     prefix_breaks: int = 0
     context_elisions: int = 0
     mcp_tools: list[str] = Field(default_factory=list)
+    environment_turns: int = Field(0, description="Replies of the task's respond hook.")
     completion_tokens: int = 0
     model_time_s: float = 0.0
     tool_time_s: float = 0.0
@@ -123,6 +142,7 @@ class LoopAgent(Agent):
     def __init__(self, **kwargs: Any) -> None:
         self.config = LoopConfig(**kwargs)
         self._opening: _Opening | None = None  # what run_early got, for run to continue from
+        self._hooks: tuple[HostTools, Responder | None] | None = None  # the task's, once loaded
 
     def initial_messages(self, instruction: str, system_prompt: str | None = None) -> list[Message]:
         """The chat a run starts from: the system prompt (the agent's own by default) and the instruction."""
@@ -131,6 +151,25 @@ class LoopAgent(Agent):
             {"role": "user", "content": instruction},
         ]
 
+    def _system_prompt(self, ctx: AgentContext, sandboxed: bool) -> str | None:
+        """A Python task's own prompt, else the agent's; without a sandbox only one given explicitly (the
+        default one speaks of a sandbox)."""
+        if ctx.task.system_prompt or sandboxed or "system_prompt" in self.config.model_fields_set:
+            return ctx.task.system_prompt or self.config.system_prompt
+        return None
+
+    async def _task_hooks(self, ctx: AgentContext) -> tuple[HostTools, Responder | None]:
+        """The task's custom tools and respond hook, loaded once, bounded by the command timeout."""
+        if self._hooks is None:
+            cfg = self.config
+            self._hooks = await load_task_hooks(
+                ctx.task.interaction,
+                ctx.task.path,
+                limit=cfg.command_timeout_sec,
+                max_output_chars=cfg.max_output_chars,
+            )
+        return self._hooks
+
     async def setup(self, sandbox: Sandbox, ctx: AgentContext) -> None:
         """Nothing to install: the tools run through the sandbox's own exec and shell."""
 
@@ -138,14 +177,20 @@ class LoopAgent(Agent):
         """The first model call (it needs only the instruction), made while the trial's sandbox starts; not
         when the task has MCP servers, whose tools the first call must offer and only the sandbox can list."""
         if not ctx.task.config.environment.mcp_servers:
-            self._opening = await self._open(instruction, ctx, SandboxTools.schemas())
+            host, _ = await self._task_hooks(ctx)
+            schemas = [*builtin_schemas(ctx.task.interaction), *host.schemas()]  # Toolset's order
+            self._opening = await self._open(instruction, ctx, schemas)
 
-    async def _open(self, instruction: str, ctx: AgentContext, schemas: list[dict[str, Any]]) -> _Opening:
+    async def _open(
+        self, instruction: str, ctx: AgentContext, schemas: list[dict[str, Any]], sandboxed: bool = True
+    ) -> _Opening:
         """The chat so far (system prompt, instruction) recorded, and the first turn's completion."""
         if ctx.model_client is None:
             raise AgentError("the loop agent needs a model: pass -m, e.g. -m local or -m openai:gpt-4.1")
-        system_prompt = ctx.task.system_prompt or self.config.system_prompt  # a Python task's own prompt wins
+        system_prompt = self._system_prompt(ctx, sandboxed)
         messages = self.initial_messages(instruction, system_prompt)
+        if system_prompt is None:
+            messages = messages[1:]
         max_tokens = self.config.max_tokens or turn_max_tokens(ctx.model_name)
         opening = _Opening(
             client=ctx.model_client,
@@ -155,40 +200,48 @@ class LoopAgent(Agent):
             max_tokens=max_tokens,
         )
         ctx.trajectory.agent.tool_definitions = list(schemas)  # what SFT exports need
-        ctx.trajectory.add("system", system_prompt)
+        if system_prompt is not None:
+            ctx.trajectory.add("system", system_prompt)
         ctx.trajectory.add("user", instruction)
         opening.completion = await self._turn(ctx, opening, 0, opening.events)
         return opening
 
-    async def run(self, instruction: str, sandbox: Sandbox, ctx: AgentContext) -> AgentResult:
-        """Run turns until submit, a final answer, or a limit; every turn is recorded in ctx.trajectory."""
+    async def run(self, instruction: str, sandbox: Sandbox | None, ctx: AgentContext) -> AgentResult:
+        """Run turns until submit, a final answer, or a limit; every turn is recorded in ctx.trajectory.
+        `sandbox` is None for a Python task without one (its custom tools and respond hook only)."""
         opening, self._opening = self._opening, None
         cfg = self.config
-        tools = SandboxTools(
-            sandbox,
-            workdir=ctx.workdir,
-            command_timeout=cfg.command_timeout_sec,
-            max_output_chars=cfg.max_output_chars,
-        )
-        servers = ctx.task.config.environment.mcp_servers
-        mcp = TaskMcpTools(servers, sandbox, workdir=ctx.workdir, call_timeout=cfg.command_timeout_sec)
+        host, responder = await self._task_hooks(ctx)
+        tools = mcp = None
+        if sandbox is not None:
+            tools = SandboxTools(
+                sandbox,
+                workdir=ctx.workdir,
+                command_timeout=cfg.command_timeout_sec,
+                max_output_chars=cfg.max_output_chars,
+            )
+            servers = ctx.task.config.environment.mcp_servers
+            mcp = TaskMcpTools(servers, sandbox, workdir=ctx.workdir, call_timeout=cfg.command_timeout_sec)
         try:
-            async with mcp:
+            async with mcp or contextlib.nullcontext():
+                toolset = Toolset(ctx.task.interaction, tools, host, mcp)
                 if opening is None:
-                    opening = await self._open(instruction, ctx, [*SandboxTools.schemas(), *mcp.schemas()])
-                opening.stats.mcp_tools = [s["function"]["name"] for s in mcp.schemas()]
-                return await self._turns(ctx, opening, tools, mcp)
+                    opening = await self._open(instruction, ctx, toolset.schemas(), sandbox is not None)
+                opening.stats.mcp_tools = toolset.mcp_names()
+                return await self._turns(ctx, opening, toolset, responder)
         finally:
-            await tools.close()
+            if tools is not None:
+                await tools.close()
 
     async def _turns(
-        self, ctx: AgentContext, opening: _Opening, tools: SandboxTools, mcp: TaskMcpTools
+        self, ctx: AgentContext, opening: _Opening, toolset: Toolset, responder: Responder | None
     ) -> AgentResult:
-        """The run's turns from the opening one, with the built-in tools and the task's MCP tools."""
+        """The run's turns from the opening one, with the run's tools and the task's respond hook."""
         cfg = self.config
         messages, stats = opening.messages, opening.stats
         previous: Completion | None = None
-        for turn in range(cfg.max_turns):
+        max_turns = ctx.task.interaction.max_turns or cfg.max_turns
+        for turn in range(max_turns):
             events = opening.events if turn == 0 else []
             if turn == 0:
                 completion = opening.completion
@@ -203,7 +256,7 @@ class LoopAgent(Agent):
                 break
             stats.turns += 1
             stats.completion_tokens += completion.usage.completion_tokens
-            outcomes = [await self._run_tool(tools, mcp, call, stats) for call in completion.tool_calls]
+            outcomes = [await self._run_tool(toolset, call, stats) for call in completion.tool_calls]
             self._record(ctx, completion, outcomes, previous, events, stats)
             previous = completion
             messages.append(history_message(completion))
@@ -214,10 +267,37 @@ class LoopAgent(Agent):
             if any(o.submitted for o in outcomes):
                 stats.stop_reason = "submitted"
                 break
-            if not completion.tool_calls:
-                stats.stop_reason = "no_tool_call"
+            if not completion.tool_calls and not await self._environment_turn(
+                ctx, responder, messages, stats, last=turn + 1 >= max_turns
+            ):
                 break
         return AgentResult(metadata=stats.model_dump())
+
+    async def _environment_turn(
+        self,
+        ctx: AgentContext,
+        responder: Responder | None,
+        messages: list[Message],
+        stats: LoopStats,
+        *,
+        last: bool,
+    ) -> bool:
+        """After a turn without a tool call: the respond hook's reply appended and recorded (True: the run
+        goes on), or the stop reason set (False). No reply is asked for after the last allowed turn."""
+        if responder is None:
+            stats.stop_reason = "no_tool_call"
+            return False
+        if last:
+            stats.stop_reason = "max_turns"
+            return False
+        reply = await responder.reply(messages)
+        if reply is None:
+            stats.stop_reason = "environment_done"
+            return False
+        messages.append({"role": "user", "content": reply})
+        ctx.trajectory.add("user", reply)
+        stats.environment_turns += 1
+        return True
 
     async def _turn(
         self, ctx: AgentContext, opening: _Opening, turn: int, events: list[str]
@@ -256,7 +336,7 @@ class LoopAgent(Agent):
             try:
                 return await opening.client.complete(messages, tools=opening.schemas, params=params)
             except ContextOverflowError as exc:
-                if cfg.context_strategy == "stop" or not _elide_oldest_observation(messages):
+                if cfg.context_strategy == "stop" or not elide_oldest_observation(messages):
                     events.append(f"context window full, stopping: {exc}")
                     return None
                 opening.stats.context_elisions += 1
@@ -264,14 +344,9 @@ class LoopAgent(Agent):
             except ModelError as exc:
                 raise ModelCallError(f"model call failed: {exc}") from exc
 
-    async def _run_tool(
-        self, tools: SandboxTools, mcp: TaskMcpTools, call: ToolCall, stats: LoopStats
-    ) -> ToolOutcome:
+    async def _run_tool(self, toolset: Toolset, call: ToolCall, stats: LoopStats) -> ToolOutcome:
         started = time.perf_counter()
-        if call.function_name in mcp:
-            outcome = await mcp.call(call, self.config.max_output_chars)
-        else:
-            outcome = await tools.call(call)
+        outcome = await toolset.call(call, self.config.max_output_chars)
         stats.tool_time_s += time.perf_counter() - started
         stats.tool_calls += 1
         if outcome.is_error:
@@ -322,52 +397,4 @@ class LoopAgent(Agent):
         )
 
 
-def record_cut_short(ctx: AgentContext, completion: Completion | None, events: list[str]) -> None:
-    """A model turn cancelled mid-generation (an agent timeout, a cancelled job), recorded with the tokens
-    it sampled so far and marked `finish_reason="cut_short"`; nothing when it sampled none."""
-    if completion is None:
-        return
-    ctx.trajectory.add(
-        "agent",
-        completion.text,
-        metrics=StepMetrics.from_completion(completion),
-        finish_reason="cut_short",
-        context_events=[*events, "cut short: the model call was cancelled mid-generation"],
-    )
-
-
-def history_message(completion: Completion) -> Message:
-    """The assistant turn as it goes back into the chat.
-
-    When the backend reports the exact completion text (the local engine), the turn is replayed verbatim —
-    tool-call markup included, even a malformed call — so the next prompt extends this turn's tokens.
-    Otherwise the OpenAI shape (content + tool_calls) is used, as remote APIs require.
-    """
-    if completion.raw_text is not None:
-        return {"role": "assistant", "content": completion.raw_text}
-    return completion.to_message()
-
-
-def prefix_check(previous: Completion | None, current: Completion) -> tuple[bool | None, int | None]:
-    """Whether `current`'s prompt ids start with `previous`'s prompt + completion ids (None when unknown).
-
-    On a break, also the index of the first token that differs.
-    """
-    if previous is None or current.prompt_token_ids is None:
-        return None, None
-    if previous.prompt_token_ids is None or previous.completion_token_ids is None:
-        return None, None
-    before = previous.prompt_token_ids + previous.completion_token_ids
-    now = current.prompt_token_ids
-    for index, token in enumerate(before):
-        if index >= len(now) or now[index] != token:
-            return False, index
-    return True, None
-
-
-def _elide_oldest_observation(messages: list[Message]) -> bool:
-    for message in messages:
-        if message.get("role") == "tool" and message.get("content") != ELIDED:
-            message["content"] = ELIDED
-            return True
-    return False
+__all__ = ["ELIDED", "LoopAgent", "LoopConfig", "LoopStats", "history_message", "prefix_check"]

@@ -69,11 +69,16 @@ def python_task_as_task(task: VerifiedTask | PromptTask, root: Path) -> Task:
     limit."""
     timeout = task.verifier_timeout_sec or PYTHON_VERIFIER_TIMEOUT_SEC
     config = TaskConfig(
-        environment=EnvironmentConfig(network_mode="no-network"),
+        environment=EnvironmentConfig(network_mode="no-network", mcp_servers=task.mcp_servers),
         verifier=VerifierConfig(timeout_sec=timeout),
     )
     return Task(
-        name=task.id, path=root, instruction=task.prompt, system_prompt=task.system_prompt, config=config
+        name=task.id,
+        path=root,
+        instruction=task.prompt,
+        system_prompt=task.system_prompt,
+        config=config,
+        interaction=task.interaction,
     )
 
 

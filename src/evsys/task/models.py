@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from evsys.records import CopyOutLimits, FileCopy, NetworkMode
 from evsys.task.compose import ComposeProject
+from evsys.task.turns import Interaction
 
 
 class _Section(BaseModel):
@@ -290,6 +291,10 @@ class Task(BaseModel):
     instruction: str
     system_prompt: str | None = Field(
         None, description="A Python task's own system prompt; agents use it instead of their default one."
+    )
+    interaction: Interaction = Field(
+        default_factory=Interaction,
+        description="A Python task's tools, respond hook and turn limit (evsys.task.turns).",
     )
     config: TaskConfig = Field(default_factory=TaskConfig)
     environment: ResolvedEnvironment = Field(default_factory=ResolvedEnvironment)

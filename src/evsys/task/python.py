@@ -26,11 +26,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_core import PydanticSerializationError, to_json
 
 from evsys.task.harbor_dataset import manifest_kind
 from evsys.task.loader import DatasetNotFoundError
+from evsys.task.models import McpServerConfig
 from evsys.task.python_manifest import (
     DATASET_TOML,
     PythonDatasetConfig,
@@ -42,6 +51,7 @@ from evsys.task.python_manifest import (
     validation_problems,
 )
 from evsys.task.python_rows import read_rows
+from evsys.task.turns import Interaction, as_reference, check_tools
 from evsys.util.imports import import_module_or_file
 
 RESERVED_DATA_FIELDS = ("completion", "trajectory", "task", "rewards", "prompt")
@@ -57,11 +67,22 @@ TASK_FIELDS = (
     "tools",
     "verifier_timeout_sec",
     "reference_answer",
+    "respond",
+    "max_turns",
+    "mcp_servers",
 )
 PYTHON_VERIFIER_TIMEOUT_SEC = 120.0
 """A Python task's verifier (function, rubric, LLM judge) gets this long unless the task, its dataset.toml
 or `run_rollouts(verifier_timeout_sec=)` says otherwise; past it the trial is `verifier_timeout`."""
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _tool_reference(value: Any) -> Any:
+    return as_reference(value, "custom tool")
+
+
+def _respond_reference(value: Any) -> Any:
+    return as_reference(value, "respond hook")
 
 
 class _PythonTaskBase(BaseModel):
@@ -73,7 +94,20 @@ class _PythonTaskBase(BaseModel):
     prompt: str
     system_prompt: str | None = None
     sandbox: bool = Field(False, description="Start a sandbox for the agent (agentic task); none otherwise.")
-    tools: list[str] | None = Field(None, description="The agent's tools; needs sandbox=True when non-empty.")
+    tools: list[Annotated[str, BeforeValidator(_tool_reference)]] | None = Field(
+        None,
+        description="What the model is offered in place of every built-in tool: built-in names, Python "
+        "callables (custom tools, run host-side) and MCP tools; see evsys.task.turns.",
+    )
+    respond: Annotated[str | None, BeforeValidator(_respond_reference)] = Field(
+        None, description="The environment's reply to each model turn without a tool call (evsys.task.turns)."
+    )
+    max_turns: int | None = Field(
+        None, ge=1, description="Model turns of a multi-turn task; None: the agent's limit."
+    )
+    mcp_servers: list[McpServerConfig] = Field(
+        default_factory=list, description="MCP servers offered to the agent (needs sandbox=True)."
+    )
     data: dict[str, Any] = Field(default_factory=dict)
     verifier_timeout_sec: float | None = Field(
         None, gt=0, description="Limit for the verifier; None: PYTHON_VERIFIER_TIMEOUT_SEC."
@@ -113,10 +147,16 @@ class _PythonTaskBase(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _tools_need_sandbox(self) -> _PythonTaskBase:
-        if self.tools and not self.sandbox:
-            raise ValueError("tools need a sandbox: set sandbox=true or drop tools")
+    def _known_tools(self) -> _PythonTaskBase:
+        if self.mcp_servers and not self.sandbox:
+            raise ValueError("mcp_servers need a sandbox: set sandbox=true or drop them")
+        check_tools(self.tools or [], self.sandbox, [server.name for server in self.mcp_servers])
         return self
+
+    @property
+    def interaction(self) -> Interaction:
+        """The task's tools, respond hook and turn limit, as the agent reads them."""
+        return Interaction(tools=self.tools, respond=self.respond, max_turns=self.max_turns, data=self.data)
 
 
 def reference_text(value: Any) -> Any:

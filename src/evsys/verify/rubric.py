@@ -38,6 +38,7 @@ class CallRecord:
 
     scores: dict[int, float] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    extra: dict[int, dict[str, float]] = field(default_factory=dict)  # a rubric's own keys (its turns)
 
 
 _CURRENT_CALL: contextvars.ContextVar[CallRecord | None] = contextvars.ContextVar(
@@ -50,6 +51,14 @@ def record_warning(message: str) -> None:
     record = _CURRENT_CALL.get()
     if record is not None:
         record.warnings.append(message)
+
+
+def record_scores(rubric: Rubric, scores: Mapping[str, float]) -> None:
+    """Report more reward keys of `rubric` for the call in progress (e.g. a trajectory rubric's per-turn
+    scores): `RubricVerifier` adds them, under the rubric's dotted name for a child (no-op outside one)."""
+    record = _CURRENT_CALL.get()
+    if record is not None:
+        record.extra[id(rubric)] = dict(scores)
 
 
 class RubricObservation(BaseModel):
@@ -289,11 +298,12 @@ class RubricVerifier:
             total = await self.rubric(completion, observation)
         finally:
             _CURRENT_CALL.reset(token)
-        scores = {self.key: total}
+        scores = {self.key: total, **record.extra.get(id(self.rubric), {})}
         if self.components:
             for name, child in self.rubric.named_rubrics():
                 if id(child) in record.scores:
                     scores[name] = record.scores[id(child)]
+                scores.update({f"{name}.{k}": v for k, v in record.extra.get(id(child), {}).items()})
         return VerifierResult(rewards=scores, warnings=record.warnings)
 
 

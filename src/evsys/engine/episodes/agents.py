@@ -1,6 +1,11 @@
 """The agent phase of a served episode: `EpisodeAgent` (what every kind of episode's agent gives the episode)
 and `ServedAgent`, which runs the client's tool calls in the sandbox (the built-in tools and the task's MCP
-servers) until submit or the step limit, once per step of a multi-step task."""
+servers) until submit or the step limit, once per step of a multi-step task.
+
+A Python task's own tools (evsys.task.turns) are what a `ServedAgent` offers: its selection of built-in
+tools, its custom tools (run host-side, as under `-a loop`) and its MCP tools. A task with a respond hook
+takes `message` actions: the message is the model's turn, the hook's reply comes back as the observation's
+`text` (and is the trajectory's next user step); the hook saying done ends the episode like `submit`."""
 
 from __future__ import annotations
 
@@ -11,10 +16,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from evsys.agent.base import Agent, AgentContext, AgentError, AgentResult
+from evsys.agent.host_tools import Responder, load_task_hooks
 from evsys.agent.mcp_client import TaskMcpTools
 from evsys.agent.tools import SandboxTools, ToolOutcome
+from evsys.agent.toolset import Toolset
 from evsys.engine.episodes.catalog import SERVED_AGENT
-from evsys.engine.episodes.protocol import CallToolAction
+from evsys.engine.episodes.protocol import CallToolAction, MessageAction
+from evsys.model.base import Message
 from evsys.records import Observation, ObservationResult, ToolCall
 from evsys.sandbox.base import Sandbox
 from evsys.util.version import __version__
@@ -35,7 +43,7 @@ class EpisodeLeft(AgentError):
 
 @dataclass
 class _Request:
-    call: CallToolAction
+    call: CallToolAction | MessageAction
     reply: asyncio.Future[ToolOutcome]
 
 
@@ -49,6 +57,7 @@ class EpisodeAgent(Agent):
     requests: asyncio.Queue[Any]
     instruction: str = ""
     tool_schemas: tuple[dict[str, Any], ...] = tuple(SandboxTools.schemas())
+    takes_messages: bool = False  # `message` actions: a harness's turns, or a task's respond hook
 
     @abstractmethod
     def leave(self, reason: str) -> None:
@@ -73,6 +82,8 @@ class ServedAgent(EpisodeAgent):
         self.steps = 0
         self.left = asyncio.Event()
         self.left_reason = ""
+        self.responder: Responder | None = None
+        self.history: list[Message] = []  # the chat so far, as the respond hook sees it
 
     async def setup(self, sandbox: Sandbox, ctx: AgentContext) -> None:
         """Nothing to install: the tools run through the sandbox's exec daemon."""
@@ -92,13 +103,20 @@ class ServedAgent(EpisodeAgent):
         )
         servers = ctx.task.config.environment.mcp_servers
         mcp = TaskMcpTools(servers, sandbox, workdir=workdir, call_timeout=limits.step_timeout_sec)
+        interaction, base = ctx.task.interaction, ctx.task.path
+        host, self.responder = await load_task_hooks(
+            interaction, base, limit=limits.step_timeout_sec, max_output_chars=limits.max_output_chars
+        )
+        self.takes_messages = self.responder is not None
         try:
             async with mcp:
-                self.tool_schemas = (*SandboxTools.schemas(), *mcp.schemas())
+                toolset = Toolset(interaction, tools, host, mcp)
+                self.tool_schemas = tuple(toolset.schemas())
                 ctx.trajectory.agent.tool_definitions = list(self.tool_schemas)
                 ctx.trajectory.add("user", instruction)
+                self.history = [{"role": "user", "content": instruction}]
                 self._started(instruction)
-                return await self._serve(tools, mcp, ctx)
+                return await self._serve(toolset, ctx)
         finally:
             await tools.close()
 
@@ -110,13 +128,13 @@ class ServedAgent(EpisodeAgent):
         elif not self.next_run.done():
             self.next_run.set_result(instruction)
 
-    async def _serve(self, tools: SandboxTools, mcp: TaskMcpTools, ctx: AgentContext) -> AgentResult:
+    async def _serve(self, toolset: Toolset, ctx: AgentContext) -> AgentResult:
         """The requests of one run, until submit or the step limit."""
         while True:
             request = await self.requests.get()
             if isinstance(request, str):
                 raise EpisodeLeft(f"{request} after {self.steps} step(s), before submit")
-            outcome = await self._execute_unless_left(tools, mcp, request.call, ctx)
+            outcome = await self._execute_unless_left(toolset, request.call, ctx)
             if outcome.submitted:  # replaced before the episode hears of the submit
                 self.next_run = asyncio.get_running_loop().create_future()
             if not request.reply.done():
@@ -125,15 +143,19 @@ class ServedAgent(EpisodeAgent):
                 continue
             self.steps += 1
             if outcome.submitted:
-                return AgentResult(metadata={"steps": self.steps, "ended_by": "submit"})
+                ended_by = "environment_done" if isinstance(request.call, MessageAction) else "submit"
+                return AgentResult(metadata={"steps": self.steps, "ended_by": ended_by})
             if self.steps >= self.limits.max_steps:
                 return AgentResult(metadata={"steps": self.steps, "ended_by": "max_steps"})
 
     async def _execute_unless_left(
-        self, tools: SandboxTools, mcp: TaskMcpTools, call: CallToolAction, ctx: AgentContext
+        self, toolset: Toolset, call: CallToolAction | MessageAction, ctx: AgentContext
     ) -> ToolOutcome:
-        """The tool call, abandoned (and the run ended) as soon as the client leaves the episode."""
-        execution = asyncio.ensure_future(self._execute(tools, mcp, call, ctx))
+        """The tool call (or message), abandoned (and the run ended) as soon as the client leaves."""
+        if isinstance(call, MessageAction):
+            execution = asyncio.ensure_future(self._message(call.message, ctx))
+        else:
+            execution = asyncio.ensure_future(self._execute(toolset, call, ctx))
         left = asyncio.ensure_future(self.left.wait())
         try:
             await asyncio.wait({execution, left}, return_when=asyncio.FIRST_COMPLETED)
@@ -144,15 +166,26 @@ class ServedAgent(EpisodeAgent):
             raise EpisodeLeft(f"{self.left_reason} during step {self.steps + 1}, before submit")
         return execution.result()
 
-    async def _execute(
-        self, tools: SandboxTools, mcp: TaskMcpTools, call: CallToolAction, ctx: AgentContext
-    ) -> ToolOutcome:
+    async def _message(self, message: str, ctx: AgentContext) -> ToolOutcome:
+        """The model's turn as a message, answered by the task's respond hook (`submitted`: it is done)."""
+        assert self.responder is not None
+        ctx.trajectory.add("agent", message)
+        self.history.append({"role": "assistant", "content": message})
+        reply = await self.responder.reply(self.history)
+        if reply is None:
+            return ToolOutcome(content="", submitted=True)
+        ctx.trajectory.add("user", reply)
+        self.history.append({"role": "user", "content": reply})
+        return ToolOutcome(content=reply)
+
+    async def _execute(self, toolset: Toolset, call: CallToolAction, ctx: AgentContext) -> ToolOutcome:
         call_id = f"call_{secrets.token_hex(6)}"
         tool_call = ToolCall(tool_call_id=call_id, function_name=call.tool_name, arguments=call.arguments)
-        if call.tool_name in mcp:
-            outcome = await mcp.call(tool_call, self.limits.max_output_chars)
-        else:
-            outcome = await tools.call(tool_call)
+        outcome = await toolset.call(tool_call, self.limits.max_output_chars)
+        self.history += [
+            {"role": "assistant", "content": "", "tool_calls": [_wire_call(tool_call)]},
+            {"role": "tool", "tool_call_id": call_id, "content": outcome.content},
+        ]
         # a Python task's verifier scores the last agent message: `submit`'s message is the answer
         message = str(call.arguments.get("message", "")) if outcome.submitted else ""
         ctx.trajectory.add(
@@ -175,3 +208,9 @@ class ServedAgent(EpisodeAgent):
             self.left_reason = reason
             self.left.set()
         self.requests.put_nowait(reason)
+
+
+def _wire_call(call: ToolCall) -> dict[str, Any]:
+    """A tool call in the OpenAI chat shape (what the respond hook's history holds)."""
+    function = {"name": call.function_name, "arguments": call.arguments_json()}
+    return {"id": call.tool_call_id, "type": "function", "function": function}

@@ -151,11 +151,13 @@ class Episode(Generic[AgentT]):
         reward. Unknown tools and bad arguments are answered with an error and cost no step."""
         self._require_running()
         if isinstance(call, MessageAction):
-            raise ServeError(
-                ErrorCode.VALIDATION_ERROR,
-                "message actions need a harness (evsys serve --harness NAME -m MODEL)",
-            )
-        if call.tool_name not in self.tool_names:
+            if not self.agent.takes_messages:
+                raise ServeError(
+                    ErrorCode.VALIDATION_ERROR,
+                    "message actions need a harness (evsys serve --harness NAME -m MODEL) or a Python task "
+                    "with a respond hook",
+                )
+        elif call.tool_name not in self.tool_names:
             error = ToolError(
                 error_type="tool_not_found",
                 message=f"unknown tool {call.tool_name!r}; tools: {', '.join(self.tool_names)}",
@@ -164,18 +166,19 @@ class Episode(Generic[AgentT]):
         reply: asyncio.Future[ToolOutcome] = asyncio.get_running_loop().create_future()
         await self.agent.requests.put(_Request(call, reply))
         waited = await self._wait_reply(reply, self.limits.step_timeout_sec)
+        tool_name = call.tool_name if isinstance(call, CallToolAction) else None
         if waited is None:  # the trial ended without answering (timeout, failure)
-            return await self.final(ServedObservation(tool_name=call.tool_name))
+            return await self.final(ServedObservation(tool_name=tool_name))
         outcome = waited
         if outcome.error_kind == "bad_arguments":
             error = ToolError(error_type="invalid_args", message=outcome.content)
-            return ServedObservation(tool_name=call.tool_name, error=error), None, False
+            return ServedObservation(tool_name=tool_name, error=error), None, False
         self.step_count += 1
-        observation = ServedObservation(
-            tool_name=call.tool_name,
-            result={"data": outcome.content, "is_error": outcome.is_error},
-            metadata={"step": self.step_count},
-        )
+        observation = ServedObservation(tool_name=tool_name, metadata={"step": self.step_count})
+        if tool_name is None:  # a message: the environment's reply (none once it is done)
+            observation.text = outcome.content or None
+        else:
+            observation.result = {"data": outcome.content, "is_error": outcome.is_error}
         if outcome.submitted and self.task.task.steps and isinstance(self.agent, ServedAgent):
             moved_on = await self._next_step(observation)
             if moved_on is not None:

@@ -67,7 +67,8 @@ class ListToolsAction(_Strict):
 
 
 class MessageAction(_Strict):
-    """Harness mode (`--harness`): one conversational turn with this message."""
+    """One conversational turn with this message: to the harness (`--harness`), or the model's turn that a
+    Python task's respond hook answers."""
 
     type: Literal["message"] = "message"
     message: str = Field(min_length=1)
@@ -116,7 +117,11 @@ class ServedObservation(_Strict):
     result: dict[str, Any] | None = Field(None, description="The tool's output: {data, is_error, content}.")
     error: ToolError | None = None
     tools: list[dict[str, Any]] | None = Field(None, description="Set by list_tools.")
-    text: str | None = Field(None, description="Harness mode: the turn's text output.")
+    text: str | None = Field(
+        None,
+        description="Harness mode: the turn's text output. A message to a task with a respond hook: the "
+        "environment's reply.",
+    )
     events: list[dict[str, Any]] | None = Field(
         None, description="Harness mode: the turn's events (unless they were streamed as `event` frames)."
     )

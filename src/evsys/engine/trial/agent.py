@@ -1,11 +1,12 @@
 """The agent phase of a trial: which agent runs, its optional `prepare_sandbox` hook and `setup` (together
 bounded by the setup timeout), and `run` bounded by the agent timeout.
 
-A Python task without a sandbox is answered by `SingleTurnAgent` (one model call); every other task by the
-agent the trial names. An agent that `starts_before_sandbox` has its `run_early` (the loop agent's first model
-call) begun with the sandbox's start (`begin_early`): its seconds are the `agent_early` phase, overlapping
-`sandbox_start`; `run_agent` awaits what is left of it before `run`, and `end_early` cancels it when the
-trial ends before that (a sandbox that failed to start).
+A Python task without a sandbox is answered by `SingleTurnAgent` (one model call), or by the loop agent when
+it has custom tools or a respond hook (evsys.task.turns); every other task by the agent the trial names. An
+agent that `starts_before_sandbox` has its `run_early` (the loop agent's first model call) begun with the
+sandbox's start (`begin_early`): its seconds are the `agent_early` phase, overlapping `sandbox_start`;
+`run_agent` awaits what is left of it before `run`, and `end_early` cancels it when the trial ends before
+that (a sandbox that failed to start).
 
 An agent's exception becomes the trial's failure: `sandbox_failed` for a `SandboxError` (the sandbox is then
 not reused), else the cause the exception declares (evsys.agent.base), else `agent_error`; its traceback goes
@@ -20,6 +21,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from evsys.agent.base import Agent, AgentContext, AgentResult
+from evsys.agent.loop import LoopAgent
 from evsys.agent.oracle import OracleAgent, ReferenceAnswerAgent
 from evsys.agent.registry import resolve_agent
 from evsys.agent.single_turn import SingleTurnAgent
@@ -74,13 +76,16 @@ def answers_with_reference(spec: TrialSpec) -> bool:
 
 
 def trial_agent(state: TrialState) -> Agent:
-    """The agent of the trial: the reference answer for `oracle` on a Python task, `SingleTurnAgent` for a
-    Python task without a sandbox, else the named one; with the trial's kwargs (`trial_kwargs`)."""
+    """The agent of the trial: the reference answer for `oracle` on a Python task; for a Python task without
+    a sandbox `SingleTurnAgent`, or the loop agent when the task has custom tools or a respond hook (its
+    turns need no sandbox); else the named one; each with the trial's kwargs (`trial_kwargs`)."""
     agent, kwargs = state.config.agent, trial_kwargs(state)
     python_task = state.spec.python_task
     if python_task is not None and answers_with_reference(state.spec):
         return ReferenceAnswerAgent(python_task.reference_answer)
     if not state.uses_sandbox:
+        if python_task is not None and python_task.interaction.multi_turn:
+            return LoopAgent(**kwargs)
         return SingleTurnAgent(**kwargs)
     return resolve_agent(agent.name, kwargs)
 
