@@ -1,8 +1,9 @@
-"""The sandbox pool's invariants, checked by a state machine (hypothesis.stateful) that drives it the way the
-engine does (`SlotPool` over a `SandboxPool`, one slot per sandbox) with random sequences of acquires (two
-specs), releases (kept or not, waited for or reset in the background, twice), acquires cancelled while they
-wait, starts and resets finishing or failing in any order, and close, against an in-memory backend
-(fake_pool_backend.py). After every step:
+"""The sandbox pool's invariants, checked by a state machine (hypothesis.stateful) that drives the one pool
+the way the engine does (`SandboxPool.acquire(spec) -> Lease`, `lease.release(...)`) with random sequences of
+acquires (two specs), releases (kept or not, waited for or reset in the background, twice), acquires
+cancelled while they wait, starts and resets finishing or failing in any order, and close, against an
+in-memory backend (fake_pool_backend.py), for each way the pool keeps sandboxes (reuse, reuse bounded by
+demand, warm). After every step:
 
 - no sandbox is handed to two holders at once;
 - a sandbox handed out again was reset after its last trial, and the reset had finished;
@@ -33,9 +34,8 @@ from hypothesis.stateful import (
 
 from evsys.records import SandboxSpec
 from evsys.sandbox.base import SandboxError
-from evsys.sandbox.pool import SandboxPool
-from evsys.sandbox.slots import SlotPool
-from evsys.sandbox.slots.slot import Slot
+from evsys.sandbox.pool import Lease, ReusePolicy, SandboxPool, WarmPolicy
+from evsys.sandbox.pool.reuse import IdleSandboxes
 
 SPECS = (SandboxSpec(name="a"), SandboxSpec(name="b", memory_mb=256))
 SETTINGS = settings(
@@ -60,11 +60,11 @@ class PoolMachine(RuleBasedStateMachine):
         self.world = World()
         self.remaining = 0  # acquires still to come (the pool's `demand`, when it has one)
         demand = (lambda: self.remaining) if self.with_demand else None
-        sandboxes = SandboxPool(self.world.factory, max_idle=self.max_idle, warm=self.warm, demand=demand)
-        self.slots = SlotPool(sandboxes=sandboxes)
+        reuse = ReusePolicy(max_idle=self.max_idle, demand=demand)
+        self.pool = SandboxPool(self.world.factory, reuse=reuse, warm=WarmPolicy(count=self.warm))
         self.acquiring: list[asyncio.Task] = []
-        self.held: list[Slot] = []
-        self.released: list[Slot] = []
+        self.held: list[Lease] = []
+        self.released: list[Lease] = []
         self.releasing: list[asyncio.Task] = []
         self.names = itertools.count()
 
@@ -75,7 +75,7 @@ class PoolMachine(RuleBasedStateMachine):
         self.harvest()
 
     def harvest(self) -> None:
-        """Hand the finished acquires' slots to their holders, checking each handover."""
+        """Hand the finished acquires' leases to their holders, checking each handover."""
         for task in [t for t in self.acquiring if t.done()]:
             self.acquiring.remove(task)
             if task.cancelled():
@@ -88,14 +88,14 @@ class PoolMachine(RuleBasedStateMachine):
             if not task.cancelled() and task.exception() is not None:
                 self.world.violation(f"a release failed: {task.exception()!r}")
 
-    def hand_over(self, slot: Slot) -> None:
-        sandbox = slot.sandbox
+    def hand_over(self, lease: Lease) -> None:
+        sandbox = lease.sandbox
         assert isinstance(sandbox, FakeSandbox)
         assert not sandbox.held, f"{sandbox.spec.name} handed to two holders at once"
         assert sandbox.state == "running", f"{sandbox.spec.name} handed out while {sandbox.state}"
         assert not sandbox.dirty, f"{sandbox.spec.name} handed out again, not reset since its last trial"
         sandbox.held = sandbox.dirty = True  # its trial runs in it
-        self.held.append(slot)
+        self.held.append(lease)
 
     # ------------------------------------------------------------------ rules
     @rule(n=st.integers(1, 3))
@@ -107,7 +107,7 @@ class PoolMachine(RuleBasedStateMachine):
     def acquire(self, spec: SandboxSpec) -> None:
         self.remaining = max(0, self.remaining - 1)
         name = spec.model_copy(update={"name": f"{spec.name}-{next(self.names)}"})
-        self.acquiring.append(self.loop.create_task(self.slots.acquire(name.name, name)))
+        self.acquiring.append(self.loop.create_task(self.pool.acquire(name)))
         self.spin()
 
     @precondition(lambda self: self.world.gates)
@@ -127,23 +127,23 @@ class PoolMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.held)
     @rule(data=st.data(), reusable=st.booleans(), wait=st.booleans())
     def release(self, data: st.DataObject, reusable: bool, wait: bool) -> None:
-        slot = data.draw(st.sampled_from(self.held))
-        self.held.remove(slot)
-        self.released.append(slot)
-        sandbox = slot.sandbox
+        lease = data.draw(st.sampled_from(self.held))
+        self.held.remove(lease)
+        self.released.append(lease)
+        sandbox = lease.sandbox
         assert isinstance(sandbox, FakeSandbox)
         sandbox.held = False
         if self.with_demand and self.remaining == 0 and not self.acquiring:
             self.world.must_not_keep.add(id(sandbox))  # no trial left to take it: stopped, never reset
-        self.releasing.append(self.loop.create_task(self.slots.release(slot, reusable=reusable, wait=wait)))
+        self.releasing.append(self.loop.create_task(lease.release(reusable=reusable, wait=wait)))
         self.spin()
 
     @precondition(lambda self: self.released)
     @rule(data=st.data())
     def release_again(self, data: st.DataObject) -> None:
-        """A holder gives back a slot it gave back already (a no-op, never a second handover)."""
-        slot = data.draw(st.sampled_from(self.released))
-        self.releasing.append(self.loop.create_task(self.slots.release(slot)))
+        """A holder gives back a lease it gave back already (a no-op, never a second handover)."""
+        lease = data.draw(st.sampled_from(self.released))
+        self.releasing.append(self.loop.create_task(lease.release()))
         self.spin()
 
     # ------------------------------------------------------------------ invariants
@@ -162,13 +162,13 @@ class PoolMachine(RuleBasedStateMachine):
         job's trials do when it ends; then nothing may be left running."""
         self.world.closing = True
         self.world.open_all()
-        self.loop.run_until_complete(self.slots.close())
+        self.loop.run_until_complete(self.pool.close())
         self.loop.run_until_complete(_settled(self.acquiring))
         self.harvest()
-        for slot in self.held:
-            assert isinstance(slot.sandbox, FakeSandbox)
-            slot.sandbox.held = False
-            self.releasing.append(self.loop.create_task(self.slots.release(slot)))
+        for lease in self.held:
+            assert isinstance(lease.sandbox, FakeSandbox)
+            lease.sandbox.held = False
+            self.releasing.append(self.loop.create_task(lease.release()))
         self.held.clear()
         self.loop.run_until_complete(_settled(self.releasing))
         self.harvest()
@@ -177,7 +177,7 @@ class PoolMachine(RuleBasedStateMachine):
         assert self.world.violations == []
 
         with pytest.raises(SandboxError, match="closed"):  # and a closed pool starts nothing more
-            self.loop.run_until_complete(self.slots.acquire("late", SPECS[0]))
+            self.loop.run_until_complete(self.pool.acquire(SPECS[0]))
 
     def teardown(self) -> None:
         """Every run ends with the pool closed (a job's end, a trainer's last step)."""
@@ -228,25 +228,25 @@ def _faulty_run(machine: type[PoolMachine]) -> AssertionError:
 
 
 def test_it_catches_a_pool_that_skips_the_reset(monkeypatch):
-    async def kept_unreset(self: SandboxPool, sandbox, key: str) -> bool:
+    async def kept_unreset(self: IdleSandboxes, sandbox, key: str) -> bool:
         self._resetting -= 1
         self._idle.setdefault(key, []).append(sandbox)
         return True
 
-    monkeypatch.setattr(SandboxPool, "_reset_into_idle", kept_unreset)
+    monkeypatch.setattr(IdleSandboxes, "_reset_into_idle", kept_unreset)
     assert "not reset since its last trial" in str(_faulty_run(KeepingTwo))
 
 
 def test_it_catches_a_pool_that_hands_a_sandbox_out_twice(monkeypatch):
-    take = SandboxPool._take_idle
+    take = IdleSandboxes.take
 
-    def take_and_keep(self: SandboxPool, spec: SandboxSpec, key: str | None):
+    def take_and_keep(self: IdleSandboxes, spec: SandboxSpec, key: str | None):
         sandbox = take(self, spec, key)
         if sandbox is not None:
             self._idle[key or ""].append(sandbox)  # still idle: the next acquire gets it as well
         return sandbox
 
-    monkeypatch.setattr(SandboxPool, "_take_idle", take_and_keep)
+    monkeypatch.setattr(IdleSandboxes, "take", take_and_keep)
     # caught as a second holder, or as a holder getting it while its first holder's release resets or stops it
     assert re.search(
         "handed to two holders at once|handed out while (resetting|stopped)", str(_faulty_run(KeepingTwo))
@@ -254,26 +254,26 @@ def test_it_catches_a_pool_that_hands_a_sandbox_out_twice(monkeypatch):
 
 
 def test_it_catches_a_pool_that_keeps_every_sandbox_released(monkeypatch):
-    place = SandboxPool._place_for
+    has_room = IdleSandboxes._has_room
 
-    def unbounded(self: SandboxPool, sandbox, reusable: bool) -> str | None:
-        bounds, (self.demand, self.max_idle) = (self.demand, self.max_idle), (None, 10**6)
+    def unbounded(self: IdleSandboxes, sandbox, key: str | None, reusable: bool) -> bool:
+        policy, self.policy = self.policy, ReusePolicy(max_idle=10**6)
         try:
-            return place(self, sandbox, reusable)
+            return has_room(self, sandbox, key, reusable)
         finally:
-            self.demand, self.max_idle = bounds
+            self.policy = policy
 
-    monkeypatch.setattr(SandboxPool, "_place_for", unbounded)
+    monkeypatch.setattr(IdleSandboxes, "_has_room", unbounded)
     failure = str(_faulty_run(KeepingForDemand))
     assert re.search("idle sandboxes kept, more than|no trial was left to take it", failure), failure
 
 
 def test_it_catches_a_pool_whose_close_leaves_idle_sandboxes_running(monkeypatch):
-    close = SandboxPool.close
+    close = IdleSandboxes.close
 
-    async def close_keeping_idle(self: SandboxPool) -> None:
+    async def close_keeping_idle(self: IdleSandboxes) -> None:
         self._idle.clear()  # forgotten, not stopped
         await close(self)
 
-    monkeypatch.setattr(SandboxPool, "close", close_keeping_idle)
+    monkeypatch.setattr(IdleSandboxes, "close", close_keeping_idle)
     assert "left running after close" in str(_faulty_run(KeepingTwo))

@@ -10,6 +10,7 @@ in task.toml) and the resolved bounds a trial uses (`TrialConfig.log_limits`).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Literal
 
@@ -143,6 +144,11 @@ class SandboxSpec(BaseModel):
         description="Output kept per stream of each command: its first and last halves; the middle is "
         "dropped while the command runs (ExecResult records the total).",
     )
+
+    def pool_key(self) -> str:
+        """The spec's identity for sandbox pools: everything but the name. Sandboxes of specs with equal keys
+        may serve each other's holders (evsys.sandbox.pool; its policies say which specs they keep)."""
+        return json.dumps(self.model_dump(mode="json", exclude={"name"}), sort_keys=True)
 
 
 class ExecResult(BaseModel):

@@ -40,7 +40,7 @@ from evsys.engine.store import JobStore
 from evsys.engine.trial import Trial
 from evsys.model.base import ModelClient
 from evsys.records import TrialResult
-from evsys.sandbox.slots import SlotPool
+from evsys.sandbox.pool import SandboxPool
 
 __all__ = ["Episode", "EpisodeAgent", "EpisodeLeft", "EpisodeLimits", "ServedAgent"]
 
@@ -78,7 +78,7 @@ class Episode(Generic[AgentT]):
         spec: Any,
         *,
         store: JobStore,
-        pool: SlotPool,
+        pool: SandboxPool,
         limits: EpisodeLimits,
         episode_id: str | None = None,
         agent: Any = None,
@@ -88,7 +88,7 @@ class Episode(Generic[AgentT]):
         a `ServedAgent` running tool actions)."""
         agent = agent or ServedAgent(limits)
         # the trial's agent phase is this agent, always in a sandbox (the client's actions run there)
-        trial = Trial(spec, store, task=task.task, slots=pool, agent=agent, model_client=model_client)
+        trial = Trial(spec, store, task=task.task, pool=pool, agent=agent, model_client=model_client)
         return cls(task, trial, agent, episode_id or spec.trial_name, limits)
 
     @property
