@@ -95,7 +95,7 @@ class IdleSandboxes:
             if key is None or not await self._reset_into_idle(sandbox, key):
                 await sandbox.stop()
         finally:
-            self._releasing.discard(task)  # type: ignore[arg-type]
+            self._releasing.discard(task)
 
     def _has_room(self, sandbox: Sandbox, key: str | None, reusable: bool) -> bool:
         """Whether `sandbox` is given an idle place (counted among the resets under way from now): not when
