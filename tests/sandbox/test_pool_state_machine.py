@@ -3,16 +3,17 @@ the way the engine does (`SandboxPool.acquire(spec) -> Lease`, `lease.release(..
 acquires (two specs), releases (kept or not, waited for or reset in the background, twice), acquires
 cancelled while they wait, starts and resets finishing or failing in any order, and close, against an
 in-memory backend (fake_pool_backend.py), for each way the pool keeps sandboxes (reuse, reuse bounded by
-demand, warm). After every step:
+demand, warm, shared places). After every step:
 
-- no sandbox is handed to two holders at once;
+- no sandbox (shared: no place in one) is handed to two holders at once;
 - a sandbox handed out again was reset after its last trial, and the reset had finished;
 - the pool keeps no more sandboxes than `max_idle` (plus the acquires waiting and the warm ones), and keeps
   none when no trial is left to take it (`demand`);
 - after close (and the holders giving back what they had), every sandbox started is stopped.
 
 The last tests prove the machine can fail: it catches a pool that skips the reset, one that hands an idle
-sandbox out twice, one that keeps every sandbox released, and one whose close leaves idle ones running."""
+sandbox out twice, one that keeps every sandbox released, one whose close leaves idle ones running, and a
+shared pool that hands a place out twice."""
 
 from __future__ import annotations
 
@@ -34,8 +35,9 @@ from hypothesis.stateful import (
 
 from evsys.records import SandboxSpec
 from evsys.sandbox.base import SandboxError
-from evsys.sandbox.pool import Lease, ReusePolicy, SandboxPool, WarmPolicy
+from evsys.sandbox.pool import Lease, ReusePolicy, SandboxPool, SharePolicy, WarmPolicy
 from evsys.sandbox.pool.reuse import IdleSandboxes
+from evsys.sandbox.pool.shared import SharedBox, SharedSandboxes
 
 SPECS = (SandboxSpec(name="a"), SandboxSpec(name="b", memory_mb=256))
 SETTINGS = settings(
@@ -59,14 +61,27 @@ class PoolMachine(RuleBasedStateMachine):
         self.loop = asyncio.new_event_loop()
         self.world = World()
         self.remaining = 0  # acquires still to come (the pool's `demand`, when it has one)
-        demand = (lambda: self.remaining) if self.with_demand else None
-        reuse = ReusePolicy(max_idle=self.max_idle, demand=demand)
-        self.pool = SandboxPool(self.world.factory, reuse=reuse, warm=WarmPolicy(count=self.warm))
+        self.pool = self.make_pool()
         self.acquiring: list[asyncio.Task] = []
         self.held: list[Lease] = []
         self.released: list[Lease] = []
         self.releasing: list[asyncio.Task] = []
         self.names = itertools.count()
+
+    def make_pool(self) -> SandboxPool:
+        """The pool under test: whole sandboxes, reset and kept (and warm ones)."""
+        demand = (lambda: self.remaining) if self.with_demand else None
+        reuse = ReusePolicy(max_idle=self.max_idle, demand=demand)
+        return SandboxPool(self.world.factory, reuse=reuse, warm=WarmPolicy(count=self.warm))
+
+    def idle_bound(self) -> int:
+        """How many sandboxes no holder has the pool may keep running now."""
+        return self.max_idle + len(self.acquiring) + self.warm * len(SPECS)
+
+    def let_go(self, lease: Lease) -> None:
+        """The holder of `lease` no longer uses it."""
+        assert isinstance(lease.sandbox, FakeSandbox)
+        lease.sandbox.held = False
 
     # ------------------------------------------------------------------ driving the loop
     def spin(self, rounds: int = 40) -> None:
@@ -131,8 +146,7 @@ class PoolMachine(RuleBasedStateMachine):
         self.held.remove(lease)
         self.released.append(lease)
         sandbox = lease.sandbox
-        assert isinstance(sandbox, FakeSandbox)
-        sandbox.held = False
+        self.let_go(lease)
         if self.with_demand and self.remaining == 0 and not self.acquiring:
             self.world.must_not_keep.add(id(sandbox))  # no trial left to take it: stopped, never reset
         self.releasing.append(self.loop.create_task(lease.release(reusable=reusable, wait=wait)))
@@ -154,7 +168,7 @@ class PoolMachine(RuleBasedStateMachine):
     @invariant()
     def idle_sandboxes_are_bounded(self) -> None:
         idle = [sb for sb in self.world.sandboxes if sb.alive and sb.state != "starting" and not sb.held]
-        bound = self.max_idle + len(self.acquiring) + self.warm * len(SPECS)
+        bound = self.idle_bound()
         assert len(idle) <= bound, f"{len(idle)} idle sandboxes kept, more than {bound}"
 
     def close_and_check(self) -> None:
@@ -166,8 +180,7 @@ class PoolMachine(RuleBasedStateMachine):
         self.loop.run_until_complete(_settled(self.acquiring))
         self.harvest()
         for lease in self.held:
-            assert isinstance(lease.sandbox, FakeSandbox)
-            lease.sandbox.held = False
+            self.let_go(lease)
             self.releasing.append(self.loop.create_task(lease.release()))
         self.held.clear()
         self.loop.run_until_complete(_settled(self.releasing))
@@ -214,7 +227,38 @@ class KeepingWarm(PoolMachine):
     warm = 1
 
 
-@pytest.mark.parametrize("machine", [KeepingTwo, KeepingForDemand, KeepingWarm])
+class SharingPlaces(PoolMachine):
+    """A pool whose leases are places in shared sandboxes (two each, at most two sandboxes, the slot API's
+    shared slots): no place is handed to two holders, a sandbox is stopped only once no place of it is held
+    (a place given back as not reusable marks it broken), and close stops everything."""
+
+    def __init__(self) -> None:
+        self.places: set[tuple[int, int | None]] = set()  # (id(sandbox), place) held now
+        super().__init__()
+
+    def make_pool(self) -> SandboxPool:
+        return SandboxPool(self.world.factory, share=SharePolicy(slots_per_sandbox=2), max_sandboxes=2)
+
+    def idle_bound(self) -> int:
+        return 2  # max_sandboxes: idle shared sandboxes stay until their idle timeout
+
+    def hand_over(self, lease: Lease) -> None:
+        sandbox = lease.sandbox
+        assert isinstance(sandbox, FakeSandbox)
+        assert sandbox.state == "running", f"{sandbox.spec.name} handed out while {sandbox.state}"
+        place = (id(sandbox), lease.place)
+        assert lease.place is not None and place not in self.places, "a place handed to two holders at once"
+        self.places.add(place)
+        sandbox.held = True
+        self.held.append(lease)
+
+    def let_go(self, lease: Lease) -> None:
+        assert isinstance(lease.sandbox, FakeSandbox)
+        self.places.discard((id(lease.sandbox), lease.place))
+        lease.sandbox.held = any(box == id(lease.sandbox) for box, _ in self.places)
+
+
+@pytest.mark.parametrize("machine", [KeepingTwo, KeepingForDemand, KeepingWarm, SharingPlaces])
 def test_the_pool_keeps_its_invariants(machine):
     run_state_machine_as_test(machine, settings=SETTINGS)
 
@@ -277,3 +321,20 @@ def test_it_catches_a_pool_whose_close_leaves_idle_sandboxes_running(monkeypatch
 
     monkeypatch.setattr(IdleSandboxes, "close", close_keeping_idle)
     assert "left running after close" in str(_faulty_run(KeepingTwo))
+
+
+def test_it_catches_a_shared_pool_that_hands_a_place_out_twice(monkeypatch):
+    take = SharedSandboxes._take_place
+
+    def take_and_keep(self: SharedSandboxes, box: SharedBox) -> Lease:
+        lease = take(self, box)
+        box.free.insert(0, lease.place or 0)  # still free: the next holder gets it as well
+        return lease
+
+    monkeypatch.setattr(SharedSandboxes, "_take_place", take_and_keep)
+    # caught as a second holder of the place, or as the sandbox counted idle (its places all "free") and
+    # stopped under its holders
+    failure = str(_faulty_run(SharingPlaces))
+    assert re.search(
+        "a place handed to two holders at once|handed out while stopped|stopped while a holder", failure
+    )
