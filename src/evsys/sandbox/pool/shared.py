@@ -52,7 +52,8 @@ class SharedSandboxes:
         self.boxes: list[SharedBox] = []
         self._starting: dict[str, int] = {}  # by spec key: sandboxes being started
         self._demand: dict[str, int] = {}  # by spec key: `lease`s not served yet
-        self._waiters: set[asyncio.Future[None]] = set()  # `lease`s waiting for a place or room
+        # `lease`s waiting for a place or room, woken in the order they came (a set's order would vary by run)
+        self._waiters: list[asyncio.Future[None]] = []
         self._closed = False
 
     @property
@@ -170,11 +171,12 @@ class SharedSandboxes:
 
     async def _wait(self) -> None:
         waiter = asyncio.get_running_loop().create_future()
-        self._waiters.add(waiter)
+        self._waiters.append(waiter)
         try:
             await waiter
         finally:
-            self._waiters.discard(waiter)
+            if waiter in self._waiters:
+                self._waiters.remove(waiter)
 
     def _notify(self) -> None:
         """Wake every waiting `lease` (each looks again)."""

@@ -77,8 +77,8 @@ class WarmKeeper:
         self.ready: dict[str, list[Sandbox]] = {}
         self._templates: dict[str, SandboxSpec] = {}
         self._last_demand: dict[str, float] = {}
-        self._fills: dict[str, asyncio.Task] = {}
-        self._reaper: asyncio.Task | None = None
+        self._fills: dict[str, asyncio.Task[None]] = {}
+        self._reaper: asyncio.Task[None] | None = None
         self._closed = False
         self._names = itertools.count(1)
         self._floor_mb = available_mb() * (1 - MEMORY_SHARE) if count else 0.0
