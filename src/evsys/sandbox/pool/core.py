@@ -129,10 +129,6 @@ class SandboxPool:
         await self.placement.close()
         await self.starter.settle()
 
-    async def aclose(self) -> None:
-        """`close`."""
-        await self.close()
-
     async def __aenter__(self) -> SandboxPool:
         """The pool itself; `close` at the end of the block."""
         return self
