@@ -26,12 +26,12 @@ async def steps(dataset: Path, jobs: Path, base_url: str, n: int, k: int, max_id
     from evsys.engine import AgentSpec, Job, JobConfig
     from evsys.model.spec import create_model_client
     from evsys.rollouts import BorrowedModelClient
-    from evsys.sandbox.slots import SlotPool
+    from evsys.sandbox.pool import SandboxPool
 
     agent = AgentSpec(name="loop", model="vllm:scripted", base_url=base_url)
     client = create_model_client(agent.model or "", base_url=base_url)
     lent = BorrowedModelClient(client)
-    async with SlotPool.for_backend("local", max_idle=max_idle) as pool:
+    async with SandboxPool.for_backend("local", max_idle=max_idle) as pool:
         for step in range(k):
             config = JobConfig(
                 datasets=[dataset],

@@ -51,7 +51,7 @@ from evsys.records import (
     TrajectoryGroup,
 )
 from evsys.repo.rows import RepoTask
-from evsys.sandbox.slots import SlotPool
+from evsys.sandbox.pool import SandboxPool
 from evsys.task.python import TASK_FIELDS, PromptTask, VerifiedTask, load_python_tasks
 from evsys.trajectory.advantages import ADVANTAGE_METHODS
 from evsys.trajectory.groups import finalize_group, rollout_from_trial
@@ -206,7 +206,7 @@ async def plan_rollouts(
     executor: str = "local",
     executor_options: BaseModel | Mapping[str, Any] | None = None,
     warm_sandboxes: int = 0,
-    sandboxes: SlotPool | None = None,
+    sandboxes: SandboxPool | None = None,
     integrity: IntegrityPolicy | str = IntegrityPolicy.ZERO,
     by_task: bool = False,
     verifier_timeout_sec: float | None = None,
@@ -224,8 +224,8 @@ async def plan_rollouts(
     `executor_options` its settings (for `ray`: `{"address": "auto"}`, see RayOptions; for `processes`:
     `{"workers": 8}`, see ProcessOptions); a lent client works in-process only, so
     another executor needs a model string (each worker builds its own client from it). `warm_sandboxes=N`
-    keeps N started sandboxes per environment ready while the job runs (evsys.sandbox.warm). `sandboxes`: a
-    pool the caller owns (`SlotPool.for_backend("local", max_idle=N)`), passed to every step of a training
+    keeps N started sandboxes per environment ready while the job runs (evsys.sandbox.pool). `sandboxes`: a
+    pool the caller owns (`SandboxPool.for_backend("local", max_idle=N)`), passed to every step of a training
     run so each batch starts on the sandboxes the last one released, reset; never closed here (local
     executor only; docs/scale.md). `integrity` says what a trial with integrity findings gets
     (evsys.trajectory.integrity): "zero" (reward 0, the default), "screen" (marked `screened`, left out of
@@ -349,7 +349,7 @@ class DiskJob:
     job_dir: Path
     settings: dict[str, Any]
     executor: ExecutorSpec
-    sandboxes: SlotPool | None = None
+    sandboxes: SandboxPool | None = None
     by_task: bool = False
 
     def job(self, datasets: list[Path]) -> Job:

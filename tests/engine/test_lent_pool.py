@@ -13,7 +13,8 @@ from test_warm_job import sandbox_processes, sandboxes_of_this_process
 
 from evsys.engine import Job, JobConfig
 from evsys.engine.config import ExecutorSpec
-from evsys.sandbox.slots import SlotPool
+from evsys.sandbox.pool import SandboxPool, SharePolicy
+from evsys.sandbox.registry import create_sandbox
 
 LEAVE_MARKS = "#!/bin/bash\necho ok > /app/out.txt\necho step1 > /app/mark\necho step1 > /var/tmp/mark\n"
 NO_MARKS = (
@@ -45,7 +46,7 @@ async def test_the_next_step_runs_on_the_sandboxes_the_last_step_released_reset(
     step1 = dataset(tmp_path / "step1", names, solve=LEAVE_MARKS, test=SEES_MARKS)
     step2 = dataset(tmp_path / "step2", names, solve=SOLVE_OUT, test=NO_MARKS)
     before = sandboxes_of_this_process()
-    pool = SlotPool.for_backend("local", max_idle=3)
+    pool = SandboxPool.for_backend("local", max_idle=3)
     try:
         first = await Job(config(step1, "s1", n_concurrent=3), sandboxes=pool).run()
         # positive control: the marks were really left in the sandboxes the first step used
@@ -67,7 +68,7 @@ async def test_a_cancelled_step_leaves_the_pool_serving_the_next(tmp_path, event
     slow = dataset(tmp_path / "slow", ["a", "b"], solve="#!/bin/bash\nsleep 120\n", test=NO_MARKS)
     fast = dataset(tmp_path / "fast", ["c", "d"], solve=SOLVE_OUT, test=NO_MARKS)
     before = sandboxes_of_this_process()
-    pool = SlotPool.for_backend("local", max_idle=2)
+    pool = SandboxPool.for_backend("local", max_idle=2)
     try:
         run = asyncio.create_task(Job(config(slow, "slow", n_concurrent=2), sandboxes=pool).run())
         await eventually(lambda: len(sandboxes_of_this_process() - before) >= 2, "both trials running")
@@ -87,9 +88,12 @@ async def test_a_pool_the_job_cannot_use_is_refused_before_anything_starts(tmp_p
     before = sandboxes_of_this_process()
     elsewhere = config(data, "procs", executor=ExecutorSpec(name="processes"))
     with pytest.raises(ValueError, match="in this process only"):
-        await Job(elsewhere, sandboxes=SlotPool.for_backend("local", max_idle=1)).run()
+        await Job(elsewhere, sandboxes=SandboxPool.for_backend("local", max_idle=1)).run()
     with pytest.raises(ValueError, match="starts 'docker' sandboxes; the job runs on 'local'"):
-        await Job(config(data, "other"), sandboxes=SlotPool.for_backend("docker", max_idle=1)).run()
+        await Job(config(data, "other"), sandboxes=SandboxPool.for_backend("docker", max_idle=1)).run()
+    shared = SandboxPool(create_sandbox, share=SharePolicy(slots_per_sandbox=2), backend="local")
+    with pytest.raises(ValueError, match="shares sandboxes; trials need whole ones"):
+        await Job(config(data, "shared"), sandboxes=shared).run()
     assert sandboxes_of_this_process() - before == set()
 
 
@@ -116,7 +120,7 @@ WROTE_IT = (
 async def test_a_trial_cannot_lower_the_limits_the_next_steps_trial_inherits(tmp_path, eventually):
     step1 = dataset(tmp_path / "step1", ["attack"], solve=LOWER_PID1, test=ATTACK_RAN)
     step2 = dataset(tmp_path / "step2", ["innocent"], solve=WRITE_A_FILE, test=WROTE_IT)
-    pool = SlotPool.for_backend("local", max_idle=1)
+    pool = SandboxPool.for_backend("local", max_idle=1)
     try:
         first = await Job(config(step1, "attack"), sandboxes=pool).run()
         assert [t.reward for t in first.trials] == [1.0], first.trials[0].failure  # the attack ran
@@ -159,7 +163,7 @@ async def test_the_next_step_on_default_network_tasks_reuses_their_sandboxes(tmp
     )
     step2 = dataset(tmp_path / "n2", names, solve=SOLVE_OUT, test=FRESH_NETWORK, toml=DEFAULT_NETWORK)
     before = sandboxes_of_this_process()
-    pool = SlotPool.for_backend("local", max_idle=2)
+    pool = SandboxPool.for_backend("local", max_idle=2)
     try:
         first = await Job(config(step1, "n1", n_concurrent=2), sandboxes=pool).run()
         # positive control: the first step's trials left their marks and a lingering connection

@@ -8,9 +8,10 @@ import itertools
 import pytest
 
 from evsys import load_repo_tasks, run_rollouts
+from evsys.engine.config import slugify
 from evsys.model.base import Completion
 from evsys.records import ToolCall
-from evsys.sandbox.slots import SlotPool
+from evsys.sandbox.pool import SandboxPool
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 
@@ -44,14 +45,14 @@ class ScriptedModel:
 async def test_run_rollouts_groups_repository_samples_per_instance(
     image_tools, calc_rows_file, tmp_path, monkeypatch
 ):
-    slots: dict[str, object] = {}  # trajectory id -> the slot the job's SlotPool handed out
-    acquire = SlotPool.acquire
+    leases: dict[str, object] = {}  # sandbox name -> the lease the job's pool handed out
+    acquire = SandboxPool.acquire
 
-    async def recording_acquire(pool, trajectory_id, *args, **kwargs):
-        slots[trajectory_id] = slot = await acquire(pool, trajectory_id, *args, **kwargs)
-        return slot
+    async def recording_acquire(pool, spec, *args, **kwargs):
+        leases[spec.name] = lease = await acquire(pool, spec, *args, **kwargs)
+        return lease
 
-    monkeypatch.setattr(SlotPool, "acquire", recording_acquire)
+    monkeypatch.setattr(SandboxPool, "acquire", recording_acquire)
     rows = [r for r in load_repo_tasks(calc_rows_file) if r.instance_id in ("calc-neg", "calc-sub")]
     rows.sort(key=lambda r: r.instance_id != "calc-sub")  # input order: calc-sub first
     groups = await run_rollouts(
@@ -68,6 +69,9 @@ async def test_run_rollouts_groups_repository_samples_per_instance(
     assert sub == [0.0, 1.0]  # the sample that ran the fix passes; the other does not
     assert [t.reward for t in groups[1].trajectories] == [0.0, 0.0]
     assert (tmp_path / "r" / "tasks" / "rows.jsonl").is_file()
-    # every sample's loop agent ran in a slot of the job's slot pool, one slot per sample
-    trial_names = {t.trial_name for g in groups for t in g.trajectories}
-    assert set(slots) == trial_names and len(trial_names) == 4
+    # every sample's loop agent ran in a sandbox leased from the job's pool, one lease per sample (its
+    # grading sandbox, "-verifier", another)
+    trial_names = {slugify(t.trial_name, max_len=60) for g in groups for t in g.trajectories}
+    agents = [name for name in leases if not name.endswith("-verifier")]
+    assert len(trial_names) == 4 and len(agents) == 4
+    assert all(sum(f"-{trial}-" in name for name in agents) == 1 for trial in trial_names)

@@ -147,12 +147,12 @@ async def test_a_trainers_pool_serves_its_next_step_with_the_sandboxes_of_the_la
 ):
     """`run_rollouts(..., sandboxes=pool)` at every step: the second step's trials start on the first
     step's sandboxes, reset; the pool outlives both calls."""
-    from evsys.sandbox.slots import SlotPool
+    from evsys.sandbox.pool import SandboxPool
 
     verifier = fresh_verifier(lambda completion, answer, trajectory=None: 1.0)
     item = VerifiedTask(id="step", prompt="What is 19+23?", verifier=verifier, data={"answer": 42})
     settings = {"model": math_client, "sandbox": True, "max_turns": 1, "max_tokens": 4, "jobs_dir": tmp_path}
-    async with SlotPool.for_backend("local", max_idle=2) as pool:
+    async with SandboxPool.for_backend("local", max_idle=2) as pool:
         for step in ("one", "two"):
             [group] = await run_rollouts([item], num_samples=2, job_name=step, sandboxes=pool, **settings)
             assert [s.error for s in group.trajectories] == [None, None]

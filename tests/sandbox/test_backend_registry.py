@@ -27,7 +27,7 @@ from evsys.sandbox import (
     sandbox_class,
     unregister_sandbox,
 )
-from evsys.sandbox.pool import SandboxPool
+from evsys.sandbox.pool import ReusePolicy, SandboxPool
 from evsys.sandbox.registry import SANDBOXES
 
 REPO = Path(__file__).resolve().parents[2]
@@ -136,18 +136,18 @@ def test_image_spec_round_trips_through_json():
 
 @pytest.mark.needs_sandbox
 async def test_the_pool_restarts_backends_that_cannot_reset():
-    pool = SandboxPool(ExecDefaultsSandbox, max_idle=2)
+    pool = SandboxPool(ExecDefaultsSandbox, reuse=ReusePolicy(max_idle=2))
     try:
         first = await pool.acquire(spec())
-        await first.exec("echo left > /app/left")
-        await pool.release(first)
+        await first.sandbox.exec("echo left > /app/left")
+        await first.release()
         assert pool.idle_count == 0
         with pytest.raises(SandboxError, match="not running"):
-            await first.exec("true")  # stopped, not kept
+            await first.sandbox.exec("true")  # stopped, not kept
         second = await pool.acquire(spec())
-        assert second is not first and not pool.was_reused(second)
-        assert (await second.exec("ls -A /app")).stdout == ""
-        await pool.release(second)
+        assert second.sandbox is not first.sandbox and not second.reused
+        assert (await second.sandbox.exec("ls -A /app")).stdout == ""
+        await second.release()
         assert (pool.started, pool.reused) == (2, 0)
     finally:
         await pool.close()

@@ -1,17 +1,19 @@
-"""The sandbox pool's invariants, checked by a state machine (hypothesis.stateful) that drives it the way the
-engine does (`SlotPool` over a `SandboxPool`, one slot per sandbox) with random sequences of acquires (two
-specs), releases (kept or not, waited for or reset in the background, twice), acquires cancelled while they
-wait, starts and resets finishing or failing in any order, and close, against an in-memory backend
-(fake_pool_backend.py). After every step:
+"""The sandbox pool's invariants, checked by a state machine (hypothesis.stateful) that drives the one pool
+the way the engine does (`SandboxPool.acquire(spec) -> Lease`, `lease.release(...)`) with random sequences of
+acquires (two specs), releases (kept or not, waited for or reset in the background, twice), acquires
+cancelled while they wait, starts and resets finishing or failing in any order, and close, against an
+in-memory backend (fake_pool_backend.py), for each way the pool keeps sandboxes (reuse, reuse bounded by
+demand, warm, shared places). After every step:
 
-- no sandbox is handed to two holders at once;
+- no sandbox (shared: no place in one) is handed to two holders at once;
 - a sandbox handed out again was reset after its last trial, and the reset had finished;
 - the pool keeps no more sandboxes than `max_idle` (plus the acquires waiting and the warm ones), and keeps
   none when no trial is left to take it (`demand`);
 - after close (and the holders giving back what they had), every sandbox started is stopped.
 
 The last tests prove the machine can fail: it catches a pool that skips the reset, one that hands an idle
-sandbox out twice, one that keeps every sandbox released, and one whose close leaves idle ones running."""
+sandbox out twice, one that keeps every sandbox released, one whose close leaves idle ones running, and a
+shared pool that hands a place out twice."""
 
 from __future__ import annotations
 
@@ -33,9 +35,9 @@ from hypothesis.stateful import (
 
 from evsys.records import SandboxSpec
 from evsys.sandbox.base import SandboxError
-from evsys.sandbox.pool import SandboxPool
-from evsys.sandbox.slots import SlotPool
-from evsys.sandbox.slots.slot import Slot
+from evsys.sandbox.pool import Lease, ReusePolicy, SandboxPool, SharePolicy, WarmPolicy
+from evsys.sandbox.pool.reuse import IdleSandboxes
+from evsys.sandbox.pool.shared import SharedBox, SharedSandboxes
 
 SPECS = (SandboxSpec(name="a"), SandboxSpec(name="b", memory_mb=256))
 SETTINGS = settings(
@@ -59,14 +61,27 @@ class PoolMachine(RuleBasedStateMachine):
         self.loop = asyncio.new_event_loop()
         self.world = World()
         self.remaining = 0  # acquires still to come (the pool's `demand`, when it has one)
-        demand = (lambda: self.remaining) if self.with_demand else None
-        sandboxes = SandboxPool(self.world.factory, max_idle=self.max_idle, warm=self.warm, demand=demand)
-        self.slots = SlotPool(sandboxes=sandboxes)
+        self.pool = self.make_pool()
         self.acquiring: list[asyncio.Task] = []
-        self.held: list[Slot] = []
-        self.released: list[Slot] = []
+        self.held: list[Lease] = []
+        self.released: list[Lease] = []
         self.releasing: list[asyncio.Task] = []
         self.names = itertools.count()
+
+    def make_pool(self) -> SandboxPool:
+        """The pool under test: whole sandboxes, reset and kept (and warm ones)."""
+        demand = (lambda: self.remaining) if self.with_demand else None
+        reuse = ReusePolicy(max_idle=self.max_idle, demand=demand)
+        return SandboxPool(self.world.factory, reuse=reuse, warm=WarmPolicy(count=self.warm))
+
+    def idle_bound(self) -> int:
+        """How many sandboxes no holder has the pool may keep running now."""
+        return self.max_idle + len(self.acquiring) + self.warm * len(SPECS)
+
+    def let_go(self, lease: Lease) -> None:
+        """The holder of `lease` no longer uses it."""
+        assert isinstance(lease.sandbox, FakeSandbox)
+        lease.sandbox.held = False
 
     # ------------------------------------------------------------------ driving the loop
     def spin(self, rounds: int = 40) -> None:
@@ -75,7 +90,7 @@ class PoolMachine(RuleBasedStateMachine):
         self.harvest()
 
     def harvest(self) -> None:
-        """Hand the finished acquires' slots to their holders, checking each handover."""
+        """Hand the finished acquires' leases to their holders, checking each handover."""
         for task in [t for t in self.acquiring if t.done()]:
             self.acquiring.remove(task)
             if task.cancelled():
@@ -88,14 +103,14 @@ class PoolMachine(RuleBasedStateMachine):
             if not task.cancelled() and task.exception() is not None:
                 self.world.violation(f"a release failed: {task.exception()!r}")
 
-    def hand_over(self, slot: Slot) -> None:
-        sandbox = slot.sandbox
+    def hand_over(self, lease: Lease) -> None:
+        sandbox = lease.sandbox
         assert isinstance(sandbox, FakeSandbox)
         assert not sandbox.held, f"{sandbox.spec.name} handed to two holders at once"
         assert sandbox.state == "running", f"{sandbox.spec.name} handed out while {sandbox.state}"
         assert not sandbox.dirty, f"{sandbox.spec.name} handed out again, not reset since its last trial"
         sandbox.held = sandbox.dirty = True  # its trial runs in it
-        self.held.append(slot)
+        self.held.append(lease)
 
     # ------------------------------------------------------------------ rules
     @rule(n=st.integers(1, 3))
@@ -107,7 +122,7 @@ class PoolMachine(RuleBasedStateMachine):
     def acquire(self, spec: SandboxSpec) -> None:
         self.remaining = max(0, self.remaining - 1)
         name = spec.model_copy(update={"name": f"{spec.name}-{next(self.names)}"})
-        self.acquiring.append(self.loop.create_task(self.slots.acquire(name.name, name)))
+        self.acquiring.append(self.loop.create_task(self.pool.acquire(name)))
         self.spin()
 
     @precondition(lambda self: self.world.gates)
@@ -127,23 +142,22 @@ class PoolMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.held)
     @rule(data=st.data(), reusable=st.booleans(), wait=st.booleans())
     def release(self, data: st.DataObject, reusable: bool, wait: bool) -> None:
-        slot = data.draw(st.sampled_from(self.held))
-        self.held.remove(slot)
-        self.released.append(slot)
-        sandbox = slot.sandbox
-        assert isinstance(sandbox, FakeSandbox)
-        sandbox.held = False
+        lease = data.draw(st.sampled_from(self.held))
+        self.held.remove(lease)
+        self.released.append(lease)
+        sandbox = lease.sandbox
+        self.let_go(lease)
         if self.with_demand and self.remaining == 0 and not self.acquiring:
             self.world.must_not_keep.add(id(sandbox))  # no trial left to take it: stopped, never reset
-        self.releasing.append(self.loop.create_task(self.slots.release(slot, reusable=reusable, wait=wait)))
+        self.releasing.append(self.loop.create_task(lease.release(reusable=reusable, wait=wait)))
         self.spin()
 
     @precondition(lambda self: self.released)
     @rule(data=st.data())
     def release_again(self, data: st.DataObject) -> None:
-        """A holder gives back a slot it gave back already (a no-op, never a second handover)."""
-        slot = data.draw(st.sampled_from(self.released))
-        self.releasing.append(self.loop.create_task(self.slots.release(slot)))
+        """A holder gives back a lease it gave back already (a no-op, never a second handover)."""
+        lease = data.draw(st.sampled_from(self.released))
+        self.releasing.append(self.loop.create_task(lease.release()))
         self.spin()
 
     # ------------------------------------------------------------------ invariants
@@ -154,7 +168,7 @@ class PoolMachine(RuleBasedStateMachine):
     @invariant()
     def idle_sandboxes_are_bounded(self) -> None:
         idle = [sb for sb in self.world.sandboxes if sb.alive and sb.state != "starting" and not sb.held]
-        bound = self.max_idle + len(self.acquiring) + self.warm * len(SPECS)
+        bound = self.idle_bound()
         assert len(idle) <= bound, f"{len(idle)} idle sandboxes kept, more than {bound}"
 
     def close_and_check(self) -> None:
@@ -162,13 +176,12 @@ class PoolMachine(RuleBasedStateMachine):
         job's trials do when it ends; then nothing may be left running."""
         self.world.closing = True
         self.world.open_all()
-        self.loop.run_until_complete(self.slots.close())
+        self.loop.run_until_complete(self.pool.close())
         self.loop.run_until_complete(_settled(self.acquiring))
         self.harvest()
-        for slot in self.held:
-            assert isinstance(slot.sandbox, FakeSandbox)
-            slot.sandbox.held = False
-            self.releasing.append(self.loop.create_task(self.slots.release(slot)))
+        for lease in self.held:
+            self.let_go(lease)
+            self.releasing.append(self.loop.create_task(lease.release()))
         self.held.clear()
         self.loop.run_until_complete(_settled(self.releasing))
         self.harvest()
@@ -177,7 +190,7 @@ class PoolMachine(RuleBasedStateMachine):
         assert self.world.violations == []
 
         with pytest.raises(SandboxError, match="closed"):  # and a closed pool starts nothing more
-            self.loop.run_until_complete(self.slots.acquire("late", SPECS[0]))
+            self.loop.run_until_complete(self.pool.acquire(SPECS[0]))
 
     def teardown(self) -> None:
         """Every run ends with the pool closed (a job's end, a trainer's last step)."""
@@ -214,7 +227,38 @@ class KeepingWarm(PoolMachine):
     warm = 1
 
 
-@pytest.mark.parametrize("machine", [KeepingTwo, KeepingForDemand, KeepingWarm])
+class SharingPlaces(PoolMachine):
+    """A pool whose leases are places in shared sandboxes (two each, at most two sandboxes, the slot API's
+    shared slots): no place is handed to two holders, a sandbox is stopped only once no place of it is held
+    (a place given back as not reusable marks it broken), and close stops everything."""
+
+    def __init__(self) -> None:
+        self.places: set[tuple[int, int | None]] = set()  # (id(sandbox), place) held now
+        super().__init__()
+
+    def make_pool(self) -> SandboxPool:
+        return SandboxPool(self.world.factory, share=SharePolicy(slots_per_sandbox=2), max_sandboxes=2)
+
+    def idle_bound(self) -> int:
+        return 2  # max_sandboxes: idle shared sandboxes stay until their idle timeout
+
+    def hand_over(self, lease: Lease) -> None:
+        sandbox = lease.sandbox
+        assert isinstance(sandbox, FakeSandbox)
+        assert sandbox.state == "running", f"{sandbox.spec.name} handed out while {sandbox.state}"
+        place = (id(sandbox), lease.place)
+        assert lease.place is not None and place not in self.places, "a place handed to two holders at once"
+        self.places.add(place)
+        sandbox.held = True
+        self.held.append(lease)
+
+    def let_go(self, lease: Lease) -> None:
+        assert isinstance(lease.sandbox, FakeSandbox)
+        self.places.discard((id(lease.sandbox), lease.place))
+        lease.sandbox.held = any(box == id(lease.sandbox) for box, _ in self.places)
+
+
+@pytest.mark.parametrize("machine", [KeepingTwo, KeepingForDemand, KeepingWarm, SharingPlaces])
 def test_the_pool_keeps_its_invariants(machine):
     run_state_machine_as_test(machine, settings=SETTINGS)
 
@@ -228,25 +272,25 @@ def _faulty_run(machine: type[PoolMachine]) -> AssertionError:
 
 
 def test_it_catches_a_pool_that_skips_the_reset(monkeypatch):
-    async def kept_unreset(self: SandboxPool, sandbox, key: str) -> bool:
+    async def kept_unreset(self: IdleSandboxes, sandbox, key: str) -> bool:
         self._resetting -= 1
         self._idle.setdefault(key, []).append(sandbox)
         return True
 
-    monkeypatch.setattr(SandboxPool, "_reset_into_idle", kept_unreset)
+    monkeypatch.setattr(IdleSandboxes, "_reset_into_idle", kept_unreset)
     assert "not reset since its last trial" in str(_faulty_run(KeepingTwo))
 
 
 def test_it_catches_a_pool_that_hands_a_sandbox_out_twice(monkeypatch):
-    take = SandboxPool._take_idle
+    take = IdleSandboxes.take
 
-    def take_and_keep(self: SandboxPool, spec: SandboxSpec, key: str | None):
+    def take_and_keep(self: IdleSandboxes, spec: SandboxSpec, key: str | None):
         sandbox = take(self, spec, key)
         if sandbox is not None:
             self._idle[key or ""].append(sandbox)  # still idle: the next acquire gets it as well
         return sandbox
 
-    monkeypatch.setattr(SandboxPool, "_take_idle", take_and_keep)
+    monkeypatch.setattr(IdleSandboxes, "take", take_and_keep)
     # caught as a second holder, or as a holder getting it while its first holder's release resets or stops it
     assert re.search(
         "handed to two holders at once|handed out while (resetting|stopped)", str(_faulty_run(KeepingTwo))
@@ -254,26 +298,43 @@ def test_it_catches_a_pool_that_hands_a_sandbox_out_twice(monkeypatch):
 
 
 def test_it_catches_a_pool_that_keeps_every_sandbox_released(monkeypatch):
-    place = SandboxPool._place_for
+    has_room = IdleSandboxes._has_room
 
-    def unbounded(self: SandboxPool, sandbox, reusable: bool) -> str | None:
-        bounds, (self.demand, self.max_idle) = (self.demand, self.max_idle), (None, 10**6)
+    def unbounded(self: IdleSandboxes, sandbox, key: str | None, reusable: bool) -> bool:
+        policy, self.policy = self.policy, ReusePolicy(max_idle=10**6)
         try:
-            return place(self, sandbox, reusable)
+            return has_room(self, sandbox, key, reusable)
         finally:
-            self.demand, self.max_idle = bounds
+            self.policy = policy
 
-    monkeypatch.setattr(SandboxPool, "_place_for", unbounded)
+    monkeypatch.setattr(IdleSandboxes, "_has_room", unbounded)
     failure = str(_faulty_run(KeepingForDemand))
     assert re.search("idle sandboxes kept, more than|no trial was left to take it", failure), failure
 
 
 def test_it_catches_a_pool_whose_close_leaves_idle_sandboxes_running(monkeypatch):
-    close = SandboxPool.close
+    close = IdleSandboxes.close
 
-    async def close_keeping_idle(self: SandboxPool) -> None:
+    async def close_keeping_idle(self: IdleSandboxes) -> None:
         self._idle.clear()  # forgotten, not stopped
         await close(self)
 
-    monkeypatch.setattr(SandboxPool, "close", close_keeping_idle)
+    monkeypatch.setattr(IdleSandboxes, "close", close_keeping_idle)
     assert "left running after close" in str(_faulty_run(KeepingTwo))
+
+
+def test_it_catches_a_shared_pool_that_hands_a_place_out_twice(monkeypatch):
+    take = SharedSandboxes._take_place
+
+    def take_and_keep(self: SharedSandboxes, box: SharedBox) -> Lease:
+        lease = take(self, box)
+        box.free.insert(0, lease.place or 0)  # still free: the next holder gets it as well
+        return lease
+
+    monkeypatch.setattr(SharedSandboxes, "_take_place", take_and_keep)
+    # caught as a second holder of the place, or as the sandbox counted idle (its places all "free") and
+    # stopped under its holders
+    failure = str(_faulty_run(SharingPlaces))
+    assert re.search(
+        "a place handed to two holders at once|handed out while stopped|stopped while a holder", failure
+    )

@@ -1,5 +1,5 @@
-"""reset() and SandboxPool: a reset sandbox works like a new one, repeated resets leak nothing, the pool
-reuses only sandboxes of an equal spec and stops what it cannot reset."""
+"""reset() and the pool's reuse policy: a reset sandbox works like a new one, repeated resets leak nothing,
+the pool reuses only sandboxes of an equal spec and stops what it cannot reset."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from sandbox_helpers import note_preexisting, own_cgroup_dirs, sandbox_mounts, s
 from evsys.records import Bind
 from evsys.sandbox import LocalSandbox, SandboxError
 from evsys.sandbox.local import cgsetup
-from evsys.sandbox.pool import SandboxPool, reuse_key
+from evsys.sandbox.pool import ReusePolicy, SandboxPool, WarmPolicy
 
 
 @pytest.fixture(autouse=True)
@@ -83,31 +83,34 @@ async def test_reset_needs_a_running_sandbox():
         await sb.reset()
 
 
-def test_reuse_key_ignores_the_name_only():
-    assert reuse_key(spec()) == reuse_key(spec())
-    assert reuse_key(spec()) != reuse_key(spec(memory_mb=512))
-    assert reuse_key(spec()) != reuse_key(spec(env={"A": "1"}))
+def test_the_pool_key_ignores_the_name_only_and_each_policy_names_the_specs_it_keeps():
+    reuse_key, warm_key = ReusePolicy().admits.key, WarmPolicy().admits.key
+    assert spec().pool_key() == spec(name="other").pool_key() == reuse_key(spec())
+    assert spec().pool_key() != spec(memory_mb=512).pool_key()
+    assert spec().pool_key() != spec(env={"A": "1"}).pool_key()
     # every network mode is reused (a reset gives the network a fresh state too), each with its own kind
     assert None not in {reuse_key(spec(network="public")), reuse_key(spec(network="allowlist"))}
     assert reuse_key(spec(network="public")) != reuse_key(spec())
+    # an allowlist's hosts are resolved when it starts: never started ahead (warm)
+    assert warm_key(spec(network="allowlist")) is None and warm_key(spec(network="public")) is not None
 
 
 @pytest.mark.needs_sandbox
 async def test_pool_reuses_sandboxes_of_an_equal_spec_only():
-    pool = SandboxPool(LocalSandbox, max_idle=2)
+    pool = SandboxPool(LocalSandbox, reuse=ReusePolicy(max_idle=2))
     try:
         first = await pool.acquire(spec())
-        await first.exec("echo left > /app/left")
-        await pool.release(first)
+        await first.sandbox.exec("echo left > /app/left")
+        await first.release()
         second = await pool.acquire(spec())
-        assert second is first and pool.was_reused(second)
-        assert (await second.exec("ls -A /app")).stdout == ""
+        assert second.sandbox is first.sandbox and second.reused
+        assert (await second.sandbox.exec("ls -A /app")).stdout == ""
         other = await pool.acquire(spec(memory_mb=256))
-        assert other is not first and not pool.was_reused(other)
-        await asyncio.gather(pool.release(second), pool.release(other))
+        assert other.sandbox is not first.sandbox and not other.reused
+        await asyncio.gather(second.release(), other.release())
         assert pool.idle_count == 2
         third = await pool.acquire(spec())
-        await pool.release(third, reusable=False)  # e.g. its trial was cancelled: stopped, not kept
+        await third.release(reusable=False)  # e.g. its trial was cancelled: stopped, not kept
         assert pool.idle_count == 1
         assert (pool.started, pool.reused) == (2, 2)
     finally:
@@ -124,19 +127,19 @@ async def refused_reset() -> None:
 
 @pytest.mark.needs_sandbox
 async def test_pool_stops_a_sandbox_it_cannot_reset_and_caps_idle_ones():
-    pool = SandboxPool(LocalSandbox, max_idle=1)
+    pool = SandboxPool(LocalSandbox, reuse=ReusePolicy(max_idle=1))
     try:
-        boxes = [await pool.acquire(spec()) for _ in range(3)]
-        await boxes[0].exec("sleep 1000 &")
-        boxes[0].reset = refused_reset  # type: ignore[method-assign]
-        for box in boxes:
-            await pool.release(box)
+        leases = [await pool.acquire(spec()) for _ in range(3)]
+        await leases[0].sandbox.exec("sleep 1000 &")
+        leases[0].sandbox.reset = refused_reset  # type: ignore[method-assign]
+        for lease in leases:
+            await lease.release()
         assert pool.idle_count == 1  # one refused, one kept, one over the cap
         with pytest.raises(SandboxError, match="not running"):  # stopped
-            await boxes[0].exec("true")
+            await leases[0].sandbox.exec("true")
         kept = await pool.acquire(spec())
-        assert kept is boxes[1]
-        await pool.release(kept)
+        assert kept.sandbox is leases[1].sandbox
+        await kept.release()
     finally:
         await pool.close()
     assert sandbox_processes() == []
@@ -145,9 +148,9 @@ async def test_pool_stops_a_sandbox_it_cannot_reset_and_caps_idle_ones():
 
 @pytest.mark.needs_sandbox
 async def test_close_waits_for_a_release_in_flight():
-    pool = SandboxPool(LocalSandbox, max_idle=2)
-    sb = await pool.acquire(spec())
-    releasing = asyncio.create_task(pool.release(sb))
+    pool = SandboxPool(LocalSandbox, reuse=ReusePolicy(max_idle=2))
+    lease = await pool.acquire(spec())
+    releasing = asyncio.create_task(lease.release())
     await asyncio.sleep(0)  # the release is under way (resetting)
     await pool.close()
     assert releasing.done() and pool.idle_count == 0
@@ -159,12 +162,12 @@ async def test_close_waits_for_a_release_in_flight():
 async def test_a_burst_of_releases_keeps_max_idle_and_stops_the_rest():
     """Releases at once (the end of a wave of trials) each see the others' resets in flight: the pool resets
     and keeps `max_idle` of them and stops the rest instead of resetting every one."""
-    pool = SandboxPool(LocalSandbox, max_idle=2)
+    pool = SandboxPool(LocalSandbox, reuse=ReusePolicy(max_idle=2))
     try:
-        boxes = await asyncio.gather(*(pool.acquire(spec()) for _ in range(5)))
-        await asyncio.gather(*(pool.release(box) for box in boxes))
+        leases = await asyncio.gather(*(pool.acquire(spec()) for _ in range(5)))
+        await asyncio.gather(*(lease.release() for lease in leases))
         assert pool.idle_count == 2
-        assert sum(box.agent_uid is not None for box in boxes) == 2  # the other three were stopped
+        assert sum(lease.sandbox.agent_uid is not None for lease in leases) == 2  # the other three stopped
     finally:
         await pool.close()
     assert sandbox_processes() == []
@@ -175,16 +178,16 @@ async def test_no_sandbox_is_reset_for_trials_that_will_not_come():
     """With `demand` (a job's trials not started yet) a released sandbox nobody can take any more is stopped
     rather than reset: the last wave of a job resets nothing."""
     left = {"trials": 1}
-    pool = SandboxPool(LocalSandbox, max_idle=4, demand=lambda: left["trials"])
+    pool = SandboxPool(LocalSandbox, reuse=ReusePolicy(max_idle=4, demand=lambda: left["trials"]))
     try:
-        boxes = await asyncio.gather(*(pool.acquire(spec()) for _ in range(3)))
-        await asyncio.gather(*(pool.release(box) for box in boxes))
+        leases = await asyncio.gather(*(pool.acquire(spec()) for _ in range(3)))
+        await asyncio.gather(*(lease.release() for lease in leases))
         assert pool.idle_count == 1  # one more trial to come: one kept for it
         left["trials"] = 0
         again = await pool.acquire(spec())
-        assert pool.was_reused(again)
-        await pool.release(again)
-        assert pool.idle_count == 0 and again.agent_uid is None  # no trial left: stopped, not reset
+        assert again.reused
+        await again.release()
+        assert pool.idle_count == 0 and again.sandbox.agent_uid is None  # no trial left: stopped, not reset
     finally:
         await pool.close()
     assert sandbox_processes() == []

@@ -1,13 +1,13 @@
-"""The warm pool (evsys.sandbox.warm): N started sandboxes per spec ready ahead of demand, handed over as
-started, bounded by memory, stopped when idle and when the pool closes (nothing left running or mounted)."""
+"""The warm policy of the pool (evsys.sandbox.pool.warm): N started sandboxes per spec ready ahead of
+demand, handed over as started, bounded by memory, stopped when idle and when the pool closes (nothing left
+running or mounted)."""
 
 from __future__ import annotations
 
 import pytest
 from sandbox_helpers import note_preexisting, own_cgroup_dirs, sandbox_mounts, sandbox_processes, spec
 
-from evsys.sandbox.pool import SandboxPool
-from evsys.sandbox.warm import WARM_SANDBOX_MB, WarmPoolError, fit_warm_count
+from evsys.sandbox.pool import WARM_SANDBOX_MB, SandboxPool, WarmPoolError, fit_warm_count
 
 
 def running() -> int:
@@ -27,17 +27,17 @@ async def test_a_spec_asked_for_once_has_warm_sandboxes_ready_for_the_next_trial
     pool = SandboxPool.for_backend("local", max_idle=4, warm=2)
     try:
         first = await pool.acquire(spec(name="warm-first"))
-        await eventually(lambda: pool.warm.ready_count == 2, "two warm sandboxes ready")
+        await eventually(lambda: pool.idle_count == 2, "two warm sandboxes ready")
         assert running() == 3  # the trial's and two warm ones
         second = await pool.acquire(spec(name="warm-second"))
-        assert second is not first and not pool.was_reused(second)
-        assert second.spec.name == "warm-second"  # handed over under the trial's name
-        assert (await second.exec("echo $HOSTNAME; ls -A /tmp")).stdout.split()  # runs as started
-        await eventually(lambda: pool.warm.ready_count == 2, "the pool refilled")
+        assert second.sandbox is not first.sandbox and not second.reused
+        assert second.sandbox.spec.name == "warm-second"  # handed over under the trial's name
+        assert (await second.sandbox.exec("echo $HOSTNAME; ls -A /tmp")).stdout.split()  # runs as started
+        await eventually(lambda: pool.idle_count == 2, "the pool refilled")
         other = await pool.acquire(spec(name="warm-other", memory_mb=300))  # another spec: its own warm ones
-        await eventually(lambda: pool.warm.ready_count == 4, "the other spec kept warm too")
-        for sandbox in (first, second, other):
-            await pool.release(sandbox)
+        await eventually(lambda: pool.idle_count == 4, "the other spec kept warm too")
+        for lease in (first, second, other):
+            await lease.release()
     finally:
         await pool.close()
     assert pool.idle_count == 0
@@ -48,9 +48,9 @@ async def test_prewarm_starts_them_before_the_first_trial_and_idle_ones_are_stop
     pool = SandboxPool.for_backend("local", max_idle=0, warm=2, idle_timeout_sec=0.5)
     try:
         pool.prewarm(spec(name="prewarmed"))
-        await eventually(lambda: pool.warm.ready_count == 2, "prewarmed")
+        await eventually(lambda: pool.idle_count == 2, "prewarmed")
         assert running() == 2
-        await eventually(lambda: pool.warm.ready_count == 0, "idle warm sandboxes stopped")
+        await eventually(lambda: pool.idle_count == 0, "idle warm sandboxes stopped")
         await eventually(lambda: running() == 0 and sandbox_processes() == [], "their processes gone")
     finally:
         await pool.close()
@@ -60,8 +60,8 @@ async def test_prewarm_starts_them_before_the_first_trial_and_idle_ones_are_stop
 async def test_closing_while_warm_sandboxes_start_leaves_nothing_running(leak_probe, eventually):
     pool = SandboxPool.for_backend("local", max_idle=4, warm=6)
     trial = await pool.acquire(spec(name="warm-close"))
-    await eventually(lambda: pool.warm.started >= 1, "warm sandboxes starting")
-    await pool.release(trial)
+    await eventually(lambda: pool.started >= 2, "warm sandboxes starting")
+    await trial.release()
     await pool.close()  # some of the six are still starting: they are stopped too
 
 

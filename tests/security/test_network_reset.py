@@ -64,20 +64,22 @@ async def test_the_next_trial_gets_a_fresh_network(server, network, reset):
     pool = SandboxPool.for_backend("local", max_idle=1)
     spec = redteam_spec(network=network, allowed_hosts=allowed)
     try:
-        first = await pool.acquire(spec)
+        lease1 = await pool.acquire(spec)
+        first = lease1.sandbox
         left = await first.exec(LEAVE.format(host=address, port=port), user="root")
         # the attack ran: a listener, a held connection to the server, a closed one lingering
         assert "LISTEN" in left.stdout and "ESTAB" in left.stdout and "-WAIT" in left.stdout, left.stdout
         held = _held_connection(listening)
         if not reset:
             first.reset = _skipped  # type: ignore[method-assign]
-        await pool.release(first)
-        second = await pool.acquire(spec.model_copy(update={"name": f"{spec.name}-next"}))
+        await lease1.release()
+        lease2 = await pool.acquire(spec.model_copy(update={"name": f"{spec.name}-next"}))
+        second = lease2.sandbox
         try:
-            assert second is first and pool.was_reused(second)
+            assert second is first and lease2.reused
             await _check_next_trial(second, address, port, held, reset=reset)
         finally:
-            await pool.release(second, reusable=False)
+            await lease2.release(reusable=False)
     finally:
         await pool.close()
 
@@ -105,19 +107,21 @@ async def test_after_a_hostile_trial_the_reused_sandbox_is_a_fresh_ones(server, 
     pool = SandboxPool.for_backend("local", max_idle=1)
     spec = redteam_spec(network=network, allowed_hosts=[address] if network == "allowlist" else [])
     try:
-        first = await pool.acquire(spec)
+        lease1 = await pool.acquire(spec)
+        first = lease1.sandbox
         fresh = await fingerprint(first)
         await first.exec(HOSTILE_ROOT, user="root")
         await first.exec(HOSTILE_AGENT, user="agent")
         changed = differences(fresh, await fingerprint(first))
         assert set(changed) == CHANGED_BY_HOSTILE, changed  # positive control: the network part among them
-        await pool.release(first)
-        second = await pool.acquire(spec.model_copy(update={"name": f"{spec.name}-next"}))
+        await lease1.release()
+        lease2 = await pool.acquire(spec.model_copy(update={"name": f"{spec.name}-next"}))
+        second = lease2.sandbox
         try:
-            assert second is first and pool.was_reused(second)
+            assert second is first and lease2.reused
             assert differences(fresh, await fingerprint(second)) == {}
         finally:
-            await pool.release(second, reusable=False)
+            await lease2.release(reusable=False)
     finally:
         await pool.close()
 
@@ -129,15 +133,17 @@ async def test_a_phase_that_switched_the_network_off_leaves_the_next_trial_the_s
     pool = SandboxPool.for_backend("local", max_idle=1)
     spec = redteam_spec(network=network, allowed_hosts=[address] if network == "allowlist" else [])
     try:
-        first = await pool.acquire(spec)
+        lease1 = await pool.acquire(spec)
+        first = lease1.sandbox
         await first.set_network("no-network")
         assert (await first.exec(probe)).stdout.split()[:1] == ["ERR"]  # positive control: switched off
-        await pool.release(first)
-        second = await pool.acquire(spec.model_copy(update={"name": f"{spec.name}-next"}))
+        await lease1.release()
+        lease2 = await pool.acquire(spec.model_copy(update={"name": f"{spec.name}-next"}))
+        second = lease2.sandbox
         try:
-            assert second is first and pool.was_reused(second)
+            assert second is first and lease2.reused
             assert (await second.exec(probe)).stdout.split() == ["CONNECTED"]
         finally:
-            await pool.release(second, reusable=False)
+            await lease2.release(reusable=False)
     finally:
         await pool.close()

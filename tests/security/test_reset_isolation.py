@@ -19,7 +19,7 @@ from sandbox_fingerprint import (
 
 from evsys.records import FileCopy, SandboxSpec
 from evsys.sandbox import LocalSandbox, SandboxError
-from evsys.sandbox.pool import SandboxPool
+from evsys.sandbox.pool import Lease, SandboxPool
 from evsys.util.tarsafe import tar_of
 
 MQ = (
@@ -30,13 +30,14 @@ MQ = (
 
 class Handover:
     """How the next trial gets a used sandbox: `reset()` in place, or released to a warm pool
-    (evsys.sandbox.warm) and acquired again for the next trial of the same spec, as the engine does."""
+    (evsys.sandbox.pool) and acquired again for the next trial of the same spec, as the engine does."""
 
     def __init__(self, mode: str, spec: SandboxSpec) -> None:
         self.mode = mode
         self.spec = spec
         self.pool = SandboxPool.for_backend("local", max_idle=2, warm=1) if mode == "warm-pool" else None
         self.current: LocalSandbox | None = None
+        self.lease: Lease | None = None
         self._trials = 0
 
     async def start(self) -> LocalSandbox:
@@ -45,8 +46,14 @@ class Handover:
             self.current = LocalSandbox(self.spec)
             await self.current.start()
         else:
-            self.current = await self.pool.acquire(self._trial_spec())  # type: ignore[assignment]
+            self.current = await self._acquire()
         return self.current
+
+    async def _acquire(self) -> LocalSandbox:
+        assert self.pool is not None
+        self.lease = await self.pool.acquire(self._trial_spec())
+        assert isinstance(self.lease.sandbox, LocalSandbox)
+        return self.lease.sandbox
 
     def _trial_spec(self) -> SandboxSpec:
         self._trials += 1
@@ -57,18 +64,19 @@ class Handover:
         if self.pool is None:
             await sb.reset()
             return sb
-        await self.pool.release(sb)
-        self.current = await self.pool.acquire(self._trial_spec())  # type: ignore[assignment]
+        assert self.lease is not None
+        await self.lease.release()
+        self.current = await self._acquire()
         if self.current is not sb:
             raise SandboxError(f"the pool stopped {sb.spec.name} instead of resetting it")
-        assert self.pool.was_reused(sb)  # positive control: the pool handed the used sandbox back, reset
+        assert self.lease.reused  # positive control: the pool handed the used sandbox back, reset
         return sb
 
     async def close(self) -> None:
         """Stop what is left."""
         if self.pool is not None:
-            if self.current is not None:
-                await self.pool.release(self.current, reusable=False)
+            if self.lease is not None:
+                await self.lease.release(reusable=False)
             await self.pool.close()
         elif self.current is not None:
             await self.current.stop()

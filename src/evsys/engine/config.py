@@ -138,7 +138,7 @@ class JobConfig(BaseModel):
         0,
         ge=0,
         description="Keep this many started sandboxes per environment spec ready ahead of demand "
-        "(evsys.sandbox.warm): bounded by memory, stopped when idle and when the job ends.",
+        "(evsys.sandbox.pool.warm): bounded by memory, stopped when idle and when the job ends.",
     )
     task_names: list[str] = Field(default_factory=list, description="Glob patterns; empty = every task.")
     task_filters: list[str] = Field(

@@ -45,8 +45,8 @@ from evsys.engine.spec import PlannedTrial
 from evsys.engine.store import JobStore, JobStoreError
 from evsys.model.base import ModelClient, close_model_client
 from evsys.records import FailureCause, JobResult, TrialFailure, TrialResult, utc_now
+from evsys.sandbox.pool import SandboxPool
 from evsys.sandbox.registry import sandbox_class
-from evsys.sandbox.slots import SlotPool
 from evsys.task.loader import TaskSet
 
 TrialCallback = Callable[[TrialResult], Awaitable[None] | None]
@@ -82,7 +82,7 @@ class Job:
         on_agent_event: Callable[[dict[str, Any]], None] | None = None,
         tasksets: Mapping[Path, TaskSet] | None = None,
         keep_trajectories: bool = False,
-        sandboxes: SlotPool | None = None,
+        sandboxes: SandboxPool | None = None,
         by_task: bool = False,
     ) -> None:
         datasets = [Path(p).absolute() for p in config.datasets]  # a resume may start from another directory
@@ -113,9 +113,9 @@ class Job:
         self._dirty = False
         self._writer: asyncio.Task[None] | None = None
         self._closing = asyncio.Event()
-        self._slots: SlotPool | None = None
+        self._pool: SandboxPool | None = None
         # a pool the caller owns and keeps across jobs (a trainer's steps): used, never closed here
-        self._lent_slots = sandboxes
+        self._lent_pool = sandboxes
         # by_task: trials start task by task (every attempt of a task, then the next task) instead of attempt
         # by attempt, so a task's group of samples finishes early (streaming rollouts)
         self.by_task = by_task
@@ -182,34 +182,35 @@ class Job:
     async def run(self) -> JobResult:
         """Run every trial not already finished; return the JobResult (also written to result.json)."""
         executor_class(self.config.executor.name).check_job(self.config)
-        self._check_lent_slots()
+        self._check_lent_pool()
         try:
             # made first: an executor with worker processes starts them while the job is planned
             self._executor = create_executor(self.config.executor.name, self._executor_context())
             await self._prepare()
             self.prepared = True
-            self._slots = self._lent_slots or self._own_slots()
+            self._pool = self._lent_pool or self._own_pool()
             return await self._run_planned_trials()
         finally:
             if self._executor is not None:
                 await asyncio.shield(self._executor.aclose())
-            if self._slots is not None and self._slots is not self._lent_slots:
-                await asyncio.shield(self._slots.close())
+            if self._pool is not None and self._pool is not self._lent_pool:
+                await asyncio.shield(self._pool.close())
             await self._close_clients()
 
-    def _own_slots(self) -> SlotPool:
+    def _own_pool(self) -> SandboxPool:
         """The job's own pool: reset sandboxes kept for trials not started yet, `warm_sandboxes` ready."""
         max_idle = self.config.n_concurrent if self.config.reuse_sandboxes else 0
-        return SlotPool.for_backend(
+        return SandboxPool.for_backend(
             self.config.sandbox,
             max_idle=max_idle,
             warm=self.config.warm_sandboxes,
             demand=lambda: self._unstarted,
         )
 
-    def _check_lent_slots(self) -> None:
-        """A lent pool serves trials in this process only, on the job's own sandbox backend."""
-        lent = self._lent_slots
+    def _check_lent_pool(self) -> None:
+        """A lent pool serves trials in this process only, on the job's own sandbox backend, a whole sandbox
+        per lease (a task's verifier owns /tests and /logs, which trials sharing a sandbox would share)."""
+        lent = self._lent_pool
         if lent is None:
             return
         if not executor_class(self.config.executor.name).in_process:
@@ -222,11 +223,13 @@ class Job:
                 f"the sandbox pool passed to the job starts {lent.backend!r} sandboxes; "
                 f"the job runs on {self.config.sandbox!r}"
             )
+        if lent.shares:
+            raise ValueError("the sandbox pool passed to the job shares sandboxes; trials need whole ones")
 
     def _executor_context(self) -> ExecutorContext:
         def resources(planned: PlannedTrial) -> TrialResources:
             return TrialResources(
-                slots=self._slots,
+                pool=self._pool,
                 model_client=self._clients.get(id(planned.config.agent)),
                 on_event=self.on_agent_event,
                 task=planned.task,

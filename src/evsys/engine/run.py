@@ -28,7 +28,7 @@ from evsys.engine.store import JobStore
 from evsys.engine.trial import Trial
 from evsys.model.base import ModelClient, close_model_client
 from evsys.records import TrialResult
-from evsys.sandbox.slots import SlotPool
+from evsys.sandbox.pool import SandboxPool
 from evsys.task.models import Task
 
 
@@ -36,7 +36,7 @@ from evsys.task.models import Task
 class TrialResources:
     """Live objects a trial in the driver's process may borrow (never serialised, never closed by it)."""
 
-    slots: SlotPool | None = None  # the job's: every trial's sandbox is one of its slots
+    pool: SandboxPool | None = None  # the job's: every trial leases its sandboxes from it
     model_client: ModelClient | None = None
     on_event: Callable[[dict[str, Any]], None] | None = None
     task: Task | None = None  # the task as the planner loaded it
@@ -65,21 +65,21 @@ async def run_trial(spec: TrialSpec, store: JobStore, resources: TrialResources 
     client, owned = resources.model_client, None
     if client is None and needs_model(spec):
         client = owned = await asyncio.to_thread(build_model_client, spec)
-    slots = resources.slots or SlotPool.for_backend(spec.sandbox, max_idle=0)
+    pool = resources.pool or SandboxPool.for_backend(spec.sandbox, max_idle=0)
     trial = Trial(
         spec,
         store,
         task=resources.task,
         model_client=client,
         on_event=resources.on_event,
-        slots=slots,
+        pool=pool,
         images=resources.images,
     )
     try:
         return await trial.run()
     finally:
-        if resources.slots is None:
-            await asyncio.shield(slots.close())
+        if resources.pool is None:
+            await asyncio.shield(pool.close())
         await close_model_client(owned)
 
 

@@ -148,6 +148,11 @@ class SandboxSpec(BaseModel):
         "dropped while the command runs (ExecResult records the total).",
     )
 
+    def pool_key(self) -> str:
+        """The spec's identity for sandbox pools: everything but the name. Sandboxes of specs with equal keys
+        may serve each other's holders (evsys.sandbox.pool; its policies say which specs they keep)."""
+        return json.dumps(self.model_dump(mode="json", exclude={"name"}), sort_keys=True)
+
 
 class ExecResult(BaseModel):
     """The outcome of one command. Output produced before a timeout is kept."""

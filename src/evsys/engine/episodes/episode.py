@@ -43,7 +43,7 @@ from evsys.engine.store import JobStore
 from evsys.engine.trial import Trial
 from evsys.model.base import ModelClient
 from evsys.records import TrialResult
-from evsys.sandbox.slots import SlotPool
+from evsys.sandbox.pool import SandboxPool
 
 __all__ = ["Episode", "EpisodeAgent", "EpisodeLeft", "EpisodeLimits", "EventSink", "ServedAgent"]
 
@@ -83,7 +83,7 @@ class Episode(Generic[AgentT]):
         spec: TrialSpec,
         *,
         store: JobStore,
-        pool: SlotPool,
+        pool: SandboxPool,
         limits: EpisodeLimits,
         episode_id: str | None = None,
         agent: EpisodeAgent | None = None,
@@ -95,7 +95,7 @@ class Episode(Generic[AgentT]):
         agent = agent or ServedAgent(limits)
         # the trial's agent phase is this agent, always in a sandbox (the client's actions run there)
         trial = Trial(
-            spec, store, task=task.task, slots=pool, agent=agent, model_client=model_client, images=images
+            spec, store, task=task.task, pool=pool, agent=agent, model_client=model_client, images=images
         )
         return cls(task, trial, agent, episode_id or spec.trial_name, limits)
 

@@ -37,7 +37,7 @@ from evsys.engine.metrics import compute_metrics, with_findings
 from evsys.engine.store import JobStore
 from evsys.model.base import ModelClient, close_model_client
 from evsys.records import JobResult, TrialResult, utc_now
-from evsys.sandbox.slots import SlotPool
+from evsys.sandbox.pool import SandboxPool
 
 log = logging.getLogger(__name__)
 JOB_RESULT_INTERVAL_SEC = 2.0
@@ -53,7 +53,7 @@ class ServeSettings:
     max_message_bytes: int = 1024 * 1024
     harness: str | None = None  # harness mode: a catalog harness or a `module:Class` harness agent
     harness_options: dict[str, Any] = field(default_factory=dict)
-    warm_sandboxes: int = 0  # started sandboxes per task environment kept ready (evsys.sandbox.warm)
+    warm_sandboxes: int = 0  # started sandboxes per task environment kept ready (evsys.sandbox.pool.warm)
 
 
 class Session:
@@ -127,11 +127,11 @@ class Session:
 class ServeService:
     """Sessions, the task catalog, the sandbox pool and the job directory served episodes are written to."""
 
-    def __init__(self, catalog: TaskCatalog, settings: ServeSettings, *, pool: SlotPool | None = None):
+    def __init__(self, catalog: TaskCatalog, settings: ServeSettings, *, pool: SandboxPool | None = None):
         self.catalog = catalog
         self.settings = settings
         self.store = JobStore(catalog.job.job_dir)
-        self.pool = pool or SlotPool.for_backend(
+        self.pool = pool or SandboxPool.for_backend(
             catalog.job.sandbox, max_idle=settings.max_sessions, warm=settings.warm_sandboxes
         )
         self.sessions: dict[str, Session] = {}

@@ -15,7 +15,7 @@ from evsys.engine.image_services import ImageServices
 from evsys.engine.run import TrialResources, build_model_client, needs_model
 from evsys.engine.spec import TrialSpec
 from evsys.model.base import ModelClient, close_model_client
-from evsys.sandbox.slots import SlotPool
+from evsys.sandbox.pool import SandboxPool
 
 MAX_IDLE_SANDBOXES = 4
 
@@ -30,7 +30,7 @@ class TrialRuntime:
         self.max_idle = max_idle if reuse_sandboxes else 0
         self.warm = warm
         self.clients: dict[tuple[str | None, str | None], ModelClient | None] = {}
-        self.pools: dict[str, SlotPool] = {}
+        self.pools: dict[str, SandboxPool] = {}
         self._client_lock: asyncio.Lock | None = None
         self.images = ImageServices()  # the process's image services, shared by its trials
 
@@ -41,13 +41,13 @@ class TrialRuntime:
         """The pool and model client the trial of `spec` borrows (built on first use)."""
         await self.prepare_backend(spec.sandbox)
         return TrialResources(
-            slots=self.pool(spec.sandbox), model_client=await self.client(spec), images=self.images
+            pool=self.pool(spec.sandbox), model_client=await self.client(spec), images=self.images
         )
 
-    def pool(self, backend: str) -> SlotPool:
+    def pool(self, backend: str) -> SandboxPool:
         """This process's sandbox pool for `backend`."""
         if backend not in self.pools:
-            self.pools[backend] = SlotPool.for_backend(backend, max_idle=self.max_idle, warm=self.warm)
+            self.pools[backend] = SandboxPool.for_backend(backend, max_idle=self.max_idle, warm=self.warm)
         return self.pools[backend]
 
     async def client(self, spec: TrialSpec) -> ModelClient | None:

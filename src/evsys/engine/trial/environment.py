@@ -64,11 +64,9 @@ async def start_sandbox(state: TrialState, spec: SandboxSpec) -> bool:
     state.result.sandbox_name = spec.name
     timeout = state.config.sandbox_start_timeout_sec
     try:
-        state.slot = await state.timed(
-            "sandbox_start", state.slots.acquire(state.spec.trial_name, spec, timeout=timeout)
-        )
-        state.sandbox = state.slots.as_sandbox(state.slot)
-        state.result.sandbox_reused = state.slots.was_reused(state.slot)
+        state.lease = await state.timed("sandbox_start", state.pool.acquire(spec, timeout=timeout))
+        state.sandbox = state.lease.sandbox
+        state.result.sandbox_reused = state.lease.reused
     except TimeoutError:
         state.fail(FailureCause.SANDBOX_FAILED, f"the sandbox did not start within {timeout:g} s")
         return False
@@ -157,14 +155,14 @@ async def kill_leftovers(state: TrialState) -> None:
 
 
 async def stop_sandbox(state: TrialState) -> None:
-    """Release the trial's slot: reset for the next trial when the sandbox is fit for it, else stopped."""
-    if state.slot is None:
+    """Release the trial's lease: reset for the next trial when the sandbox is fit for it, else stopped."""
+    if state.lease is None:
         return
     reusable = state.sandbox_alive and state.result.cause not in NOT_REUSABLE
-    slot, state.slot, state.sandbox, state.sandbox_alive = state.slot, None, None, False
+    lease, state.lease, state.sandbox, state.sandbox_alive = state.lease, None, None, False
     try:
         # a sandbox kept for the next trial is reset in the background: the trial's result does not wait
-        release = state.slots.release(slot, reusable=reusable, wait=False)
+        release = lease.release(reusable=reusable, wait=False)
         await state.timed("sandbox_stop", asyncio.shield(release))
     except asyncio.CancelledError:
         raise

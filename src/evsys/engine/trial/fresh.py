@@ -32,7 +32,7 @@ from evsys.repo.fresh import (
 from evsys.repo.materialise import FRESH_SANDBOX, GRADING_KEY
 from evsys.repo.workspace import task_workspace
 from evsys.sandbox.base import Sandbox, SandboxError
-from evsys.sandbox.slots import Slot
+from evsys.sandbox.pool import Lease
 from evsys.task.models import Task
 from evsys.verify.chain import VerifierChain, VerifyContext
 
@@ -49,7 +49,7 @@ class FreshSandbox:
 class GradingSandbox:
     """A repository row's grading sandbox, prepared while the agent runs."""
 
-    slot: Slot
+    lease: Lease
     grading: RepoGrading
     prepared: PreparedTree
 
@@ -73,11 +73,11 @@ def verifier_sandbox_spec(state: TrialState, agent_spec: SandboxSpec) -> Sandbox
     )
 
 
-async def acquire_fresh(state: TrialState) -> Slot:
-    """A fresh slot of the trial's environment (SandboxError, TimeoutError... when it cannot start)."""
+async def acquire_fresh(state: TrialState) -> Lease:
+    """A fresh sandbox of the trial's environment (SandboxError, TimeoutError... when it cannot start)."""
     spec = verifier_sandbox_spec(state, state.require_sandbox().spec)
     limit = state.config.sandbox_start_timeout_sec
-    return await state.timed("sandbox_start", state.slots.acquire(state.spec.trial_name, spec, timeout=limit))
+    return await state.timed("sandbox_start", state.pool.acquire(spec, timeout=limit))
 
 
 @asynccontextmanager
@@ -87,16 +87,16 @@ async def fresh_sandbox(
     """A fresh sandbox of the trial's environment, released at the end (reset for reuse when `reusable`
     was set); None (with the failure recorded) when it cannot start."""
     try:
-        slot = await acquire_fresh(state)
+        lease = await acquire_fresh(state)
     except (TimeoutError, SandboxError, OSError, ValueError) as exc:
         state.fail(FailureCause.SANDBOX_FAILED, f"{what}'s sandbox could not start: {exc}")
         yield None
         return
-    fresh = FreshSandbox(state.slots.as_sandbox(slot))
+    fresh = FreshSandbox(lease.sandbox)
     try:
         yield fresh
     finally:
-        await state.slots.release(slot, reusable=fresh.reusable)
+        await lease.release(reusable=fresh.reusable)
 
 
 def start_grading_preparation(state: TrialState, task: Task) -> None:
@@ -113,13 +113,13 @@ async def _prepare_grading(state: TrialState, task: Task) -> GradingSandbox:
         env=dict(task.config.verifier.env),
         timeout_sec=state.config.verifier_timeout_sec,
     )
-    slot = await acquire_fresh(state)
+    lease = await acquire_fresh(state)
     try:
-        prepared = await prepare_grading(state.slots.as_sandbox(slot), grading)
+        prepared = await prepare_grading(lease.sandbox, grading)
     except BaseException:
-        await asyncio.shield(state.slots.release(slot, reusable=False))
+        await asyncio.shield(lease.release(reusable=False))
         raise
-    return GradingSandbox(slot, grading, prepared)
+    return GradingSandbox(lease, grading, prepared)
 
 
 async def release_grading_preparation(state: TrialState) -> None:
@@ -130,7 +130,7 @@ async def release_grading_preparation(state: TrialState) -> None:
     prep.cancel()
     await asyncio.wait([prep])
     if not prep.cancelled() and prep.exception() is None:
-        await state.slots.release(prep.result().slot, reusable=False)
+        await prep.result().lease.release(reusable=False)
 
 
 async def grade_repository_row(
@@ -169,7 +169,7 @@ async def _graded(state: TrialState, prep: asyncio.Task[GradingSandbox], vctx: V
         raise
     reusable = False
     try:
-        sandbox = state.slots.as_sandbox(graded.slot)
+        sandbox = graded.lease.sandbox
         agent_sandbox = state.require_sandbox()
         report = await grade_repository(
             agent_sandbox, sandbox, graded.grading, vctx.verifier_dir, graded.prepared
@@ -177,4 +177,4 @@ async def _graded(state: TrialState, prep: asyncio.Task[GradingSandbox], vctx: V
         vctx.integrity.extend(integrity_of(report))  # onto TrialResult.integrity when scored
         reusable = True
     finally:
-        await state.slots.release(graded.slot, reusable=reusable)
+        await graded.lease.release(reusable=reusable)

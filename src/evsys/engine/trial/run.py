@@ -3,7 +3,7 @@
 1. the task (the planner's copy, or loaded from the spec's reference by a worker elsewhere);
 2. the environment phase (evsys.engine.trial.environment): the sandbox spec — on the task's image
    (evsys.engine.trial.images) and in its sidecars' pod (evsys.engine.trial.sidecars) — adjusted by the
-   agent's `prepare_sandbox` hook, then the sandbox, a slot of the job's SlotPool. Skipped for a task that
+   agent's `prepare_sandbox` hook, then the sandbox, a lease of the job's SandboxPool. Skipped for a task that
    runs without a sandbox (a Python task with `sandbox=False`);
 3. a driver: evsys.engine.trial.single_step (the agent phase, evsys.engine.trial.agent, then the verifier
    phase, evsys.engine.trial.verifier / separate), or evsys.engine.trial.multi_step for a task with
@@ -51,7 +51,7 @@ from evsys.engine.trial.single_step import run_single_step
 from evsys.engine.trial.state import TrialState, describe_exception
 from evsys.model.base import ModelClient
 from evsys.records import AgentInfo, FailureCause, TrajectoryRecorder, TrialResult, utc_now
-from evsys.sandbox.slots import SlotPool
+from evsys.sandbox.pool import SandboxPool
 from evsys.task.models import Task
 
 EXCEPTION_FILE = "exception.txt"
@@ -71,7 +71,7 @@ class Trial:
         task: Task | None = None,
         model_client: ModelClient | None = None,
         on_event: Callable[[dict[str, Any]], None] | None = None,
-        slots: SlotPool | None = None,
+        pool: SandboxPool | None = None,
         agent: Agent | None = None,
         images: ImageServices | None = None,
     ) -> None:
@@ -80,9 +80,9 @@ class Trial:
         self.state = TrialState(
             spec=spec,
             store=store,
-            # the trial's sandbox is a slot of the job's SlotPool (one slot per sandbox); without a job's,
-            # a pool that keeps nothing: every sandbox is started and stopped
-            slots=slots or SlotPool.for_backend(spec.sandbox, max_idle=0),
+            # the trial's sandbox is a lease of the job's pool; without a job's, a pool that keeps nothing:
+            # every sandbox is started and stopped
+            pool=pool or SandboxPool.for_backend(spec.sandbox, max_idle=0),
             task=task,
             uses_sandbox=agent is not None
             or python_task is None

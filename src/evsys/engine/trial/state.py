@@ -24,7 +24,7 @@ from evsys.model.waiting import pausing
 from evsys.records import FailureCause, StepResult, Trajectory, TrajectoryRecorder, TrialFailure, TrialResult
 from evsys.repo.workspace import METADATA_KEY
 from evsys.sandbox.base import Sandbox
-from evsys.sandbox.slots import Slot, SlotPool
+from evsys.sandbox.pool import Lease, SandboxPool
 from evsys.task.models import Task
 from evsys.task.network import DEFAULT_PLAN, PUBLIC, NetworkPlan, NetworkPolicy
 
@@ -78,14 +78,14 @@ class TrialState:
 
     spec: TrialSpec
     store: JobStore
-    slots: SlotPool
+    pool: SandboxPool  # where the trial acquires its sandboxes
     task: Task | None = None
     uses_sandbox: bool = True  # False: a Python task without a sandbox, answered by one model call
     model_client: ModelClient | None = None
     on_event: Callable[[dict[str, Any]], None] | None = None
     images: ImageServices = field(default_factory=ImageServices)  # the job's, else the trial's own
     result: TrialResult = field(init=False)
-    slot: Slot | None = None
+    lease: Lease | None = None  # the trial's sandbox, held until `stop_sandbox`
     sandbox: Sandbox | None = None
     sandbox_alive: bool = False
     sidecars: RunningSidecars | None = None

@@ -1,10 +1,11 @@
 """The slot API for environment authors: `SlotPool.acquire(trajectory_id) -> Slot`, `execute_batch`,
 `release` (docs/repo-tasks.md "The slot API", docs/cloud.md "Slots").
 
-A slot is where one trajectory's tool calls run. With `slots_per_sandbox=1` (the default, and what the local
-backend should use: its sandboxes start in ~10 ms and reset in ~2 ms) a slot is a whole sandbox of its own,
-taken from a `SandboxPool` and reset when released. With `slots_per_sandbox=N` (backends where a sandbox is
-expensive: the cloud ones) N slots share one sandbox (shared.py: `min_sandboxes` kept started, at most
+A slot is where one trajectory's tool calls run: a `Lease` of the `SandboxPool` under the façade
+(evsys.sandbox.pool). With `slots_per_sandbox=1` (the default, and what the local backend should use: its
+sandboxes start in ~10 ms and reset in ~2 ms) a slot is a whole sandbox of its own, reset when released. With
+`slots_per_sandbox=N` (backends where a sandbox is expensive: the cloud ones) N slots share one sandbox (the
+pool's `SharePolicy`, evsys.sandbox.pool.shared: `min_sandboxes` kept started, at most
 `max_sandboxes`, idle ones stopped), each isolated by more than a directory: its own uid
 (`Sandbox.extra_uid(index)`; no supplementary groups, no capabilities, no_new_privs so no setuid program
 raises it), its own workspace (`/slots/<index>`, mode 0700, owned by that uid, also its HOME and cwd) and

@@ -10,12 +10,11 @@ from typing import Any
 
 from evsys.records import ExecResult, ExecutionResult, SandboxSpec
 from evsys.sandbox.base import Sandbox, SandboxError
-from evsys.sandbox.pool import SandboxPool
+from evsys.sandbox.pool import IDLE_TIMEOUT_SEC, Lease, ReusePolicy, SandboxPool, SharePolicy, WarmPolicy
+from evsys.sandbox.registry import create_sandbox
 from evsys.sandbox.slots.sandbox import SlotSandbox
-from evsys.sandbox.slots.shared import SharedBox, SharedSandboxes
 from evsys.sandbox.slots.slot import SLOTS_DIR, Slot, clean_slot, slot_exec
 from evsys.sandbox.tools import SANDBOX_TOOLS
-from evsys.sandbox.warm import IDLE_TIMEOUT_SEC, stop_all
 
 TOOLS = tuple(SANDBOX_TOOLS)  # bash, read_file, write_file (evsys.sandbox.tools)
 
@@ -35,14 +34,15 @@ class _SlotRunner:
 
 
 class SlotPool:
-    """Slots over any sandbox backend (see the package docstring). The engine takes every trial's sandbox
-    from one (`for_backend`, one slot per sandbox); `acquire` then gets the trial's own spec.
+    """Slots over any sandbox backend (see the package docstring), a façade over one `SandboxPool`
+    (evsys.sandbox.pool): a slot is a lease of it, with a uid and a workspace when it shares its sandbox.
 
     `slots_per_sandbox` slots share a sandbox; `min_sandboxes` sandboxes are kept started ahead of demand
     (shared: started by `fill`/`async with` and never stopped for idleness below that; one slot per sandbox:
-    that many warm sandboxes per spec, evsys.sandbox.warm); at most `max_sandboxes` run at once (None: no
-    bound), `acquire` waits for a release past that. A shared sandbox with every slot free is stopped after
-    `idle_timeout_sec` while more than `min_sandboxes` run."""
+    that many warm sandboxes per spec); at most `max_sandboxes` run at once (None: no bound), `acquire` waits
+    for a release past that. A shared sandbox with every slot free is stopped after `idle_timeout_sec` while
+    more than `min_sandboxes` run. `sandboxes`: a pool of your own to take the slots from (its policies then
+    decide, and the other options are not used)."""
 
     def __init__(
         self,
@@ -64,21 +64,9 @@ class SlotPool:
         self.backend = backend
         self.slots_per_sandbox = slots_per_sandbox
         self.command_timeout = command_timeout
-        own_warm = min_sandboxes if slots_per_sandbox == 1 else 0
-        self._pool = sandboxes or SandboxPool.for_backend(
-            backend, max_idle=max_idle, warm=own_warm, idle_timeout_sec=idle_timeout_sec
+        self.pool = sandboxes or _pool(
+            backend, slots_per_sandbox, min_sandboxes, max_sandboxes, max_idle, idle_timeout_sec
         )
-        self._shared = SharedSandboxes(
-            self._pool,
-            slots_per_sandbox=slots_per_sandbox,
-            min_sandboxes=min_sandboxes,
-            max_sandboxes=max_sandboxes,
-            idle_timeout_sec=idle_timeout_sec,
-        )
-        self._own_room = asyncio.Semaphore(max_sandboxes) if max_sandboxes is not None else None
-        self._own_waiting = 0  # acquires of an own sandbox waiting at max_sandboxes
-        self._own: dict[int, Sandbox] = {}  # id() of the own-sandbox slots handed out -> their sandboxes
-        self._boxes: dict[int, SharedBox] = {}  # id(slot) -> its shared sandbox
         self._count = 0
 
     @classmethod
@@ -91,9 +79,8 @@ class SlotPool:
         idle_timeout_sec: float = IDLE_TIMEOUT_SEC,
         demand: Callable[[], int] | None = None,
     ) -> SlotPool:
-        """One slot per sandbox on `backend`, keeping up to `max_idle` reset sandboxes (0: none; never more
-        than `demand()`, the acquires still to come, when given) and `warm` started ones per spec ready ahead
-        of demand (evsys.sandbox.warm; `idle_timeout_sec`)."""
+        """One slot per sandbox on `backend` (`SandboxPool.for_backend`: up to `max_idle` reset sandboxes
+        kept, never more than `demand()` when given; `warm` started ones per spec ready ahead of demand)."""
         pool = SandboxPool.for_backend(
             backend, max_idle=max_idle, warm=warm, idle_timeout_sec=idle_timeout_sec, demand=demand
         )
@@ -101,17 +88,14 @@ class SlotPool:
 
     def prewarm(self, spec: SandboxSpec) -> None:
         """Start `spec`'s warm sandboxes now, ahead of its first slot (a pool made with `warm`)."""
-        self._pool.prewarm(spec)
+        self.pool.prewarm(spec)
 
     async def fill(self, spec: SandboxSpec | None = None) -> None:
         """Start `min_sandboxes` sandboxes of `spec` (default the pool's) now, ahead of the first slot."""
         spec = spec or self.spec
         if spec is None:
             raise ValueError("SlotPool.fill: no spec given and the pool has no default spec")
-        if self.slots_per_sandbox == 1:
-            self._pool.prewarm(spec)
-        else:
-            await self._shared.fill(spec)
+        await self.pool.fill(spec)
 
     async def __aenter__(self) -> SlotPool:
         """The pool with its `min_sandboxes` started (when it has a default spec)."""
@@ -125,23 +109,23 @@ class SlotPool:
 
     @property
     def idle_count(self) -> int:
-        """Reset sandboxes waiting for their next slot."""
-        return self._pool.idle_count
+        """Sandboxes waiting for their next slot (reset ones and warm ones)."""
+        return self.pool.idle_count
 
     @property
     def shared_sandboxes(self) -> list[Sandbox]:
         """The running shared sandboxes (slots_per_sandbox > 1)."""
-        return [box.sandbox for box in self._shared.boxes]
+        return self.pool.shared_sandboxes
 
     @property
     def waiting(self) -> int:
         """`acquire`s waiting for a release (`max_sandboxes` running, every slot of theirs taken)."""
-        return self._shared.waiting + self._own_waiting
+        return self.pool.waiting
 
     @property
     def started_sandboxes(self) -> int:
-        """Shared sandboxes started so far."""
-        return self._shared.started
+        """Sandboxes started so far."""
+        return self.pool.started
 
     def _spec(self, spec: SandboxSpec | None) -> SandboxSpec:
         if spec is not None:
@@ -165,50 +149,14 @@ class SlotPool:
         temporary directory empty."""
         spec = self._spec(spec)
         async with asyncio.timeout(timeout):
-            if self.slots_per_sandbox == 1:
-                return await self._acquire_own(trajectory_id, spec)
-            return await self._acquire_shared(trajectory_id, spec)
-
-    async def _acquire_own(self, trajectory_id: str, spec: SandboxSpec) -> Slot:
-        if self._own_room is not None:
-            self._own_waiting += 1
-            try:
-                await self._own_room.acquire()
-            finally:
-                self._own_waiting -= 1
-        try:
-            sandbox = await self._pool.acquire_within(spec, None)
-        except BaseException:
-            if self._own_room is not None:
-                self._own_room.release()
-            raise
-        slot = Slot(sandbox.spec.name, trajectory_id, sandbox, sandbox.spec.workdir)
-        self._own[id(slot)] = sandbox
-        return slot
-
-    async def _acquire_shared(self, trajectory_id: str, spec: SandboxSpec) -> Slot:
-        box, index = await self._shared.take(spec)
-        try:
-            uid = box.sandbox.extra_uid(index)
-        except BaseException:
-            self._shared.give_back(box, index, broken=True)
-            raise
-        name = f"{box.sandbox.spec.name}/{index}"
-        slot = Slot(name, trajectory_id, box.sandbox, f"{SLOTS_DIR}/{index}", uid, index)
-        try:
-            if index in box.clean:  # cleaned on its release, and nothing of its uid ran since
-                box.clean.discard(index)
-            else:
-                await clean_slot(slot)
-        except BaseException as exc:
-            self._shared.give_back(box, index, broken=isinstance(exc, SandboxError))
-            raise
-        self._boxes[id(slot)] = box
-        return slot
+            lease = await self.pool.acquire(spec)
+            if not lease.shared:
+                return Slot(lease.sandbox.spec.name, trajectory_id, lease, lease.sandbox.spec.workdir)
+            return await _shared_slot(trajectory_id, lease)
 
     def was_reused(self, slot: Slot) -> bool:
         """True when the slot's own sandbox is a reset sandbox of an earlier slot (shared slots: False)."""
-        return not slot.shared and self._pool.was_reused(slot.sandbox)
+        return slot.lease.reused
 
     async def release(
         self, slot: Slot, reset_workspace: bool = True, *, reusable: bool = True, wait: bool = True
@@ -219,37 +167,27 @@ class SlotPool:
         removed). An own sandbox is stopped instead when `reusable` is False (its trial went wrong in it) or
         when it keeps its files (`reset_workspace=False`); a shared sandbox whose cleanup fails is stopped
         once its other slots are back. `wait=False`: an own sandbox to be reset is reset in the background
-        (SandboxPool.release; not with `max_sandboxes`, whose room is given back only once it is done)."""
+        (`Lease.release`; not with `max_sandboxes`, whose room is given back only once it is done)."""
+        if slot.given_back or slot.lease.released:
+            return  # released already
+        slot.given_back = True
         if not slot.shared:
-            if self._own.pop(id(slot), None) is None:
-                return  # released already
             try:
                 if not reset_workspace:
                     await slot.sandbox.kill_processes()
-                keep = reusable and reset_workspace
-                await self._pool.release(slot.sandbox, reusable=keep, wait=wait or self._own_room is not None)
             finally:
-                if self._own_room is not None:
-                    self._own_room.release()
+                await slot.lease.release(reusable=reusable and reset_workspace, wait=wait)
             return
-        box = self._boxes.pop(id(slot), None)
-        if box is None:
-            return  # released already
-        assert slot.index is not None
         broken = True
         try:
             await clean_slot(slot, processes_only=not reset_workspace)
             broken = False
         finally:
-            self._shared.give_back(box, slot.index, cleaned=reset_workspace and not broken, broken=broken)
+            await slot.lease.release(reusable=not broken, cleaned=reset_workspace)
 
     async def close(self) -> None:
         """Stop every sandbox the pool holds (slots still taken included)."""
-        self._boxes.clear()
-        taken, self._own = list(self._own.values()), {}
-        await self._shared.close()
-        await self._pool.close()
-        await stop_all(taken)
+        await self.pool.close()
 
     async def aclose(self) -> None:
         """`close`."""
@@ -313,3 +251,44 @@ def _check_bounds(min_sandboxes: int, max_sandboxes: int | None) -> None:
         raise ValueError(
             f"max_sandboxes must be >= 1 and >= min_sandboxes ({min_sandboxes}), got {max_sandboxes}"
         )
+
+
+def _pool(
+    backend: str,
+    slots_per_sandbox: int,
+    min_sandboxes: int,
+    max_sandboxes: int | None,
+    max_idle: int,
+    idle_timeout_sec: float,
+) -> SandboxPool:
+    """The `SandboxPool` of a `SlotPool` made from its options: shared places past one slot per sandbox."""
+    own = slots_per_sandbox == 1
+    share = None if own else SharePolicy(slots_per_sandbox, min_sandboxes, idle_timeout_sec)
+    return SandboxPool(
+        lambda spec: create_sandbox(spec, backend=backend),
+        backend=backend,
+        reuse=ReusePolicy(max_idle=max_idle),
+        warm=WarmPolicy(count=min_sandboxes if own else 0, idle_timeout_sec=idle_timeout_sec),
+        share=share,
+        max_sandboxes=max_sandboxes,
+    )
+
+
+async def _shared_slot(trajectory_id: str, lease: Lease) -> Slot:
+    """A slot on a shared place, handed over clean (cleaned now unless nothing ran since its last cleaning);
+    the place goes back when this fails (the sandbox stopped when cleaning it failed)."""
+    assert lease.place is not None
+    try:
+        uid = lease.sandbox.extra_uid(lease.place)
+    except BaseException:
+        await lease.release(reusable=False)
+        raise
+    workspace = f"{SLOTS_DIR}/{lease.place}"
+    slot = Slot(f"{lease.sandbox.spec.name}/{lease.place}", trajectory_id, lease, workspace, uid)
+    try:
+        if not lease.clean:
+            await clean_slot(slot)
+    except BaseException as exc:
+        await lease.release(reusable=not isinstance(exc, SandboxError))
+        raise
+    return slot

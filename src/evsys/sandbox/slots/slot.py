@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from evsys.records import ExecResult
 from evsys.sandbox.base import HELPER_ENV, Sandbox, SandboxError
+from evsys.sandbox.pool import Lease
 
 SLOTS_DIR = "/slots"  # root's (0711): the shared slots' workspaces, /slots/<index>
 TMP_DIR = (
@@ -25,11 +26,21 @@ class Slot:
 
     slot_id: str
     trajectory_id: str
-    sandbox: Sandbox
+    lease: Lease = field(repr=False)  # from the pool's `acquire`: the sandbox, or a place in a shared one
     workspace: str
     uid: int | None = None
-    index: int | None = None  # its place in a shared sandbox
     lock: asyncio.Lock = field(default_factory=asyncio.Lock, repr=False)
+    given_back: bool = False  # `SlotPool.release` began
+
+    @property
+    def sandbox(self) -> Sandbox:
+        """The sandbox the slot runs in (shared with other slots when `shared`)."""
+        return self.lease.sandbox
+
+    @property
+    def index(self) -> int | None:
+        """Its place in a shared sandbox; None for a sandbox of its own."""
+        return self.lease.place
 
     @property
     def shared(self) -> bool:

@@ -1,5 +1,5 @@
-"""`SandboxPool.acquire_within`: a start bounded by a timeout never leaves a sandbox running, even when the
-start finishes just as the wait gives up."""
+"""`SandboxPool.acquire(spec, timeout=...)`: a start bounded by a timeout never leaves a sandbox running,
+even when the start finishes just as the wait gives up."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from evsys.records import ExecResult, SandboxSpec
 from evsys.sandbox.base import Sandbox
-from evsys.sandbox.pool import SandboxPool
+from evsys.sandbox.pool import ReusePolicy, SandboxPool
 
 
 class SlowStart(Sandbox):
@@ -40,20 +40,20 @@ class SlowStart(Sandbox):
 @pytest.fixture
 def pool():
     SlowStart.running.clear()
-    return SandboxPool(SlowStart, max_idle=4)
+    return SandboxPool(SlowStart, reuse=ReusePolicy(max_idle=4))
 
 
 async def test_a_start_that_finishes_after_the_timeout_is_stopped(pool):
     started = await pool.acquire(SandboxSpec(name="control"))
-    assert SlowStart.running == [started]  # positive control: this backend's start leaves a sandbox running
-    await started.stop()
+    assert SlowStart.running == [started.sandbox]  # positive control: this backend's start leaves one running
+    await started.sandbox.stop()
     with pytest.raises(TimeoutError):
-        await pool.acquire_within(SandboxSpec(name="late"), 0.05)
+        await pool.acquire(SandboxSpec(name="late"), timeout=0.05)
     assert SlowStart.running == []
 
 
 async def test_a_cancelled_acquire_leaves_nothing_running(pool):
-    waiter = asyncio.ensure_future(pool.acquire_within(SandboxSpec(name="cancelled"), 30))
+    waiter = asyncio.ensure_future(pool.acquire(SandboxSpec(name="cancelled"), timeout=30))
     await asyncio.sleep(0.05)
     waiter.cancel()
     with pytest.raises(asyncio.CancelledError):
@@ -62,7 +62,7 @@ async def test_a_cancelled_acquire_leaves_nothing_running(pool):
 
 
 async def test_a_start_within_the_timeout_is_handed_over(pool):
-    sandbox = await pool.acquire_within(SandboxSpec(name="in-time"), 5)
-    assert SlowStart.running == [sandbox]
-    await pool.release(sandbox, reusable=False)
+    lease = await pool.acquire(SandboxSpec(name="in-time"), timeout=5)
+    assert SlowStart.running == [lease.sandbox]
+    await lease.release(reusable=False)
     assert SlowStart.running == []

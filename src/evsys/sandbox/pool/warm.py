@@ -1,4 +1,5 @@
-"""Warm sandboxes: N started sandboxes per environment spec, kept ready ahead of demand (docs/sandbox.md).
+"""`WarmKeeper`: the warm policy at work — N started sandboxes per spec kept ready ahead of demand
+(WarmPolicy; docs/sandbox.md).
 
 A `SandboxPool` made with `warm=N` keeps, for every spec it has been asked for (`acquire`) or told about
 (`prewarm`), N freshly started sandboxes of an equal spec (everything but the name) beside the reset ones
@@ -15,9 +16,7 @@ available has fallen below what the rest of the machine was left when the pool w
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -25,12 +24,13 @@ from pathlib import Path
 
 from evsys.records import SandboxSpec
 from evsys.sandbox.base import Sandbox, SandboxError
+from evsys.sandbox.pool.policies import WarmPolicy
+from evsys.sandbox.pool.starter import stop_all
 
 log = logging.getLogger(__name__)
 
 WARM_SANDBOX_MB = 4  # what one idle warm sandbox is counted as (measured: ~0.4-1.2 MB; docs/scale.md)
 MEMORY_SHARE = 0.5  # of the memory available when the pool is made, at most this much for warm sandboxes
-IDLE_TIMEOUT_SEC = 300.0
 MEMINFO = Path("/proc/meminfo")
 
 
@@ -63,35 +63,25 @@ def fit_warm_count(requested: int, available: int | None = None) -> tuple[int, s
     return fits, f"{why}: keeping {fits} per environment instead"
 
 
-def warm_key(spec: SandboxSpec) -> str | None:
-    """Specs with equal keys may take each other's warm sandboxes; None: never kept warm (a pod's, whose
-    network is its sidecars', and an allowlist's, whose hosts are resolved when it starts)."""
-    if spec.pod is not None or spec.network == "allowlist":
-        return None
-    return json.dumps(spec.model_dump(mode="json", exclude={"name"}), sort_keys=True)
-
-
 class WarmKeeper:
     """The warm sandboxes of one pool: `ready` by key, refilled by `demand`, reaped when idle."""
 
-    def __init__(
-        self,
-        count: int,
-        start: Callable[[SandboxSpec], Awaitable[Sandbox]],
-        *,
-        idle_timeout_sec: float = IDLE_TIMEOUT_SEC,
-    ) -> None:
+    def __init__(self, policy: WarmPolicy, start: Callable[[SandboxSpec], Awaitable[Sandbox]]) -> None:
+        count, shrunk = fit_warm_count(policy.count)
+        if shrunk is not None:
+            log.warning("warm pool: %s", shrunk)
         self.count = count
-        self.idle_timeout_sec = idle_timeout_sec
-        self._start = start  # starts a sandbox of the pool, never losing one (SandboxPool.start_new)
+        self.policy = policy
+        self.idle_timeout_sec = policy.idle_timeout_sec
+        self._start = start  # starts a sandbox of the pool, never losing one (Starter.start)
         self.ready: dict[str, list[Sandbox]] = {}
         self._templates: dict[str, SandboxSpec] = {}
         self._last_demand: dict[str, float] = {}
-        self._fills: dict[str, asyncio.Task] = {}
-        self._reaper: asyncio.Task | None = None
+        self._fills: dict[str, asyncio.Task[None]] = {}
+        self._reaper: asyncio.Task[None] | None = None
         self._closed = False
         self._names = itertools.count(1)
-        self._floor_mb = available_mb() * (1 - MEMORY_SHARE)
+        self._floor_mb = available_mb() * (1 - MEMORY_SHARE) if count else 0.0
         self._short_of_memory = False
         self.started = 0
 
@@ -102,8 +92,8 @@ class WarmKeeper:
 
     def want(self, spec: SandboxSpec) -> str | None:
         """Keep `spec` warm from now (its idle timeout counts from now); its key, None if never kept warm."""
-        key = warm_key(spec)
-        if key is None or self._closed:
+        key = self.policy.admits.key(spec)
+        if key is None or self._closed or self.count == 0:
             return None
         self._templates[key] = spec
         self._last_demand[key] = time.monotonic()
@@ -175,12 +165,3 @@ class WarmKeeper:
         ready = [sb for group in self.ready.values() for sb in group]
         self.ready.clear()
         await stop_all(ready)
-
-
-async def stop_all(sandboxes: list[Sandbox]) -> None:
-    """Stop every sandbox, logging (never raising) the failures."""
-    results = await asyncio.gather(*(sb.stop() for sb in sandboxes), return_exceptions=True)
-    for sandbox, result in zip(sandboxes, results, strict=True):
-        if isinstance(result, BaseException):
-            with contextlib.suppress(Exception):
-                log.warning("stopping idle sandbox %s failed: %s", sandbox.spec.name, result)
