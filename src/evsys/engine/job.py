@@ -31,7 +31,7 @@ from typing import Any
 from evsys.agent.registry import resolve_agent, talks_to_model
 from evsys.engine.config import RESUME_SAFE_FIELDS, AgentSpec, JobConfig
 from evsys.engine.executors.base import Executor, ExecutorContext, create_executor, executor_class
-from evsys.engine.metrics import compute_metrics, progress_counts, total_usage, with_findings
+from evsys.engine.metrics import job_result, progress_counts
 from evsys.engine.plan import PythonTaskItem, plan_trials
 from evsys.engine.retries import is_retryable, retry_delay
 from evsys.engine.run import TrialResources
@@ -100,7 +100,6 @@ class Job:
         self._executor: Executor | None = None
         self._cancelled = False
         self._started_at = utc_now()
-        self._started = time.perf_counter()
         self._dirty = False
         self._writer: asyncio.Task | None = None
         self._closing = asyncio.Event()
@@ -280,6 +279,8 @@ class Job:
                 self.store.finished_results, names, retry_errors=self.retry_errors
             )
             await asyncio.to_thread(self.store.remove_stale_temp_files, list(self.results))
+            recorded = await asyncio.to_thread(self.store.recorded_start, self.results)
+            self._started_at = recorded or self._started_at  # a resume keeps the job's own start
         else:
             await self.store.write_config(self.config)
 
@@ -360,23 +361,13 @@ class Job:
         trials = [
             self.results[p.config.trial_name] for p in self.planned if p.config.trial_name in self.results
         ]
-        scored = [t for t in trials if t.cause != FailureCause.CANCELLED]
-        rewards = [t.reward or 0.0 for t in scored]
-        return JobResult(
+        return job_result(
+            trials,
             job_name=self.config.job_name,
             job_dir=str(self.job_dir),
             started_at=self._started_at,
-            complete=len(scored) == len(self.planned),
             n_planned=len(self.planned),
-            n_done=len(trials),
-            n_errors=sum(1 for t in trials if t.failure is not None),
-            n_cancelled=len(trials) - len(scored),
-            n_with_findings=with_findings(trials),
-            mean_reward=sum(rewards) / len(rewards) if rewards else 0.0,
-            usage=total_usage(trials),
-            wall_time_sec=time.perf_counter() - self._started,
-            metrics=compute_metrics(trials, self.config.n_attempts),
-            trials=trials,
+            n_attempts=self.config.n_attempts,
         )
 
     def _schedule_job_result(self) -> None:
