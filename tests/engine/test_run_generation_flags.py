@@ -6,28 +6,13 @@ from __future__ import annotations
 
 import json
 
+from engine_models import RecordingClient
 from typer.testing import CliRunner
 
 from evsys.cli.generation import apply_generation, generation_kwargs
 from evsys.cli.main import app
 from evsys.cli.run_config import build_job
 from evsys.engine import Job
-from evsys.model.base import Completion
-
-
-class RecordingClient:
-    """Answers every call with plain text (the loop agent stops: no tool call); keeps each call's params."""
-
-    def __init__(self, model: str, seen: dict[str, list]) -> None:
-        self.model = model
-        self.seen = seen.setdefault(model, [])
-
-    async def complete(self, messages, *, tools=None, params=None) -> Completion:
-        self.seen.append(params)
-        return Completion(text="done", model=self.model, finish_reason="stop")
-
-    async def aclose(self) -> None:
-        return None
 
 
 async def test_generation_flags_and_several_models_in_one_job(task_factory, memory_sandbox, tmp_path):

@@ -230,7 +230,10 @@ def run(
         bool, typer.Option("--retry-errors", help="On resume, rerun errored trials too.")
     ] = False,
     stream: Annotated[
-        bool, typer.Option("--stream", help="Print harness events (model calls, tool calls, text) live.")
+        bool,
+        typer.Option(
+            "--stream", help="Print trials' events live: phases, agent turns, harness calls and tool calls."
+        ),
     ] = False,
     strict: Annotated[
         bool, typer.Option("--strict", help="Refuse to start when a task directory is invalid.")

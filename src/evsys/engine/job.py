@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from evsys.agent.registry import resolve_agent, talks_to_model
+from evsys.engine.activity import activity
 from evsys.engine.config import RESUME_SAFE_FIELDS, AgentSpec, JobConfig
 from evsys.engine.executors.base import Executor, ExecutorContext, create_executor, executor_class
 from evsys.engine.metrics import job_result, progress_counts
@@ -83,6 +84,7 @@ class Job:
         self.config = config.model_copy(update={"datasets": datasets})
         self.on_trial_done = on_trial_done
         self.on_agent_event = on_agent_event  # live agent events, e.g. harness events (`evsys run --stream`)
+        self.activity: dict[str, str] = {}  # per running trial, what it does now (evsys.engine.activity)
         self.resume_mode = resume
         self.retry_errors = retry_errors
         self.model_client_factory = model_client_factory
@@ -155,6 +157,7 @@ class Job:
             "running": len(self.running),
             "mean_reward": sum(rewards) / len(rewards) if rewards else None,
             "prepared": self.prepared,
+            "activity": {name: now for name, now in self.activity.items() if name in self.running},
             **progress_counts(done),
         }
 
@@ -218,7 +221,7 @@ class Job:
             return TrialResources(
                 slots=self._slots,
                 model_client=self._clients.get(id(planned.config.agent)),
-                on_event=self.on_agent_event,
+                on_event=self._on_event,
                 task=planned.task,
             )
 
@@ -231,6 +234,15 @@ class Job:
             warm_sandboxes=self.config.warm_sandboxes,
             options=self.config.executor.options,  # validated once, with the config
         )
+
+    def _on_event(self, event: dict[str, Any]) -> None:
+        """A trial's live event: what the trial does now is kept for `status()`, and the event goes on to
+        `on_agent_event` (`evsys run --stream`)."""
+        trial, now = event.get("trial"), activity(event)
+        if now is not None and trial in self.running:
+            self.activity[trial] = now
+        if self.on_agent_event is not None:
+            self.on_agent_event(event)
 
     def _trial_started(self, trial_name: str) -> None:
         self.running.add(trial_name)
@@ -347,6 +359,7 @@ class Job:
 
     async def _record(self, result: TrialResult) -> None:
         self.results[result.trial_name] = result
+        self.activity.pop(result.trial_name, None)
         if self.on_trial_done is not None:
             try:
                 outcome = self.on_trial_done(result)
