@@ -156,8 +156,8 @@ def config_from_file(
             )
             if flag in given
         }
-        models = agents.models or [None]  # -m given: every agent of the file (or of -a) with each model
-        per_model = [{**overrides, "model": model} if agents.models else overrides for model in models]
+        # -m given: every agent of the file (or of -a) once per model
+        per_model = [{**overrides, "model": model} for model in agents.models] or [overrides]
         specs = None
         if agents.names:
             specs = [AgentSpec(name=n, **o).model_dump(mode="json") for n in agents.names for o in per_model]

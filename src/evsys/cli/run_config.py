@@ -61,10 +61,11 @@ def build_job(
         console.print(f"[yellow]note:[/] {path} is given more than once; its tasks run once", highlight=False)
     try:
         kwargs = dict(parse_agent_kwarg(text) for text in agent_kwargs)
+        each_model: list[str | None] = [*models] or [None]
         specs = [
             AgentSpec(name=name, model=model, base_url=base_url, kwargs=kwargs, env=env or {})  # type: ignore[arg-type]
             for name in (agents or ["oracle"])
-            for model in (models or [None])
+            for model in each_model
         ]
         return JobConfig(datasets=paths, agents=specs, **{k: v for k, v in settings.items() if v is not None})
     except (ValueError, ValidationError) as exc:
