@@ -9,7 +9,7 @@ import json
 from engine_models import RecordingClient
 from typer.testing import CliRunner
 
-from evsys.cli.generation import apply_generation, generation_kwargs
+from evsys.cli.generation import apply_generation, generation_kwargs, once_without_model
 from evsys.cli.main import app
 from evsys.cli.run_config import build_job
 from evsys.engine import Job
@@ -68,4 +68,16 @@ def test_a_job_file_agent_runs_once_per_model_given(tmp_path):
     assert [(a.name, a.model, a.kwargs) for a in config.agents] == [
         ("loop", "local", {"seed": 1, "max_turns": 4}),
         ("loop", "openai:gpt", {"seed": 1, "max_turns": 4}),
+    ]
+
+
+def test_agents_without_a_model_run_once_however_many_models_are_given(task_factory, tmp_path):
+    task_factory("a")
+    both = build_job([task_factory.dataset], ["oracle", "loop"], ["local", "openai:gpt"], None, [], {})
+    assert [a.name for a in both.agents] == ["oracle", "oracle", "loop", "loop"]  # the plain cross product
+    config = once_without_model(both)
+    assert [(a.name, a.model) for a in config.agents] == [
+        ("oracle", "local"),
+        ("loop", "local"),
+        ("loop", "openai:gpt"),
     ]

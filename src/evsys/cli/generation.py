@@ -60,3 +60,19 @@ def apply_generation(config: JobConfig, generation: dict[str, Any]) -> JobConfig
         for agent in config.agents
     ]
     return config.model_copy(update={"agents": agents})
+
+
+def once_without_model(config: JobConfig) -> JobConfig:
+    """`config` with each agent that uses no model (oracle, nop) once, however many `-m` were given (each
+    model makes every agent a spec of its own; for these the model changes nothing)."""
+    from evsys.agent.registry import uses_model
+
+    seen: set[str] = set()
+    agents = []
+    for agent in config.agents:
+        key = agent.model_dump_json(exclude={"model"})
+        if not uses_model(agent.name) and key in seen:
+            continue
+        seen.add(key)
+        agents.append(agent)
+    return config.model_copy(update={"agents": agents})

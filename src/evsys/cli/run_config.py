@@ -15,7 +15,7 @@ from evsys.cli.checks import all_flags, console, flags_given
 from evsys.cli.checks import fail as _fail
 from evsys.cli.datasets import dataset_paths
 from evsys.cli.executor_flags import ExecutorFlags, automatic_executor, executor_spec
-from evsys.cli.generation import apply_generation
+from evsys.cli.generation import apply_generation, once_without_model
 from evsys.cli.job_file import CONFIG_FLAGS, AgentFlags, config_from_file, validation_message
 
 if TYPE_CHECKING:
@@ -124,8 +124,9 @@ def new_job_config(
     paths = [*paths, *dataset_paths(datasets.names, datasets.registry_path, datasets.registry_url)]
     if config_file is not None:
         config = config_from_file(config_file, flags_given(ctx), settings, paths, agents, flags)
-        return apply_generation(config, agents.generation)
+        return apply_generation(once_without_model(config), agents.generation)
     config = build_job(
         paths, agents.names or [], agents.models, agents.base_url, agents.kwargs, settings, flags, agents.env
     )
-    return automatic_executor(apply_generation(config, agents.generation), where)  # a flag's choice is kept
+    config = apply_generation(once_without_model(config), agents.generation)
+    return automatic_executor(config, where)  # a flag's choice is kept
