@@ -65,3 +65,13 @@ def test_stream_prints_a_line_per_phase_and_turn():
     text = out.export_text()
     assert "a__loop__1 phase         sandbox start" in text
     assert "a__loop__1 turn          agent turn 2" in text
+
+
+def test_entering_the_agent_phase_keeps_a_turn_that_started_early():
+    from evsys.engine.activity import next_activity
+
+    agent_phase = {"type": "phase", "data": {"phase": "agent_run"}}
+    assert next_activity("agent turn 1", agent_phase) == "agent turn 1"  # the early first call still runs
+    assert next_activity("agent setup", agent_phase) == "agent"
+    assert next_activity("agent", {"type": "turn", "data": {"turn": 2}}) == "agent turn 2"
+    assert next_activity("agent turn 2", {"type": "llm_response", "data": {}}) is None

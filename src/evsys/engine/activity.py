@@ -46,3 +46,16 @@ def activity(event: dict[str, Any]) -> str | None:
         return None
     data = event.get("data")
     return describe(data if isinstance(data, dict) else {})
+
+
+AGENT_DETAIL = ("agent turn ", "agent model call ")  # finer than the agent phase itself
+
+
+def next_activity(previous: str | None, event: dict[str, Any]) -> str | None:
+    """What the trial does after `event`, given what it did (`previous`); None when the event says nothing
+    of it. Entering the agent phase keeps a turn already under way: the loop agent's first call starts early,
+    while the sandbox starts, and is still running then."""
+    now = activity(event)
+    if now == PHASE_LABELS["agent_run"] and previous is not None and previous.startswith(AGENT_DETAIL):
+        return previous
+    return now

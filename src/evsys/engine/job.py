@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from evsys.agent.registry import resolve_agent, talks_to_model
-from evsys.engine.activity import activity
+from evsys.engine.activity import next_activity
 from evsys.engine.config import RESUME_SAFE_FIELDS, AgentSpec, JobConfig
 from evsys.engine.executors.base import Executor, ExecutorContext, create_executor, executor_class
 from evsys.engine.metrics import job_result, progress_counts
@@ -238,9 +238,11 @@ class Job:
     def _on_event(self, event: dict[str, Any]) -> None:
         """A trial's live event: what the trial does now is kept for `status()`, and the event goes on to
         `on_agent_event` (`evsys run --stream`)."""
-        trial, now = event.get("trial"), activity(event)
-        if now is not None and trial in self.running:
-            self.activity[trial] = now
+        trial = event.get("trial")
+        if trial in self.running:
+            now = next_activity(self.activity.get(trial), event)
+            if now is not None:
+                self.activity[trial] = now
         if self.on_agent_event is not None:
             self.on_agent_event(event)
 
