@@ -31,8 +31,10 @@ async def test_phases_and_turns_are_events_and_status_says_what_each_trial_does(
     job.on_agent_event = watch
     await job.run()
     trial = "a__loop-openai-m__1"
+    # the first call starts early, while the sandbox starts, and is what the agent phase shows
     assert (trial, "phase", "sandbox start") in seen
-    assert (trial, "turn", "agent turn 1") in seen
+    assert (trial, "turn", "sandbox start (agent turn 1)") in seen
+    assert (trial, "phase", "agent turn 1") in seen
     assert (trial, "phase", "verifier") in seen
     kinds = [now for name, _, now in seen if name == trial]
     assert kinds.index("sandbox start") < kinds.index("agent turn 1") < kinds.index("verifier")
@@ -67,11 +69,25 @@ def test_stream_prints_a_line_per_phase_and_turn():
     assert "a__loop__1 turn          agent turn 2" in text
 
 
-def test_entering_the_agent_phase_keeps_a_turn_that_started_early():
-    from evsys.engine.activity import next_activity
+def test_a_turn_that_started_early_stays_in_view_until_the_agent_is_done():
+    from evsys.engine.activity import TrialActivity
 
-    agent_phase = {"type": "phase", "data": {"phase": "agent_run"}}
-    assert next_activity("agent turn 1", agent_phase) == "agent turn 1"  # the early first call still runs
-    assert next_activity("agent setup", agent_phase) == "agent"
-    assert next_activity("agent", {"type": "turn", "data": {"turn": 2}}) == "agent turn 2"
-    assert next_activity("agent turn 2", {"type": "llm_response", "data": {}}) is None
+    def phase(name: str) -> dict:
+        return {"type": "phase", "data": {"phase": name}}
+
+    now = TrialActivity()
+    assert now.text() == "starting"
+    now.update({"type": "turn", "data": {"turn": 1}})  # the loop agent's first call, made early
+    now.update(phase("sandbox_start"))
+    assert now.text() == "sandbox start (agent turn 1)"
+    now.update(phase("agent_run"))
+    assert now.text() == "agent turn 1"  # the early call still runs
+    now.update({"type": "turn", "data": {"turn": 2}})
+    assert now.text() == "agent turn 2"
+    assert not now.update({"type": "llm_response", "data": {}}) and now.text() == "agent turn 2"
+    now.update(phase("verifier"))
+    assert now.text() == "verifier"
+    harness = TrialActivity()
+    harness.update(phase("agent_run"))
+    harness.update({"type": "llm_request", "data": {"call_index": 0}})
+    assert harness.text() == "agent model call 1"

@@ -31,11 +31,11 @@ def _short(value: Any) -> str:
 
 def describe(event: dict[str, Any]) -> str:
     """The human summary of one event (its type-specific fields, shortened)."""
-    from evsys.engine.activity import activity
+    from evsys.engine.activity import event_text
 
     kind = event.get("type", "?")
     data = event.get("data") or {}
-    now = activity(event) if kind in ("phase", "turn") else None  # a trial's phase, a loop agent's turn
+    now = event_text(event) if kind in ("phase", "turn") else None  # a trial's phase, a loop agent's turn
     if now is not None:
         return now
     if kind == "llm_request":

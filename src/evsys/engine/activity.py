@@ -1,11 +1,12 @@
 """What a running trial is doing now, from its live events: the phase it entered (sandbox start, image,
-agent, verifier), the loop agent's turn, a harness's model call. `Job.status()` keeps the latest per running
-trial for `evsys run`'s progress display."""
+agent, verifier) and, while its agent works, the loop agent's turn or a harness's model call. `Job.status()`
+keeps one `TrialActivity` per running trial for `evsys run`'s progress display."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
+
+from pydantic import BaseModel
 
 PHASE_LABELS = {
     "environment_build": "image",
@@ -16,11 +17,7 @@ PHASE_LABELS = {
     "logs_download": "copying logs",
     "sandbox_stop": "sandbox stop",
 }
-
-
-def _phase(data: dict[str, Any]) -> str:
-    phase = str(data.get("phase", "?"))
-    return PHASE_LABELS.get(phase, phase)
+AFTER_AGENT = {"verifier", "logs_download", "sandbox_stop"}  # the agent's turns are over
 
 
 def _turn(data: dict[str, Any]) -> str:
@@ -32,30 +29,43 @@ def _model_call(data: dict[str, Any]) -> str:
     return f"agent model call {index + 1 if isinstance(index, int) else '?'}"
 
 
-DESCRIBE: dict[str, Callable[[dict[str, Any]], str]] = {
-    "phase": _phase,
-    "turn": _turn,
-    "llm_request": _model_call,  # a harness's call through the model proxy
-}
+AGENT_DETAIL = {"turn": _turn, "llm_request": _model_call}  # the loop agent's turns, a harness's calls
 
 
-def activity(event: dict[str, Any]) -> str | None:
-    """The event as what its trial is doing now (`agent turn 3`, `verifier`); None for other events."""
-    describe = DESCRIBE.get(str(event.get("type")))
-    if describe is None:
-        return None
-    data = event.get("data")
-    return describe(data if isinstance(data, dict) else {})
+class TrialActivity(BaseModel):
+    """One running trial's latest phase and, until the agent is done, its agent's latest turn or call (the
+    loop agent's first call starts early, while the sandbox starts, so both may be under way at once)."""
+
+    phase: str | None = None
+    agent: str | None = None
+
+    def update(self, event: dict[str, Any]) -> bool:
+        """Take in one event of the trial; False when it says nothing of what the trial does."""
+        data = event.get("data")
+        data = data if isinstance(data, dict) else {}
+        kind = str(event.get("type"))
+        if kind == "phase":
+            self.phase = str(data.get("phase", "?"))
+            if self.phase in AFTER_AGENT:
+                self.agent = None
+            return True
+        describe = AGENT_DETAIL.get(kind)
+        if describe is None:
+            return False
+        self.agent = describe(data)
+        return True
+
+    def text(self) -> str:
+        """`agent turn 2`, `sandbox start (agent turn 1)`, `verifier`."""
+        phase = PHASE_LABELS.get(self.phase, self.phase) if self.phase else None
+        if self.agent is None:
+            return phase or "starting"
+        if phase is None or self.phase == "agent_run":
+            return self.agent
+        return f"{phase} ({self.agent})"
 
 
-AGENT_DETAIL = ("agent turn ", "agent model call ")  # finer than the agent phase itself
-
-
-def next_activity(previous: str | None, event: dict[str, Any]) -> str | None:
-    """What the trial does after `event`, given what it did (`previous`); None when the event says nothing
-    of it. Entering the agent phase keeps a turn already under way: the loop agent's first call starts early,
-    while the sandbox starts, and is still running then."""
-    now = activity(event)
-    if now == PHASE_LABELS["agent_run"] and previous is not None and previous.startswith(AGENT_DETAIL):
-        return previous
-    return now
+def event_text(event: dict[str, Any]) -> str | None:
+    """One event as `TrialActivity` reads it (`sandbox start`, `agent turn 2`); None for other events."""
+    activity = TrialActivity()
+    return activity.text() if activity.update(event) else None

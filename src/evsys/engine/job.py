@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from evsys.agent.registry import resolve_agent, talks_to_model
-from evsys.engine.activity import next_activity
+from evsys.engine.activity import TrialActivity
 from evsys.engine.config import RESUME_SAFE_FIELDS, AgentSpec, JobConfig
 from evsys.engine.executors.base import Executor, ExecutorContext, create_executor, executor_class
 from evsys.engine.metrics import job_result, progress_counts
@@ -84,7 +84,7 @@ class Job:
         self.config = config.model_copy(update={"datasets": datasets})
         self.on_trial_done = on_trial_done
         self.on_agent_event = on_agent_event  # live agent events, e.g. harness events (`evsys run --stream`)
-        self.activity: dict[str, str] = {}  # per running trial, what it does now (evsys.engine.activity)
+        self.activity: dict[str, TrialActivity] = {}  # per running trial, what it does now
         self.resume_mode = resume
         self.retry_errors = retry_errors
         self.model_client_factory = model_client_factory
@@ -157,7 +157,7 @@ class Job:
             "running": len(self.running),
             "mean_reward": sum(rewards) / len(rewards) if rewards else None,
             "prepared": self.prepared,
-            "activity": {name: now for name, now in self.activity.items() if name in self.running},
+            "activity": {name: now.text() for name, now in self.activity.items() if name in self.running},
             **progress_counts(done),
         }
 
@@ -240,9 +240,7 @@ class Job:
         `on_agent_event` (`evsys run --stream`)."""
         trial = event.get("trial")
         if trial in self.running:
-            now = next_activity(self.activity.get(trial), event)
-            if now is not None:
-                self.activity[trial] = now
+            self.activity.setdefault(trial, TrialActivity()).update(event)
         if self.on_agent_event is not None:
             self.on_agent_event(event)
 
