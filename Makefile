@@ -18,7 +18,7 @@ setup-run:
 # (every task at 1.0), then with the built-in loop agent driving the offline SmolLM2-135M-Instruct.
 # One loop trial per CPU: the trials share one in-process engine, and generation counts against each trial's
 # agent timeout (loading the model and queueing for it do not; docs/jobs.md "Trial lifecycle").
-LOOP_ARGS ?= --agent-kwarg max_turns=3 --agent-kwarg max_tokens=96 --agent-kwarg seed=0
+LOOP_ARGS ?= --max-turns 3 --max-tokens 96 --agent-kwarg seed=0
 LOOP_N    ?= $(shell nproc 2>/dev/null || echo 2)
 
 run: setup-run

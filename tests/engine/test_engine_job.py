@@ -208,6 +208,24 @@ async def test_resume_skips_finished_trials_and_reruns_the_rest(task_factory, me
     assert resumed.complete
 
 
+async def test_resume_keeps_the_jobs_start_and_wall_time_is_one_figure(task_factory, memory_sandbox):
+    for name in ("a", "b"):
+        task_factory(name)
+    config = job_config(task_factory.dataset, sandbox=memory_sandbox)
+    first = await Job(config).run()
+    job_dir = config.job_dir
+    saved = json.loads((job_dir / "result.json").read_text())
+    started = saved["started_at"]
+    # the job's wall time is its group's (the union of the trials' spans), in memory and on disk alike
+    assert saved["wall_time_sec"] == saved["metrics"][0]["wall_time_sec"] == first.wall_time_sec > 0
+    (job_dir / first.trials[0].trial_name / "result.json").unlink()  # as a kill leaves it
+    await asyncio.sleep(0.01)  # a later clock reading than the first run's start
+    resumed = await Job.resume(job_dir).run()
+    saved = json.loads((job_dir / "result.json").read_text())
+    assert resumed.started_at == saved["started_at"] == started
+    assert saved["wall_time_sec"] == saved["metrics"][0]["wall_time_sec"] == resumed.wall_time_sec
+
+
 async def test_resume_removes_temp_files_a_killed_run_left(task_factory, memory_sandbox):
     task_factory("a")
     config = job_config(task_factory.dataset, n_attempts=2, sandbox=memory_sandbox)

@@ -55,6 +55,8 @@ async def test_a_harness_runs_as_an_agent_with_its_calls_in_the_trajectory(
     agent_steps = [s for s in trajectory["steps"] if s["source"] == "agent"]
     assert agent_steps and agent_steps[0]["metrics"]["completion_token_ids"]
     assert trial.agent_metadata["model_calls"] == len(agent_steps)
+    assert {e["data"]["phase"] for e in events if e["type"] == "phase"} >= {"agent_run", "verifier"}
+    events = [e for e in events if e["type"] != "phase"]  # the harness's own, as agent/ keeps them
     kinds = [e["type"] for e in events]
     assert kinds[-1] == "turn_complete" and "llm_response" in kinds
     assert all(e["trial"] == trial.trial_name and e["harness"] == "tiny-ok" for e in events)
@@ -103,7 +105,8 @@ async def test_a_harness_agent_without_a_model_says_so(tmp_path, tiny_agent):
 
 @pytest.mark.needs_sandbox
 def test_evsys_run_stream_prints_harness_events_live(tmp_path):
-    """`evsys run ... --stream` prints one line per harness event (model call, response, turn end)."""
+    """`evsys run ... --stream` prints one line per harness event (model call, response, turn end), between
+    the trial's phases (sandbox start before them, the verifier after)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parent), *sys.path])}  # this tree
     args = [sys.executable, "-m", "evsys.cli.main", "run", str(EXAMPLES), "--task", "create-file"]
     args += ["-a", "stream_agents:TinyHarnessAgent", "-m", f"local:{build_tiny_model(DEMO_RECIPE)}"]
@@ -111,9 +114,14 @@ def test_evsys_run_stream_prints_harness_events_live(tmp_path):
     done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     lines = [line for line in done.stderr.splitlines() if "create-file__" in line]
-    kinds = [line.split()[1] for line in lines]
+    phases = [" ".join(line.split()[2:]) for line in lines if line.split()[1] == "phase"]
+    harness = [line for line in lines if line.split()[1] != "phase"]
+    kinds = [line.split()[1] for line in harness]
     assert kinds[0] == "llm_request" and "llm_response" in kinds and kinds[-1] == "turn_complete"
-    assert "turn_complete ok" in " ".join(lines[-1].split())
+    assert "turn_complete ok" in " ".join(harness[-1].split())
+    assert lines.index(harness[0]) > lines.index(next(x for x in lines if x.endswith("sandbox start")))
+    assert phases.index("agent") < phases.index("verifier")
+    assert lines.index(harness[-1]) < lines.index(next(x for x in lines if x.endswith("verifier")))
 
 
 async def test_the_tools_a_harness_offered_are_the_trajectorys_tool_definitions(
@@ -126,3 +134,26 @@ async def test_the_tools_a_harness_offered_are_the_trajectorys_tool_definitions(
     assert trial.failure is None, trial.failure
     trajectory = json.loads((job.store.trial_dir(trial.trial_name) / "trajectory.json").read_text())
     assert trajectory["agent"]["tool_definitions"] == [BASH_TOOL]
+
+
+async def test_max_turns_ends_a_harness_trial_normally_after_that_many_model_calls(
+    tmp_path, tiny_engine_client, tiny_agent
+):
+    """`--max-turns 1`: the proxy refuses the harness's second call; the trial ends as if the harness had
+    stopped (no failure, verified), with its one call in the trajectory. Without the limit the same harness
+    makes more calls (the positive control)."""
+    name = tiny_agent("tiny-many-calls", "--mode", "retry-compact", "--no-tools")
+    _, free = await run_job(tmp_path / "free", name, tiny_engine_client)
+    assert free.agent_metadata["model_calls"] > 1
+    config = JobConfig(
+        datasets=[EXAMPLES],
+        agents=[AgentSpec(name=name, model="tiny", kwargs={"max_turns": 1, "temperature": 0.0})],
+        task_names=["create-file"],
+        jobs_dir=tmp_path / "jobs",
+        job_name="limited",
+    )
+    job = Job(config, model_client_factory=lambda _spec: BorrowedModelClient(tiny_engine_client))
+    (trial,) = (await job.run()).trials
+    assert trial.failure is None, trial.failure
+    assert trial.reward is not None  # verified as usual
+    assert trial.agent_metadata["model_calls"] == 1 and trial.agent_metadata["stop_reason"] == "max_turns"

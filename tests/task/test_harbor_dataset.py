@@ -93,3 +93,30 @@ def test_evsys_python_manifests_still_load_as_python_tasks(tmp_path):
     (tmp_path / "rows.jsonl").write_text('{"id": "r1", "prompt": "say hi", "answer": "hi"}\n')
     (tmp_path / "dataset.toml").write_text('[dataset]\ndata = "rows.jsonl"\nverifier = "exact_match"\n')
     assert manifest_kind(tmp_path) == "python" and is_python_dataset(tmp_path)
+
+
+def test_tasks_check_follows_the_manifest_as_run_does(tmp_path, make_task):
+    dataset = _harbor_dataset(tmp_path / "ds", make_task)
+    (dataset / "unlisted" / "task.toml").write_text(
+        '[agent]\ntimeout_sec = "abc"\n'
+    )  # not listed: not checked
+    result = runner.invoke(app, ["tasks", "check", str(dataset)])
+    assert result.exit_code == 0, result.output
+    assert "unlisted" not in result.output
+    assert "2 task(s) checked: 2 ok" in result.output
+    (dataset / "dataset.toml").write_text(HARBOR_MANIFEST + '\n[[tasks]]\nname = "acme/gone"\ndigest = ""\n')
+    result = runner.invoke(app, ["tasks", "check", str(dataset)])
+    assert result.exit_code == 1
+    assert f"{dataset}/dataset.toml:tasks: lists 'acme/gone' but no task directory here declares it" in (
+        result.output
+    )
+    assert "3 task(s) checked: 2 ok, 1 with errors" in result.output
+
+
+def test_tasks_check_names_a_dataset_toml_of_neither_form_in_one_line(tmp_path, make_task):
+    dataset = tmp_path / "ds"
+    make_task("a", parent=dataset)
+    (dataset / "dataset.toml").write_text('[dataset]\ndescription = "what is this"\n')
+    result = runner.invoke(app, ["tasks", "check", str(dataset)])
+    assert result.exit_code == 2
+    assert "not a dataset manifest evsys knows" in result.output and "Traceback" not in result.output

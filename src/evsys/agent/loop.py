@@ -306,6 +306,7 @@ class LoopAgent(Agent):
         call cut off mid-generation (the agent timeout) is recorded with the tokens it sampled so far."""
         cfg = self.config
         stats = opening.stats
+        ctx.emit({"type": "turn", "data": {"turn": turn + 1}})  # `evsys run`'s progress: "agent turn N"
         budget = opening.max_tokens
         if cfg.token_budget is not None:
             budget = min(budget, cfg.token_budget - stats.completion_tokens)

@@ -132,15 +132,18 @@ def agent_plugin(name: str) -> AgentPlugin:
     )
 
 
-def talks_to_model(name: str, model: str | None) -> bool:
-    """True when the agent called `name`, given `model`, talks to it: every agent but a model-free one (an
-    unknown name counts as one that does; resolving it fails later, with its own message)."""
-    if model is None:
-        return False
+def uses_model(name: str) -> bool:
+    """True when the agent called `name` talks to a model: every agent but a model-free one (oracle, nop; an
+    unknown name counts as one that does: resolving it fails later, with its own message)."""
     try:
         return agent_plugin(name).model_use != "none"
     except AgentNotFoundError:
         return True
+
+
+def talks_to_model(name: str, model: str | None) -> bool:
+    """True when the agent called `name`, given `model`, talks to it (`uses_model`, and a model is given)."""
+    return model is not None and uses_model(name)
 
 
 def _kwargs_message(name: str, exc: ValidationError) -> str:

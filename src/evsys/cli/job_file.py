@@ -123,13 +123,14 @@ CONFIG_FLAGS = {
 
 @dataclass
 class AgentFlags:
-    """What `-a`, `-m`, `--base-url` and `--agent-kwarg` said."""
+    """What `-a`, `-m` (each model given), `--base-url`, `--agent-kwarg` and the generation flags said."""
 
     names: list[str] | None
-    model: str | None
+    models: list[str]
     base_url: str | None
     kwargs: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
+    generation: dict[str, Any] = field(default_factory=dict)  # --temperature, --max-tokens, --max-turns
 
 
 def config_from_file(
@@ -153,16 +154,17 @@ def config_from_file(
         overrides: dict[str, Any] = {
             name: value
             for name, value, flag in (
-                ("model", agents.model, "model"),
                 ("base_url", agents.base_url, "base_url"),
                 ("kwargs", kwargs, "agent_kwarg"),
             )
             if flag in given
         }
+        # -m given: every agent of the file (or of -a) once per model
+        per_model = [{**overrides, "model": model} for model in agents.models] or [overrides]
         specs = None
         if agents.names:
-            specs = [AgentSpec(name=name, **overrides).model_dump(mode="json") for name in agents.names]
-        merged = merge_job_file(data, fields, settings, paths, specs, overrides)
+            specs = [AgentSpec(name=n, **o).model_dump(mode="json") for n in agents.names for o in per_model]
+        merged = merge_job_file(data, fields, settings, paths, specs, per_model)
         config = JobConfig.model_validate(merged)
     except (ValueError, ValidationError) as exc:
         lines = key_lines(path.read_text(encoding="utf-8"))
@@ -196,13 +198,14 @@ def merge_job_file(
     settings: dict[str, Any],
     paths: list[Path],
     agents: list[dict[str, Any]] | None,
-    agent_overrides: dict[str, Any],
+    agent_overrides: list[dict[str, Any]],
 ) -> dict[str, Any]:
     """The job file's fields with the flags that were given on top (see the module docstring).
 
     `given` names the JobConfig fields set by flags on the command line, `settings` holds the flags' values
     by field, `agents` the agent specs `-a` built (None without `-a`), and `agent_overrides` what `-m`,
-    `--base-url` and `--agent-kwarg` set (applied to every agent of the file when `-a` was not given)."""
+    `--base-url` and `--agent-kwarg` set, one per model `-m` gave (applied to every agent of the file when
+    `-a` was not given: each agent once per model)."""
     merged = dict(data)
     for name, value in settings.items():
         if name in given and value is not None:
@@ -211,8 +214,12 @@ def merge_job_file(
         merged["datasets"] = [str(p) for p in paths]
     if agents is not None:
         merged["agents"] = agents
-    elif agent_overrides:
-        merged["agents"] = [_override(agent, agent_overrides) for agent in merged.get("agents") or [{}]]
+    elif any(agent_overrides):
+        merged["agents"] = [
+            _override(agent, overrides)
+            for agent in merged.get("agents") or [{}]
+            for overrides in agent_overrides
+        ]
     return merged
 
 

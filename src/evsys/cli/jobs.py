@@ -133,8 +133,9 @@ def show(
     _print_findings(out, job)
     for pending in job.pending:
         out.print(f"no result: {shown(pending.name)}: {shown(pending.problem)}")
-    if job.config_error:
-        out.print(f"[yellow]{shown(job.config_error)}[/]")
+    for problem in (job.config_error, job.result_error):
+        if problem:
+            out.print(f"[yellow]{shown(problem)}[/]")
 
 
 def _print_json(data: object) -> None:
@@ -180,6 +181,7 @@ def _job_json(job: LoadedJob, groups: list[ErrorGroup]) -> dict[str, Any]:
         ],
         "pending": [p.model_dump() for p in job.pending],
         "config_error": job.config_error,
+        "result_error": job.result_error,
     }
 
 

@@ -2,8 +2,9 @@
 
 Both start only once the job is prepared (tasks planned, job directory ready), so a pre-flight or plan error
 is the only thing printed. Each shows trials done of planned, running, errored (cancelled trials are counted
-apart), the mean reward so far per agent, elapsed time and an ETA from the rate of this run's trials; the bar
-also names the image builds running (from the job's `BuildProgress` events).
+apart), the mean reward so far per agent, what the first few running trials are doing (sandbox start, image,
+agent turn N, verifier: the job's live events), elapsed time and an ETA from the rate of this run's trials;
+the bar also names the image builds running (from the job's `BuildProgress` events).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 DEFAULT_INTERVAL = 10.0
 REFRESH = 0.2
 BUILD_QUIET_SEC = 600.0  # a build that printed nothing for this long is not shown as running
+SHOWN_TRIALS = 3  # running trials whose current phase the progress display names
 
 
 def clock(seconds: float) -> str:
@@ -53,7 +55,19 @@ def describe(status: dict[str, Any]) -> str:
     parts = [f"running {status['running']}", f"errored {status['errored']}"]
     if status["cancelled"]:
         parts.append(f"cancelled {status['cancelled']}")
-    return " | ".join([*parts, reward])
+    now = doing(status.get("activity") or {})
+    return " | ".join([*parts, reward, *([now] if now else [])])
+
+
+def doing(activity: dict[str, str]) -> str:
+    """`now: a__loop__1 agent turn 2, b__loop__1 verifier (+3 more)`: what running trials do (the first few,
+    by name); empty when none has said."""
+    if not activity:
+        return ""
+    names = sorted(activity)
+    shown_now = ", ".join(f"{name} {activity[name]}" for name in names[:SHOWN_TRIALS])
+    more = f" (+{len(names) - SHOWN_TRIALS} more)" if len(names) > SHOWN_TRIALS else ""
+    return f"now: {shown_now}{more}"
 
 
 class BuildActivity:

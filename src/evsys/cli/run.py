@@ -30,6 +30,7 @@ from evsys.cli.complete import (
 )
 from evsys.cli.datasets import RegistryPath, RegistryUrl
 from evsys.cli.executor_flags import ExecutorFlags, resume_hint
+from evsys.cli.generation import MaxTokens, MaxTurns, Temperature, generation_kwargs
 from evsys.cli.job_file import AgentFlags
 from evsys.cli.progress import DEFAULT_INTERVAL
 from evsys.cli.run_config import (
@@ -89,8 +90,13 @@ def run(
     registry_path: RegistryPath = None,
     registry_url: RegistryUrl = None,
     model: Annotated[
-        str | None,
-        typer.Option("-m", "--model", help="Model for model-driven agents.", autocompletion=complete_model),
+        list[str] | None,
+        typer.Option(
+            "-m",
+            "--model",
+            help="Model for model-driven agents; repeat for several (every agent runs with each).",
+            autocompletion=complete_model,
+        ),
     ] = None,
     base_url: Annotated[
         str | None, typer.Option("--base-url", help="OpenAI-compatible server URL for the model.")
@@ -113,6 +119,9 @@ def run(
     agent_kwarg: Annotated[
         list[str] | None, typer.Option("--agent-kwarg", help="key=value for the agent.")
     ] = None,
+    temperature: Temperature = None,
+    max_tokens: MaxTokens = None,
+    max_turns: MaxTurns = None,
     harness_mcp_tools: Annotated[
         bool,
         typer.Option(
@@ -221,7 +230,10 @@ def run(
         bool, typer.Option("--retry-errors", help="On resume, rerun errored trials too.")
     ] = False,
     stream: Annotated[
-        bool, typer.Option("--stream", help="Print harness events (model calls, tool calls, text) live.")
+        bool,
+        typer.Option(
+            "--stream", help="Print trials' events live: phases, agent turns, harness calls and tool calls."
+        ),
     ] = False,
     strict: Annotated[
         bool, typer.Option("--strict", help="Refuse to start when a task directory is invalid.")
@@ -322,7 +334,8 @@ def run(
         job.tasksets = run_preflight(job.config, probe=model_probe, strict=False).tasksets
     else:
         kwargs = [*(agent_kwarg or []), *(["mcp_tools=true"] if harness_mcp_tools else [])]
-        agents = AgentFlags(agent, model, base_url, kwargs, env)
+        generation = generation_kwargs(temperature, max_tokens, max_turns)
+        agents = AgentFlags(agent, model or [], base_url, kwargs, env, generation)
         datasets = DatasetFlags(dataset or [], registry_path, registry_url)
         config = new_job_config(ctx, paths or [], datasets, config_file, agents, settings, where)
         check_env_executor(config)

@@ -15,6 +15,7 @@ from evsys.cli.checks import all_flags, console, flags_given
 from evsys.cli.checks import fail as _fail
 from evsys.cli.datasets import dataset_paths
 from evsys.cli.executor_flags import ExecutorFlags, automatic_executor, executor_spec
+from evsys.cli.generation import apply_generation, once_without_model
 from evsys.cli.job_file import CONFIG_FLAGS, AgentFlags, config_from_file, validation_message
 
 if TYPE_CHECKING:
@@ -38,14 +39,15 @@ class RayMode(StrEnum):
 def build_job(
     paths: list[Path],
     agents: list[str],
-    model: str | None,
+    models: list[str],
     base_url: str | None,
     agent_kwargs: list[str],
     settings: dict[str, Any],
     flags: dict[str, str] | None = None,
     env: dict[str, str] | None = None,
 ) -> JobConfig:
-    """The JobConfig of task paths, agent flags and settings; a usage error names the flag at fault."""
+    """The JobConfig of task paths, agent flags and settings: every agent once per model in `models` (once,
+    with no model, when it is empty); a usage error names the flag at fault."""
     from pydantic import ValidationError
 
     from evsys.agent.registry import parse_agent_kwarg
@@ -59,9 +61,11 @@ def build_job(
         console.print(f"[yellow]note:[/] {path} is given more than once; its tasks run once", highlight=False)
     try:
         kwargs = dict(parse_agent_kwarg(text) for text in agent_kwargs)
+        each_model: list[str | None] = [*models] or [None]
         specs = [
             AgentSpec(name=name, model=model, base_url=base_url, kwargs=kwargs, env=env or {})  # type: ignore[arg-type]
             for name in (agents or ["oracle"])
+            for model in each_model
         ]
         return JobConfig(datasets=paths, agents=specs, **{k: v for k, v in settings.items() if v is not None})
     except (ValueError, ValidationError) as exc:
@@ -119,8 +123,10 @@ def new_job_config(
     flags = all_flags(ctx)
     paths = [*paths, *dataset_paths(datasets.names, datasets.registry_path, datasets.registry_url)]
     if config_file is not None:
-        return config_from_file(config_file, flags_given(ctx), settings, paths, agents, flags)
+        config = config_from_file(config_file, flags_given(ctx), settings, paths, agents, flags)
+        return apply_generation(once_without_model(config), agents.generation)
     config = build_job(
-        paths, agents.names or [], agents.model, agents.base_url, agents.kwargs, settings, flags, agents.env
+        paths, agents.names or [], agents.models, agents.base_url, agents.kwargs, settings, flags, agents.env
     )
+    config = apply_generation(once_without_model(config), agents.generation)
     return automatic_executor(config, where)  # a flag's choice is kept

@@ -1,4 +1,5 @@
-"""`evsys run --stream`: one line per live agent event (harness events), printed as they happen."""
+"""`evsys run --stream`: one line per live event of a trial (its phases, the loop agent's turns, a harness's
+events), printed as they happen."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ STYLES = {
     "text_output": "white",
     "error": "bold red",
     "turn_complete": "bold",
+    "phase": "magenta",
+    "turn": "magenta",
 }
 
 
@@ -28,8 +31,13 @@ def _short(value: Any) -> str:
 
 def describe(event: dict[str, Any]) -> str:
     """The human summary of one event (its type-specific fields, shortened)."""
+    from evsys.engine.activity import event_text
+
     kind = event.get("type", "?")
     data = event.get("data") or {}
+    now = event_text(event) if kind in ("phase", "turn") else None  # a trial's phase, a loop agent's turn
+    if now is not None:
+        return now
     if kind == "llm_request":
         call, model = data.get("call_index", "?"), data.get("model", "?")
         return f"call {call} to {model}, {data.get('messages', '?')} messages"

@@ -50,15 +50,16 @@ def check(
     Exit codes: 0 every task is fine (warnings allowed), 1 some task has an error (with --strict, an unknown
     key too), 2 PATH holds no task."""
     from evsys.task.check import check_tasks
+    from evsys.task.harbor_dataset import DatasetManifestError
     from evsys.task.loader import DatasetNotFoundError
 
     out = _console()
-    if _check_rows_or_python(path, out, oracle):
-        return
     try:
+        if _check_rows_or_python(path, out, oracle):
+            return
         report = check_tasks(path, require_solution=oracle, strict=strict)
-    except DatasetNotFoundError as exc:
-        _console(stderr=True).print(f"[red]error:[/red] {exc}")
+    except (DatasetNotFoundError, DatasetManifestError) as exc:
+        _console(stderr=True).print(f"[red]error:[/red] {_escape(str(exc))}")
         raise typer.Exit(2) from None
     for severity, line in report.lines():
         style = "red" if severity == "error" else "yellow"

@@ -106,7 +106,13 @@ def _no_rewards(trial: LoadedTrial) -> str:
 def _outcome(out: Console, trial: LoadedTrial) -> None:
     result = trial.result
     if result is None:
-        out.print(f"[bold]{shown(trial.name)}[/]: no result.json yet")
+        unreadable = [
+            p
+            for p in trial.problems
+            if p.startswith(f"{trial.name}/result.json: ") and not p.endswith(": missing")
+        ]
+        why = f"{unreadable[0]} (the trial's result is unknown)" if unreadable else "no result.json yet"
+        out.print(f"[bold]{shown(trial.name)}[/]: {shown(why)}")
         return
     reward = "-" if result.reward is None else f"{result.reward:.3f}"
     keys = ", ".join(f"{k} {v:.3f}" for k, v in (result.rewards or {}).items())

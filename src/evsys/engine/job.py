@@ -33,11 +33,12 @@ from pathlib import Path
 from typing import Any
 
 from evsys.agent.registry import resolve_agent, talks_to_model
+from evsys.engine.activity import TrialActivity
 from evsys.engine.config import RESUME_SAFE_FIELDS, AgentSpec, JobConfig
 from evsys.engine.events import JobEvents
 from evsys.engine.executors.base import Executor, ExecutorContext, create_executor, executor_class
 from evsys.engine.image_services import ImageServices
-from evsys.engine.metrics import compute_metrics, progress_counts, total_usage, with_findings
+from evsys.engine.metrics import job_result, progress_counts
 from evsys.engine.plan import PythonTaskItem, plan_trials
 from evsys.engine.retries import is_retryable, retry_delay
 from evsys.engine.run import TrialResources
@@ -92,6 +93,7 @@ class Job:
         self.events = JobEvents()  # the job's event stream (build progress), see evsys.engine.events
         # the image services every trial of the job shares; their build progress goes on the event stream
         self.images = ImageServices(on_progress=self.events.emit)
+        self.activity: dict[str, TrialActivity] = {}  # per running trial, what it does now
         self.resume_mode = resume
         self.retry_errors = retry_errors
         self.model_client_factory = model_client_factory
@@ -109,7 +111,6 @@ class Job:
         self._executor: Executor | None = None
         self._cancelled = False
         self._started_at = utc_now()
-        self._started = time.perf_counter()
         self._dirty = False
         self._writer: asyncio.Task[None] | None = None
         self._closing = asyncio.Event()
@@ -165,6 +166,7 @@ class Job:
             "running": len(self.running),
             "mean_reward": sum(rewards) / len(rewards) if rewards else None,
             "prepared": self.prepared,
+            "activity": {name: now.text() for name, now in self.activity.items() if name in self.running},
             **progress_counts(done),
         }
 
@@ -231,7 +233,7 @@ class Job:
             return TrialResources(
                 pool=self._pool,
                 model_client=self._clients.get(id(planned.config.agent)),
-                on_event=self.on_agent_event,
+                on_event=self._on_event,
                 task=planned.task,
                 images=self.images,
             )
@@ -245,6 +247,15 @@ class Job:
             warm_sandboxes=self.config.warm_sandboxes,
             options=self.config.executor.options,  # validated once, with the config
         )
+
+    def _on_event(self, event: dict[str, Any]) -> None:
+        """A trial's live event: what the trial does now is kept for `status()`, and the event goes on to
+        `on_agent_event` (`evsys run --stream`)."""
+        trial = event.get("trial")
+        if trial in self.running:
+            self.activity.setdefault(trial, TrialActivity()).update(event)
+        if self.on_agent_event is not None:
+            self.on_agent_event(event)
 
     def _trial_started(self, trial_name: str) -> None:
         self.running.add(trial_name)
@@ -293,6 +304,8 @@ class Job:
                 self.store.finished_results, names, retry_errors=self.retry_errors
             )
             await asyncio.to_thread(self.store.remove_stale_temp_files, list(self.results))
+            recorded = await asyncio.to_thread(self.store.recorded_start, self.results)
+            self._started_at = recorded or self._started_at  # a resume keeps the job's own start
         else:
             await self.store.write_config(self.config)
 
@@ -359,6 +372,7 @@ class Job:
 
     async def _record(self, result: TrialResult) -> None:
         self.results[result.trial_name] = result
+        self.activity.pop(result.trial_name, None)
         if self.on_trial_done is not None:
             try:
                 outcome = self.on_trial_done(result)
@@ -373,23 +387,13 @@ class Job:
         trials = [
             self.results[p.config.trial_name] for p in self.planned if p.config.trial_name in self.results
         ]
-        scored = [t for t in trials if t.cause != FailureCause.CANCELLED]
-        rewards = [t.reward or 0.0 for t in scored]
-        return JobResult(
+        return job_result(
+            trials,
             job_name=self.config.job_name,
             job_dir=str(self.job_dir),
             started_at=self._started_at,
-            complete=len(scored) == len(self.planned),
             n_planned=len(self.planned),
-            n_done=len(trials),
-            n_errors=sum(1 for t in trials if t.failure is not None),
-            n_cancelled=len(trials) - len(scored),
-            n_with_findings=with_findings(trials),
-            mean_reward=sum(rewards) / len(rewards) if rewards else 0.0,
-            usage=total_usage(trials),
-            wall_time_sec=time.perf_counter() - self._started,
-            metrics=compute_metrics(trials, self.config.n_attempts),
-            trials=trials,
+            n_attempts=self.config.n_attempts,
         )
 
     def _schedule_job_result(self) -> None:

@@ -12,7 +12,7 @@ Definitions (also in docs/jobs.md):
 - integrity: `n_with_findings` counts the trials with at least one integrity finding (cancelled included),
   `findings_by_kind` per kind the trials with at least one finding of that kind.
 - timing: mean, median and max seconds of each phase over the trials that ran it; wall time is the time at
-  least one trial ran (a resumed job does not count the time it lay dead).
+  least one trial ran (a resumed job does not count the time it lay dead), for a group and for the job.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from datetime import datetime
 from math import comb
 from typing import Any
 
-from evsys.records import PHASES, FailureCause, GroupMetrics, TimingStats, TrialResult, Usage
+from evsys.records import PHASES, FailureCause, GroupMetrics, JobResult, TimingStats, TrialResult, Usage
 from evsys.records.trajectory import add_costs
 
 
@@ -166,6 +166,38 @@ def compute_metrics(trials: list[TrialResult], n_attempts: int) -> list[GroupMet
     for trial in trials:
         groups.setdefault((trial.agent, trial.model, trial.dataset), []).append(trial)
     return [group_metrics(a, m, d, group, n_attempts) for (a, m, d), group in groups.items()]
+
+
+def job_result(
+    trials: list[TrialResult],
+    *,
+    job_name: str,
+    job_dir: str,
+    started_at: str,
+    n_planned: int,
+    n_attempts: int,
+) -> JobResult:
+    """A job's `JobResult` computed from its trials: the one source for what `evsys run` writes to result.json
+    and what `evsys jobs show` (and --json) recomputes from the trials' files. Its wall time is the union of
+    the trials' spans, as each group's is; `finished_at` is left for the caller."""
+    counted = scored(trials)
+    rewards = [t.reward or 0.0 for t in counted]
+    return JobResult(
+        job_name=job_name,
+        job_dir=job_dir,
+        started_at=started_at,
+        complete=len(counted) == n_planned,
+        n_planned=n_planned,
+        n_done=len(trials),
+        n_errors=sum(1 for t in trials if t.failure is not None),
+        n_cancelled=len(trials) - len(counted),
+        n_with_findings=with_findings(trials),
+        mean_reward=sum(rewards) / len(rewards) if rewards else 0.0,
+        usage=total_usage(trials),
+        wall_time_sec=wall_time(trials),
+        metrics=compute_metrics(trials, n_attempts),
+        trials=trials,
+    )
 
 
 def progress_counts(trials: list[TrialResult]) -> dict[str, Any]:

@@ -92,6 +92,14 @@ class JobStore:
         """Save the job's result.json."""
         await _write(self.job_dir / RESULT, result, fsync=self.durable)
 
+    def recorded_start(self, results: dict[str, TrialResult]) -> str | None:
+        """When an earlier run of this job started: its result.json's `started_at`, else (a run killed before
+        its first result.json) the earliest start of `results`; None when neither says."""
+        try:
+            return JobResult.model_validate_json((self.job_dir / RESULT).read_bytes()).started_at
+        except (OSError, ValueError):
+            return min((r.started_at for r in results.values() if r.started_at), default=None)
+
     async def reset_trial_dir(self, trial_name: str) -> Path:
         """Wipe what an earlier (unfinished or retried) run left in the trial dir; return the fresh dir."""
         path = self.trial_dir(trial_name)

@@ -8,7 +8,7 @@ from pydantic import BaseModel, Field
 
 from evsys.task.config import UNKNOWN_KEY_PREFIXES
 from evsys.task.harbor_task import harbor_problems
-from evsys.task.loader import TaskLoadError, load_task, task_dirs
+from evsys.task.loader import TaskLoadError, load_task, manifest_task_dirs
 from evsys.task.models import Problem
 
 
@@ -60,11 +60,18 @@ def check_tasks(path: Path | str, *, require_solution: bool = False, strict: boo
     With `strict`, unknown or misspelt keys and sections of task.toml are errors, not warnings. Whatever would
     make Harbor skip a task (evsys.task.harbor_task) is a warning.
 
-    Raises `DatasetNotFoundError` when `path` is missing or holds no task directory.
+    A Harbor `dataset.toml` decides which directories are checked, as it decides which run; a task it lists
+    that has no directory here is reported as an error.
+
+    Raises `DatasetNotFoundError` when `path` is missing or holds no task directory, `DatasetManifestError`
+    when its `dataset.toml` is invalid.
     """
     report = CheckReport(path=Path(path))
+    dirs, missing, _ = manifest_task_dirs(path)
+    for error in missing:  # listed in dataset.toml, absent here: `evsys run` reports it as an invalid task
+        report.tasks.append(TaskReport(name=error.task_name, path=Path(path), problems=error.problems))
     names: dict[str, Path] = {}
-    for task_dir in task_dirs(path):
+    for task_dir in dirs:
         try:
             task = load_task(task_dir, require_solution=require_solution)
         except TaskLoadError as exc:

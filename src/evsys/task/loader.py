@@ -302,15 +302,25 @@ def _missing_task(directory: Path, ref: HarborTaskRef) -> TaskLoadError:
     return TaskLoadError(ref.short_name, directory / ref.short_name, [problem])
 
 
+def manifest_task_dirs(
+    path: Path | str,
+) -> tuple[list[Path], list[TaskLoadError], HarborDatasetManifest | None]:
+    """The task directories that run from `path` (those a Harbor `dataset.toml` lists, else all), one error
+    per listed task with no directory here, and the manifest (None without one)."""
+    dirs = task_dirs(path)
+    if not is_harbor_dataset(path):
+        return dirs, [], None
+    manifest = read_harbor_manifest(path)
+    dirs, missing = listed_task_dirs(Path(path), manifest, dirs)
+    return dirs, [_missing_task(Path(path), ref) for ref in missing], manifest
+
+
 def load_tasks(path: Path | str, *, require_solution: bool = False) -> TaskSet:
     """Load a dataset: every valid task (sorted by name) plus one `TaskLoadError` per invalid directory; a
     Harbor dataset manifest's task list decides which directories load."""
     result = TaskSet(path=Path(path))
-    dirs = task_dirs(path)
-    if is_harbor_dataset(path):
-        result.manifest = read_harbor_manifest(path)
-        dirs, missing = listed_task_dirs(Path(path), result.manifest, dirs)
-        result.errors += [_missing_task(Path(path), ref) for ref in missing]
+    dirs, missing, result.manifest = manifest_task_dirs(path)
+    result.errors += missing
     seen: dict[str, Path] = {}
     for task_dir in dirs:
         try:

@@ -14,13 +14,13 @@ from typing import Literal, TypeVar
 from pydantic import BaseModel, Field, ValidationError
 
 from evsys.engine.config import JobConfig
-from evsys.engine.metrics import compute_metrics, mean_pass_at_k, with_findings
+from evsys.engine.metrics import compute_metrics, job_result, mean_pass_at_k
 from evsys.records import FailureCause, GroupMetrics, JobResult, TrialResult
 from evsys.viewer.files import SafeDir, UnsafePathError, check_name
 
 CONFIG = "config.json"
 RESULT = "result.json"
-JobState = Literal["running/stopped", "done", "cancelled", "incomplete"]
+JobState = Literal["running/stopped", "done", "cancelled", "incomplete", "unreadable"]
 
 
 class BadTrial(BaseModel):
@@ -37,6 +37,7 @@ class LoadedJob(BaseModel):
     path: str
     config: JobConfig | None = None
     config_error: str | None = None
+    result_error: str | None = Field(None, description="Why the job's result.json could not be read.")
     started_at: str | None = None
     finished_at: str | None = None
     complete: bool = False
@@ -66,7 +67,10 @@ class LoadedJob(BaseModel):
     def state(self) -> JobState:
         """What became of the job: `running/stopped` (no finished result.json: running, or killed), `done`
         (only when result.json says complete), `cancelled` (finished with cancelled trials) or `incomplete`
-        (finished without a result for every planned trial)."""
+        (finished without a result for every planned trial); `unreadable` when result.json exists but
+        cannot be read (`result_error` says why)."""
+        if self.result_error:
+            return "unreadable"
         if self.running:
             return "running/stopped"
         if self.complete:
@@ -76,23 +80,17 @@ class LoadedJob(BaseModel):
         return "incomplete"
 
     def as_job_result(self) -> JobResult:
-        """The job as a `JobResult` (what `evsys run` prints its summary from)."""
-        scored = [t for t in self.trials if t.cause != FailureCause.CANCELLED]
-        return JobResult(
+        """The job as a `JobResult` (what `evsys run` prints its summary from), computed from the trials as
+        `evsys run` computes it; the timestamps and `complete` as result.json records them."""
+        result = job_result(
+            self.trials,
             job_name=self.name,
             job_dir=self.path,
             started_at=self.started_at or "",
-            finished_at=self.finished_at,
-            complete=self.complete,
             n_planned=self.n_planned or len(self.trials) + len(self.pending),
-            n_done=len(self.trials),
-            n_errors=self.n_errors,
-            n_cancelled=len(self.trials) - len(scored),
-            n_with_findings=with_findings(self.trials),
-            mean_reward=_mean([t.reward or 0.0 for t in scored]),
-            metrics=self.metrics,
-            trials=self.trials,
+            n_attempts=self.n_attempts,
         )
+        return result.model_copy(update={"finished_at": self.finished_at, "complete": self.complete})
 
 
 class JobListing(BaseModel):
@@ -152,7 +150,9 @@ def load_job(job_dir: Path) -> LoadedJob:
                 job.pending.append(BadTrial(name=entry.name, problem="no result.json yet"))
             continue
         except (OSError, UnsafePathError, ValidationError, ValueError) as exc:
-            job.pending.append(BadTrial(name=entry.name, problem=f"{entry.name}/{RESULT}: {_short(exc)}"))
+            job.pending.append(
+                BadTrial(name=entry.name, problem=f"{entry.name}/{RESULT}: cannot be read: {_short(exc)}")
+            )
             continue
         job.trials.append(trial)
     job.trials.sort(key=lambda t: (t.task_name, t.agent, t.model or "", t.attempt, t.trial_name))
@@ -163,7 +163,10 @@ def load_job(job_dir: Path) -> LoadedJob:
 def _read_job_result(root: SafeDir, job: LoadedJob) -> None:
     try:
         result = JobResult.model_validate_json(root.read_json_bytes(RESULT))
-    except (OSError, UnsafePathError, ValidationError, ValueError):
+    except FileNotFoundError:  # not written yet: the job is starting, or was killed before its first write
+        return
+    except (OSError, UnsafePathError, ValidationError, ValueError) as exc:
+        job.result_error = f"{Path(job.path) / RESULT}: cannot be read: {_short(exc)}"
         return
     job.started_at = result.started_at
     job.finished_at = result.finished_at
@@ -223,7 +226,7 @@ def job_listing(job: LoadedJob) -> JobListing:
         n_errors=job.n_errors,
         mean_reward=_mean([t.reward or 0.0 for t in scored]) if scored else None,
         pass_at_k=mean_pass_at_k(scored, job.n_attempts),
-        problem=job.config_error,
+        problem=job.config_error or job.result_error,
     )
 
 

@@ -9,6 +9,10 @@ logprobs) into the trajectory. A turn that fails (the harness crashed, hung past
 its protocol) fails the trial with `agent_error`; its model calls are kept. `close` stops the adapter, the
 forwarder and the proxy session.
 
+Generation flags: the options `temperature` and `max_tokens` (`--temperature`, `--max-tokens`) fill the
+requests that pass none; `max_turns` (`--max-turns`) bounds the harness's model calls: the proxy refuses the
+next one, and the turn that ends that way is the trial's normal end (`stop_reason: max_turns`).
+
 MCP: the task's `[environment] mcp_servers` are written into the harness's MCP configuration; with the
 option `mcp_tools` (`--harness-mcp-tools`) evsys's own sandbox tools are injected as well, served at the
 session's `/mcp` (evsys.agent.harness.sandbox_tools); the calls they served are counted in the metadata."""
@@ -64,9 +68,18 @@ class HarnessAgent(Agent):
         if ctx.model_client is None:
             raise AgentError(f"harness {self.name!r} needs a model: pass -m (e.g. -m local)")
         from evsys.model.proxy import ModelProxy
+        from evsys.model.proxy.wire import CallDefaults
 
+        # the job's --temperature/--max-tokens for requests that do not pass their own; --max-turns calls
+        defaults = CallDefaults(
+            temperature=self.options.get("temperature"),
+            max_tokens=self.options.get("max_tokens"),
+            max_calls=self.options.get("max_turns"),
+        )
         # no listener of its own: the session's unix socket (bound into the sandbox) is the only way in
-        self.proxy = ModelProxy(ctx.model_client, max_tokens_cap=self.options.get("max_tokens_cap"))
+        self.proxy = ModelProxy(
+            ctx.model_client, max_tokens_cap=self.options.get("max_tokens_cap"), defaults=defaults
+        )
         self.plumbing = HarnessPlumbing(self.proxy, install=self.definition.install, model=ctx.model_name)
         binds = [*self.definition.binds, *await self.plumbing.binds()]
         return spec.model_copy(update={"binds": [*spec.binds, *binds]})
@@ -122,6 +135,8 @@ class HarnessAgent(Agent):
             await adapter.stop()
             await self._save(ctx, events, instruction)
         last = events.last
+        if self.proxy is not None and self.proxy.calls_refused:  # --max-turns ended the turn: not an error
+            return AgentResult(metadata={**self._metadata(events), "stop_reason": "max_turns"})
         if last is None or last.type != HarnessEventType.TURN_COMPLETE or last.data.get("status") != "ok":
             reason = last.data.get("error") if last is not None else "the turn produced no events"
             reason = str(reason)

@@ -153,7 +153,10 @@ class TrialState:
 
     async def timed(self, phase: str, awaitable: Awaitable[T], limit: float | None = None) -> T:
         """Await `awaitable` (bounded by `limit` seconds: TimeoutError), adding its time to `phase` of the
-        result's timing (a phase run in parts, like agent setup, adds up)."""
+        result's timing (a phase run in parts, like agent setup, adds up). Watchers of the trial's events
+        (`evsys run`'s progress, `--stream`) get a `phase` event as it starts."""
+        if self.on_event is not None:
+            self.on_event({"trial": self.spec.trial_name, "type": "phase", "data": {"phase": phase}})
         started = time.perf_counter()
         try:
             if limit is None:

@@ -11,7 +11,9 @@ session even if it learns that session's key.
 Endpoints: `POST /v1/chat/completions`, `POST /v1/messages`, `POST /v1/responses`, `POST
 /v1beta/models/<model>:generateContent` (and `:streamGenerateContent`, `:countTokens`), `GET /v1/models`,
 `GET /health` (no key needed), and `/mcp` (MCP Streamable HTTP: the environment tools attached to the
-session with `evsys.agent.harness.mcp_server.serve_tools`; same key rules). Streaming responses are
+session with `evsys.agent.harness.mcp_server.serve_tools`; same key rules). The job's generation flags
+(`CallDefaults`) fill the temperature and max tokens a request leaves out, and past `--max-turns` calls a
+session's next request is refused (400). Streaming responses are
 produced from the finished completion (the `ModelClient` contract is request/response), so
 time-to-first-token equals the full latency. This module holds the listeners, the sessions and the routes;
 each dialect's request model and reply shapes are in `wire.py`; what one session's request bodies may cost
@@ -42,7 +44,7 @@ from evsys.model.proxy.replies import (
     status_for,
 )
 from evsys.model.proxy.session import Dialect, ProxySession, new_session_key
-from evsys.model.proxy.wire import completion_reply, decode_request, prepare_call
+from evsys.model.proxy.wire import CallDefaults, completion_reply, decode_request, prepare_call
 from evsys.util.bodylimit import BodyLimit, Scope
 from evsys.util.httpserver import ConnectionLimits, GuardedServer
 from evsys.util.net import listening_socket
@@ -100,6 +102,7 @@ class ModelProxy:
         client: ClientSource = None,
         *,
         max_tokens_cap: int | None = None,
+        defaults: CallDefaults | None = None,
         max_body_bytes: int = MAX_BODY_BYTES,
         session_limits: ConnectionLimits = SESSION_LIMITS,
         shared_limits: ConnectionLimits = SHARED_LIMITS,
@@ -107,6 +110,8 @@ class ModelProxy:
     ) -> None:
         self._client_source = client
         self.max_tokens_cap = max_tokens_cap
+        self.defaults = defaults or CallDefaults()
+        self.calls_refused = 0  # calls refused past `defaults.max_calls` (the harness's --max-turns)
         self.max_body_bytes = max_body_bytes
         self.session_limits = session_limits
         self.shared_limits = shared_limits
@@ -340,7 +345,15 @@ class ModelProxy:
         session = self._authorise(request)
         if session is None:
             return error_response(dialect, 401, UNKNOWN_KEY)
-        prepare = functools.partial(prepare_call, max_tokens_cap=self.max_tokens_cap, **from_path)
+        limit = self.defaults.max_calls
+        if limit is not None and len(session.calls) >= limit:
+            self.calls_refused += 1
+            return error_response(
+                dialect, 400, f"evsys: --max-turns {limit}: this trial's model calls are used up"
+            )
+        prepare = functools.partial(
+            prepare_call, max_tokens_cap=self.max_tokens_cap, defaults=self.defaults, **from_path
+        )
         ready, refused = await self._decode(request, session, dialect, prepare)
         if refused is not None:
             return refused

@@ -8,9 +8,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 
 from evsys.model.base import Completion, Message, SamplingParams, ToolSchema
+from evsys.model.openai_wire import cap_tokens
 from evsys.model.proxy import anthropic_dialect, google_dialect, openai_dialect, responses_dialect
 from evsys.model.proxy.session import Dialect
 from evsys.util.jsonparse import loads_bounded
@@ -20,13 +21,25 @@ SSE = "text/event-stream"
 Render = Callable[[Any, Completion, int | None], Any]
 
 
+class CallDefaults(BaseModel):
+    """The job's generation flags for a harness's model calls: `temperature` and `max_tokens` for the requests
+    that do not pass their own (`--temperature`, `--max-tokens`), and `max_calls` (`--max-turns`), how many
+    calls one trial's harness may make (the next is refused)."""
+
+    temperature: float | None = Field(None, ge=0)
+    max_tokens: int | None = Field(None, ge=1)
+    max_calls: int | None = Field(None, ge=1)
+
+
 @dataclass(frozen=True)
 class DialectWire:
-    """One dialect's request model, its two reply renderers, and what of a request the model never saw."""
+    """One dialect's request model, its two reply renderers, what of a request the model never saw, and
+    which of `temperature` and `max_tokens` a request passed itself."""
 
     request: type[BaseModel]
     body: Render  # the JSON body of a whole reply
     events: Render  # the SSE events of a streamed reply (an iterator of strings)
+    given: Callable[[Any], tuple[Any, Any]]  # the request's own (temperature, max tokens); None: not passed
     notes: Callable[[Any], list[str]] = lambda request: []  # recorded on the call (dropped tools, ...)
 
 
@@ -47,24 +60,36 @@ def _responses_events(request: Any, completion: Completion, cap: int | None) -> 
     return responses_dialect.stream_events(request, completion, max_tokens_cap=cap)
 
 
+def _google_given(request: google_dialect.GoogleRequest) -> tuple[Any, Any]:
+    config = request.generationConfig or google_dialect.GenerationConfig()
+    return config.temperature, config.maxOutputTokens
+
+
 WIRES: dict[Dialect, DialectWire] = {
     "openai": DialectWire(
         openai_dialect.OpenAIChatRequest,
         _uncapped(openai_dialect.chat_response),
         _uncapped(openai_dialect.stream_chunks),
+        lambda r: (r.temperature, r.max_completion_tokens or r.max_tokens),
     ),
     "anthropic": DialectWire(
         anthropic_dialect.AnthropicRequest,
         _uncapped(anthropic_dialect.message_response),
         _uncapped(anthropic_dialect.stream_events),
+        lambda r: (r.temperature, r.max_tokens),
     ),
     "responses": DialectWire(
-        responses_dialect.ResponsesRequest, _responses_body, _responses_events, _request_notes
+        responses_dialect.ResponsesRequest,
+        _responses_body,
+        _responses_events,
+        lambda r: (r.temperature, r.max_output_tokens),
+        _request_notes,
     ),
     "google": DialectWire(
         google_dialect.GoogleRequest,
         _uncapped(google_dialect.generate_response),
         _uncapped(google_dialect.stream_events),
+        _google_given,
         _request_notes,
     ),
 }
@@ -100,11 +125,17 @@ class PreparedCall:
 
 
 def prepare_call(
-    raw: bytes, dialect: Dialect, *, max_tokens_cap: int | None, **from_path: Any
+    raw: bytes,
+    dialect: Dialect,
+    *,
+    max_tokens_cap: int | None,
+    defaults: CallDefaults | None = None,
+    **from_path: Any,
 ) -> tuple[PreparedCall | None, str | None]:
     """`decode_request`, with the fields its path names (`from_path`: the Google model and streaming) set,
-    turned into the chat in OpenAI shape: (the call, None) or (None, what is wrong with the request).
-    Blocking, like `decode_request`."""
+    turned into the chat in OpenAI shape: (the call, None) or (None, what is wrong with the request). The
+    `defaults`' temperature and max tokens fill what the request did not pass. Blocking, like
+    `decode_request`."""
     request, problem = decode_request(raw, dialect)
     if request is None:
         return None, problem
@@ -115,7 +146,22 @@ def prepare_call(
         params = request.sampling(max_tokens_cap)
     except (ValueError, ValidationError) as exc:
         return None, f"invalid request: {exc}"
+    if defaults is not None:
+        params = _with_defaults(params, WIRES[dialect].given(request), defaults, max_tokens_cap)
     return PreparedCall(request, messages, tools, params, WIRES[dialect].notes(request)), None
+
+
+def _with_defaults(
+    params: SamplingParams, given: tuple[Any, Any], defaults: CallDefaults, cap: int | None
+) -> SamplingParams:
+    """`params` with the defaults' temperature and max tokens where the request passed none (under `cap`)."""
+    temperature, max_tokens = given
+    update: dict[str, Any] = {}
+    if temperature is None and defaults.temperature is not None:
+        update["temperature"] = defaults.temperature
+    if max_tokens is None and defaults.max_tokens is not None:
+        update["max_tokens"] = cap_tokens(defaults.max_tokens, cap)
+    return params.model_copy(update=update) if update else params
 
 
 def completion_reply(

@@ -106,7 +106,9 @@ function trialsSection(job) {
 export async function jobPage(name) {
   const job = await getJSON(`/api/jobs/${enc(name)}`);
   const scored = job.trials.filter((t) => !t.failure || t.failure.cause !== "cancelled");
-  const state = job.running
+  const state = job.state === "unreadable"
+    ? h("span", { class: "badge bad" }, "result.json unreadable")
+    : job.running
     ? h("span", { class: "badge run" }, job.complete ? "finished" : "running (or stopped before the end)")
     : h("span", { class: job.complete ? "badge ok" : job.state === "cancelled" ? "badge bad" : "badge run" },
       job.complete ? "complete" : job.state === "cancelled" ? "cancelled (resume to finish)" : "finished, incomplete");
@@ -115,6 +117,7 @@ export async function jobPage(name) {
     h("h1", {}, job.name, " ", state),
     h("p", { class: "muted" }, `started ${when(job.started_at)} · finished ${when(job.finished_at)} · ${job.trials.length} of ${planned} trials have a result · ${job.n_errors} failed`),
     job.config_error ? h("p", { class: "error" }, job.config_error) : null,
+    job.result_error ? h("p", { class: "error" }, job.result_error) : null,
     section("summary", summaryTable(job.metrics),
       job.metrics.length ? h("div", { class: "charts" }, rewardHistogram(scored.map((t) => t.reward ?? 0)), passAtK(job.metrics), phaseBars(job.metrics)) : null),
     job.trials.length ? section("reward per task (mean over attempts)", taskMatrix(job.trials)) : null,

@@ -7,9 +7,9 @@ function passk(p) {
 }
 
 // A job's state as a badge: only a job whose result.json says complete is "done" (green).
-const STATUS_BADGE = { done: "badge ok", "running/stopped": "badge run", incomplete: "badge run", cancelled: "badge bad" };
-const STATUS_TEXT = { done: "done", "running/stopped": "running/stopped", incomplete: "incomplete", cancelled: "cancelled" };
-const STATUSES = ["done", "cancelled", "incomplete", "running/stopped"];
+const STATUS_BADGE = { done: "badge ok", "running/stopped": "badge run", incomplete: "badge run", cancelled: "badge bad", unreadable: "badge bad" };
+const STATUS_TEXT = { done: "done", "running/stopped": "running/stopped", incomplete: "incomplete", cancelled: "cancelled", unreadable: "result.json unreadable" };
+const STATUSES = ["done", "cancelled", "incomplete", "running/stopped", "unreadable"];
 
 // Kept across the page's refreshes while a job runs.
 const listFilter = { text: "", status: "" };
