@@ -192,5 +192,8 @@ async def load_task_hooks(
     interaction: Interaction, base_dir: Path | None, *, limit: float, max_output_chars: int
 ) -> tuple[HostTools, Responder | None]:
     """A run's custom tools and respond hook over one shared episode state, each call bounded by `limit`
-    seconds (loaded in a worker thread: loading imports their modules)."""
+    seconds (loaded in a worker thread: loading imports their modules; a task without either loads nothing
+    and answers at once, so the loop agent's first model call still starts beside the sandbox's start)."""
+    if not interaction.multi_turn:
+        return _load_hooks(interaction, base_dir, limit, max_output_chars)
     return await asyncio.to_thread(_load_hooks, interaction, base_dir, limit, max_output_chars)
