@@ -1,0 +1,74 @@
+"""TRL's `environment_factory` over a Python task that chooses its tools, adds a custom one and answers the
+model's turns with a respond hook: the environment TRL gets offers exactly the task's tools (the methods
+TRL reads from its class, rendered by transformers into the task's schemas), runs them with evsys's argument
+validation, and its `reply` tool carries the model's turns to the hook and the hook's answers back."""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("trl", reason="TRL is not installed (pip install 'evsys[trl]')")
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "rl"))  # author_hooks: the tools and the hook
+
+from author_hooks import CALLS, SERVED_ROW, game_dataset
+
+from evsys.integrations.trl import EnvironmentFactory
+from evsys.integrations.trl.environment import EPISODE_OVER
+
+
+def trl_tools(environment: object) -> dict:
+    """The environment's tools as GRPOTrainer collects them: its class's public functions but reset and
+    get_reward, bound to the instance."""
+    members = inspect.getmembers(type(environment), predicate=inspect.isfunction)
+    names = [n for n, _ in members if n not in ("reset", "get_reward") and not n.startswith("_")]
+    return {name: getattr(environment, name) for name in names}
+
+
+def test_the_environment_offers_the_tasks_tools_and_the_hooks_turns(tmp_path, memory_backend):
+    from transformers.utils import get_json_schema
+
+    CALLS.clear()
+    factory = EnvironmentFactory(
+        game_dataset(tmp_path / "game"), jobs_dir=tmp_path / "jobs", sandbox=memory_backend()
+    )
+    try:
+        environment = factory()
+        tools = trl_tools(environment)
+        # the task's choice (no bash: it left the sandbox tools out), its custom tool, and its turns
+        assert sorted(tools) == ["capital", "reply", "submit"]
+        capital = get_json_schema(tools["capital"])["function"]
+        assert capital["description"] == "The capital city of a country."
+        assert capital["parameters"]["properties"]["country"] == {
+            "type": "string",
+            "description": "A country's English name",
+        }
+        assert capital["parameters"]["required"] == ["country"]
+
+        assert environment.reset(task="game", prompt=[]) == SERVED_ROW["prompt"]
+        # evsys validates the model's arguments: the function never runs with a wrong one
+        assert environment.capital(country=3).startswith("Error: capital: country")
+        assert environment.capital(country="Japan", extra=1).startswith("Error: capital: extra")
+        assert CALLS == []
+        assert environment.capital(country="Japan") == "Tokyo"
+        assert CALLS == [("capital", ("Japan", False))]
+        # the model's turns reach the respond hook, its answers come back as the tool's result
+        assert environment.reply(message="4") == "higher"
+        assert environment.reply(message="7") == EPISODE_OVER
+        assert environment.capital(country="France") == EPISODE_OVER
+        assert environment.get_reward() == 1.0
+        assert environment.result is not None
+        assert environment.result.agent_metadata["ended_by"] == "environment_done"
+    finally:
+        factory.close()
+
+
+def test_tasks_offering_different_tools_are_refused(tmp_path, memory_backend):
+    other = {**SERVED_ROW, "id": "plain", "tools": ["submit"], "respond": None}
+    with pytest.raises(ValueError, match="offer different tools"):
+        dataset = game_dataset(tmp_path / "two", SERVED_ROW, other)
+        EnvironmentFactory(dataset, jobs_dir=tmp_path / "jobs", sandbox=memory_backend())
