@@ -20,8 +20,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from evsys.integrations.episodes import EpisodeClient, EpisodeRunner
-from evsys.integrations.trl.tools import DEFAULT_SCHEMAS, REPLY, task_tool_schemas, tool_method
+from evsys.integrations.episodes import REPLY, EpisodeClient, EpisodeRunner
+from evsys.integrations.trl.tools import DEFAULT_SCHEMAS, task_tool_schemas, tool_method
 from evsys.model.render import HERMES_CHATML_TEMPLATE
 from evsys.records import TrialResult
 
@@ -62,10 +62,10 @@ class TrlEpisode:
         """The model's message to the environment; the respond hook's answer (the episode over once it is
         done)."""
         assert self._client is not None
-        message = arguments.get("message")
-        if set(arguments) != {"message"} or not isinstance(message, str) or not message.strip():
-            return "Error: reply takes one argument, message: the non-empty text you say"
-        observation, _, done = self._client.message(message)
+        try:
+            observation, _, done = self._client.reply(arguments)
+        except ValueError as exc:
+            return _error(str(exc))
         if observation.error is not None:
             return _error(observation.error.message)
         return "\n".join(t for t in (observation.text, EPISODE_OVER if done else None) if t)

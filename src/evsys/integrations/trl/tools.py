@@ -22,22 +22,10 @@ from typing import Any, Literal, Union
 
 from evsys.agent.tools import TOOL_SCHEMAS
 from evsys.agent.toolset import builtin_schemas
+from evsys.integrations.episodes import REPLY, REPLY_SCHEMA
 from evsys.task.models import Task
 from evsys.task.turns import load_custom_tools
 
-REPLY = "reply"
-REPLY_SCHEMA: dict[str, Any] = {
-    "type": "function",
-    "function": {
-        "name": REPLY,
-        "description": "Say your message to the user you are talking with; their answer is the result.",
-        "parameters": {
-            "type": "object",
-            "properties": {"message": {"type": "string", "description": "What you say."}},
-            "required": ["message"],
-        },
-    },
-}
 DEFAULT_SCHEMAS = [s for s in TOOL_SCHEMAS if s["function"]["name"] != "submit"]
 """What a task that names no tools offers through TRL: the sandbox tools (`get_reward` submits)."""
 
