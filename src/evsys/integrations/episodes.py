@@ -30,7 +30,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from evsys.engine.episodes.episode import EpisodeLimits
+from evsys.engine.episodes.episode import EpisodeAgent, EpisodeLimits
 from evsys.engine.episodes.protocol import (
     CallToolAction,
     MessageAction,
@@ -257,14 +257,17 @@ class EpisodeClient:
         return self.message(message)
 
     def finish(self) -> TrialResult:
-        """End the episode with `submit` (unless it has ended already), wait for its verifier chain and return
-        the trial's result (reward, per-key rewards, failure)."""
+        """End the episode with `submit` (unless it has ended already; a task that does not offer `submit`
+        ends as after the model's last turn), wait for its verifier chain and return the trial's result
+        (reward, per-key rewards, failure)."""
         if self.result is not None:
             return self.result
         episode = self.session.episode
         if episode is None:
             raise RuntimeError("no episode: call start() first")
-        if self.running:
+        if self.running and SUBMIT not in episode.tool_names:
+            self.runner.call(_finish_run(episode.agent))  # a task without submit: the client ends it
+        elif self.running:
             try:
                 self.tool(SUBMIT, {})
             except ServeError:  # it ended between the check and the call: its result is on the way
@@ -298,6 +301,10 @@ class EpisodeClient:
                 await episode.wait()
 
         self.runner.call(closed())
+
+
+async def _finish_run(agent: EpisodeAgent) -> None:
+    agent.finish()
 
 
 async def _result(runner: asyncio.Task[TrialResult]) -> TrialResult:

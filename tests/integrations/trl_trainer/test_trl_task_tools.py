@@ -17,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "rl"))  # author_ho
 
 from author_hooks import CALLS, SERVED_ROW, game_dataset
 
+from evsys.integrations.episodes import BAD_REPLY
 from evsys.integrations.trl import EnvironmentFactory
 from evsys.integrations.trl.environment import EPISODE_OVER
 
@@ -72,3 +73,23 @@ def test_tasks_offering_different_tools_are_refused(tmp_path, memory_backend):
     with pytest.raises(ValueError, match="offer different tools"):
         dataset = game_dataset(tmp_path / "two", SERVED_ROW, other)
         EnvironmentFactory(dataset, jobs_dir=tmp_path / "jobs", sandbox=memory_backend())
+
+
+@pytest.mark.timeout(120)
+def test_get_reward_ends_an_episode_whose_task_offers_no_submit(tmp_path, memory_backend):
+    """The model's last turn ends such a task under `-a loop`; through TRL, get_reward ends it the same way
+    (no failure: the verifier scores the turns so far)."""
+    chat_only = {**SERVED_ROW, "tools": ["author_hooks:capital"]}
+    dataset = game_dataset(tmp_path / "game", chat_only)
+    factory = EnvironmentFactory(dataset, jobs_dir=tmp_path / "jobs", sandbox=memory_backend())
+    try:
+        environment = factory()
+        assert sorted(trl_tools(environment)) == ["capital", "reply"]
+        environment.reset(task="game")
+        assert environment.reply(message="4") == "higher"
+        assert environment.reply(message="") == "Error: " + BAD_REPLY
+        assert environment.get_reward() == 0.0  # the last guess was 4: wrong, scored
+        assert environment.result is not None and environment.result.failure is None
+        assert environment.result.agent_metadata["ended_by"] == "client_finished"
+    finally:
+        factory.close()
