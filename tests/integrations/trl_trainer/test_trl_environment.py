@@ -10,10 +10,9 @@ import pytest
 
 pytest.importorskip("trl", reason="TRL is not installed (pip install 'evsys[trl]')")
 
-from trl_grpo import TASKS, changed, grpo_config, weights
+from trl_grpo import TASKS, changed, grpo_config, recorded, weights
 
 from evsys.integrations.trl import EnvironmentFactory, EvsysTrlEnvironment, hermes_response_parsing
-from evsys.records import TrialResult
 from evsys.testing.tiny_model import TinyModelRecipe, TrainingChat, build_tiny_model
 
 TOOLS = ("bash", "read_file", "str_replace", "write_file")
@@ -42,12 +41,6 @@ def touch_policy(instruction: str) -> Path:
     }
     chat = TrainingChat(messages=[{"role": "user", "content": instruction}, reply], tools=tool_schemas())
     return build_tiny_model(TinyModelRecipe(chats=[chat], train_steps=150))
-
-
-def recorded(job_dir: Path) -> list[TrialResult]:
-    """The job's trials in the order their episodes started."""
-    results = [TrialResult.model_validate_json(p.read_text()) for p in job_dir.glob("*/result.json")]
-    return sorted(results, key=lambda r: int(r.trial_name.rsplit("__", 1)[1]))
 
 
 def test_tool_schemas_come_from_the_loop_agents_tools() -> None:

@@ -16,6 +16,7 @@ pytest.importorskip("trl", reason="TRL is not installed (pip install 'evsys[trl]
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "rl"))  # author_hooks: the tools and the hook
 
 from author_hooks import CALLS, SERVED_ROW, game_dataset
+from trl_grpo import changed, grpo_config, recorded, weights
 
 from evsys.integrations.episodes import BAD_REPLY
 from evsys.integrations.trl import EnvironmentFactory
@@ -93,3 +94,61 @@ def test_get_reward_ends_an_episode_whose_task_offers_no_submit(tmp_path, memory
         assert environment.result.agent_metadata["ended_by"] == "client_finished"
     finally:
         factory.close()
+
+
+def reply_policy(instruction: str, tools: dict) -> Path:
+    """A tiny model taught to answer the game's prompt with `reply(message="7")`, seeing the environment's
+    tools as TRL renders them (at temperature 1 it does so in most samples, not all)."""
+    from transformers.utils import get_json_schema
+
+    from evsys.testing.tiny_model import TinyModelRecipe, TrainingChat, build_tiny_model
+
+    call = {"name": "reply", "arguments": '{"message": "7"}'}
+    answer = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"id": "c1", "type": "function", "function": call}],
+    }
+    chat = TrainingChat(
+        messages=[{"role": "user", "content": instruction}, answer],
+        tools=[get_json_schema(tool) for tool in tools.values()],
+    )
+    return build_tiny_model(TinyModelRecipe(chats=[chat], train_steps=150))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)  # the first run builds the tiny policy
+def test_grpo_trains_on_the_games_turns(tmp_path, memory_backend):
+    """GRPOTrainer renders the task's tools, runs the model's `reply` calls through the respond hook and
+    optimises the verifier's reward of the game."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOTrainer
+
+    from evsys.integrations.trl import hermes_response_parsing
+
+    dataset = game_dataset(tmp_path / "game")
+    factory = EnvironmentFactory(dataset, jobs_dir=tmp_path / "jobs", sandbox=memory_backend(), max_steps=4)
+    try:
+        model_dir = reply_policy(factory.runner.instruction("game"), trl_tools(factory()))
+        tokenizer = hermes_response_parsing(AutoTokenizer.from_pretrained(model_dir))
+        model = AutoModelForCausalLM.from_pretrained(model_dir)
+        before = weights(model)
+        trainer = GRPOTrainer(
+            model=model,
+            args=grpo_config(tmp_path / "out", max_tool_calling_iterations=1),
+            train_dataset=factory.dataset(repeats=8),
+            processing_class=tokenizer,
+            environment_factory=factory,
+        )
+        trainer.train()
+    finally:
+        factory.close()
+    trials = recorded(factory.runner.job_dir)
+    assert len(trials) == 8 and all(t.failure is None for t in trials), [t.failure for t in trials]
+    # a sample that said 7 ended the game through the hook (scored 1); the others were submitted unsolved
+    ended = {(t.agent_metadata.get("ended_by"), t.reward) for t in trials}
+    assert ended == {("environment_done", 1.0), ("submit", 0.0)}, ended
+    logged = [e["rewards/EvsysTrlEnvironment/mean"] for e in trainer.state.log_history if "loss" in e]
+    rewards = [t.reward for t in trials]
+    assert logged == pytest.approx([sum(rewards[0:4]) / 4, sum(rewards[4:8]) / 4])
+    assert changed(before, trainer.model)

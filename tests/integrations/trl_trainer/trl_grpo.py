@@ -45,3 +45,11 @@ def weights(model: Any) -> dict[str, Any]:
 def changed(before: dict[str, Any], model: Any) -> list[str]:
     """The parameters that differ from `before`."""
     return [name for name, p in model.named_parameters() if not bool((p.detach() == before[name]).all())]
+
+
+def recorded(job_dir: Path) -> list[Any]:
+    """The job's trials (TrialResults) in the order their episodes started."""
+    from evsys.records import TrialResult
+
+    results = [TrialResult.model_validate_json(p.read_text()) for p in job_dir.glob("*/result.json")]
+    return sorted(results, key=lambda r: int(r.trial_name.rsplit("__", 1)[1]))
