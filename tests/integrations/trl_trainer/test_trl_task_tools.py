@@ -16,7 +16,7 @@ pytest.importorskip("trl", reason="TRL is not installed (pip install 'evsys[trl]
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "rl"))  # author_hooks: the tools and the hook
 
 from author_hooks import CALLS, SERVED_ROW, game_dataset
-from trl_grpo import changed, grpo_config, recorded, weights
+from trl_grpo import changed, recorded, train_on_episodes
 
 from evsys.integrations.episodes import BAD_REPLY
 from evsys.integrations.trl import EnvironmentFactory
@@ -121,28 +121,14 @@ def reply_policy(instruction: str, tools: dict) -> Path:
 def test_grpo_trains_on_the_games_turns(tmp_path, memory_backend):
     """GRPOTrainer renders the task's tools, runs the model's `reply` calls through the respond hook and
     optimises the verifier's reward of the game."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import GRPOTrainer
-
-    from evsys.integrations.trl import hermes_response_parsing
-
     dataset = game_dataset(tmp_path / "game")
     factory = EnvironmentFactory(dataset, jobs_dir=tmp_path / "jobs", sandbox=memory_backend(), max_steps=4)
     try:
         model_dir = reply_policy(factory.runner.instruction("game"), trl_tools(factory()))
-        tokenizer = hermes_response_parsing(AutoTokenizer.from_pretrained(model_dir))
-        model = AutoModelForCausalLM.from_pretrained(model_dir)
-        before = weights(model)
-        trainer = GRPOTrainer(
-            model=model,
-            args=grpo_config(tmp_path / "out", max_tool_calling_iterations=1),
-            train_dataset=factory.dataset(repeats=8),
-            processing_class=tokenizer,
-            environment_factory=factory,
-        )
-        trainer.train()
-    finally:
+    except BaseException:
         factory.close()
+        raise
+    trainer, before = train_on_episodes(factory, model_dir, tmp_path / "out")
     trials = recorded(factory.runner.job_dir)
     assert len(trials) == 8 and all(t.failure is None for t in trials), [t.failure for t in trials]
     # a sample that said 7 ended the game through the hook (scored 1); the others were submitted unsolved
