@@ -117,6 +117,7 @@ def reply_policy(instruction: str, tools: dict) -> Path:
 
 
 @pytest.mark.slow
+@pytest.mark.needs_model
 @pytest.mark.timeout(900)  # the first run builds the tiny policy
 def test_grpo_trains_on_the_games_turns(tmp_path, memory_backend):
     """GRPOTrainer renders the task's tools, runs the model's `reply` calls through the respond hook and
