@@ -117,3 +117,25 @@ def peek(state: dict[str, Any]) -> str:
     """Whether the secret is odd or even (reads the episode's state, which the model cannot pass)."""
     CALLS.append(("peek", dict(state)))
     return "odd" if state["secret"] % 2 else "even"
+
+
+SERVED_ROW = {
+    "id": "game",
+    "prompt": "Guess my number between 1 and 10; ask for capitals if you like.",
+    "verifier": "author_hooks:guesses_left",
+    "data": {"secret": 7},
+    "tools": ["author_hooks:capital", "submit"],
+    "respond": "author_hooks:guessing_game",
+    "max_turns": 8,
+}
+"""The guessing game as a dataset row with the `capital` custom tool and `submit` only (what is served)."""
+
+
+def game_dataset(root: Any, *rows: dict[str, Any]) -> Any:
+    """A Python-task dataset directory at `root` (a pathlib.Path) with `rows` (default: SERVED_ROW)."""
+    import json
+
+    root.mkdir()
+    (root / "tasks.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows or [SERVED_ROW]))
+    (root / "dataset.toml").write_text('[dataset]\nname = "game"\ndata = "tasks.jsonl"\n')
+    return root

@@ -6,29 +6,11 @@ hook's reply in the observation until it says done and the episode is scored."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-from author_hooks import CALLS
+from author_hooks import CALLS, game_dataset
 
 from evsys.engine.episodes import ServeSettings, build_service
 from evsys.engine.episodes.protocol import CallToolAction, MessageAction, ResetParams
-
-ROW = {
-    "id": "game",
-    "prompt": "Guess my number between 1 and 10; ask for capitals if you like.",
-    "verifier": "author_hooks:guesses_left",
-    "data": {"secret": 7},
-    "tools": ["author_hooks:capital", "submit"],
-    "respond": "author_hooks:guessing_game",
-    "max_turns": 8,
-}
-
-
-def _dataset(root: Path) -> Path:
-    root.mkdir()
-    (root / "tasks.jsonl").write_text(json.dumps(ROW) + "\n")
-    (root / "dataset.toml").write_text('[dataset]\nname = "game"\ndata = "tasks.jsonl"\n')
-    return root
 
 
 async def test_serve_lists_and_calls_the_custom_tool_and_answers_messages_with_the_environment(
@@ -36,7 +18,7 @@ async def test_serve_lists_and_calls_the_custom_tool_and_answers_messages_with_t
 ):
     CALLS.clear()
     service = build_service(
-        _dataset(tmp_path / "game"),
+        game_dataset(tmp_path / "game"),
         ServeSettings(),
         job_name="served",
         jobs_dir=tmp_path / "jobs",

@@ -30,7 +30,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from evsys.engine.episodes.episode import EpisodeLimits
+from evsys.engine.episodes.episode import EpisodeAgent, EpisodeLimits
 from evsys.engine.episodes.protocol import (
     CallToolAction,
     MessageAction,
@@ -48,6 +48,22 @@ from evsys.util.atexit_close import close_at_exit
 
 T = TypeVar("T")
 SUBMIT = "submit"
+REPLY = "reply"
+REPLY_SCHEMA: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": REPLY,
+        "description": "Say your message to the user you are talking with; their answer is the result.",
+        "parameters": {
+            "type": "object",
+            "properties": {"message": {"type": "string", "description": "What you say."}},
+            "required": ["message"],
+        },
+    },
+}
+"""The tool a trainer's tool loop (TRL's, OpenEnv's MCP adapter) continues a conversation with: a rollout
+ends at a model turn without tool calls, so a task's respond hook hears the model through `reply`."""
+BAD_REPLY = "reply takes one argument, message: the non-empty text you say"
 
 
 def default_job_name(prefix: str) -> str:
@@ -221,18 +237,37 @@ class EpisodeClient:
         return self.runner.call(self.session.step(action))
 
     def message(self, text: str) -> tuple[ServedObservation, float | None, bool]:
-        """Harness episodes: one turn of the harness with this user message."""
+        """One conversational turn: a harness episode's user message, or the model's turn a task's respond
+        hook answers (the observation's `text`)."""
         return self.runner.call(self.session.step(MessageAction(message=text)))
 
+    def tool_schemas(self) -> list[dict[str, Any]]:
+        """The current episode's tools (OpenAI shape, the task's own choice), then `reply` (REPLY_SCHEMA)
+        when its task answers the model's turns with a respond hook."""
+        episode = self.session.episode
+        talks = episode is not None and episode.agent.takes_messages and self.runner.settings.harness is None
+        return [*self.session.tool_schemas(), *([REPLY_SCHEMA] if talks else [])]
+
+    def reply(self, arguments: dict[str, Any]) -> tuple[ServedObservation, float | None, bool]:
+        """A call of `reply` with the model's arguments: its message to the respond hook (ValueError naming
+        what `reply` takes when the arguments are not one non-empty `message`)."""
+        message = arguments.get("message")
+        if set(arguments) != {"message"} or not isinstance(message, str) or not message.strip():
+            raise ValueError(BAD_REPLY)
+        return self.message(message)
+
     def finish(self) -> TrialResult:
-        """End the episode with `submit` (unless it has ended already), wait for its verifier chain and return
-        the trial's result (reward, per-key rewards, failure)."""
+        """End the episode with `submit` (unless it has ended already; a task that does not offer `submit`
+        ends as after the model's last turn), wait for its verifier chain and return the trial's result
+        (reward, per-key rewards, failure)."""
         if self.result is not None:
             return self.result
         episode = self.session.episode
         if episode is None:
             raise RuntimeError("no episode: call start() first")
-        if self.running:
+        if self.running and SUBMIT not in episode.tool_names:
+            self.runner.call(_finish_run(episode.agent))  # a task without submit: the client ends it
+        elif self.running:
             try:
                 self.tool(SUBMIT, {})
             except ServeError:  # it ended between the check and the call: its result is on the way
@@ -266,6 +301,10 @@ class EpisodeClient:
                 await episode.wait()
 
         self.runner.call(closed())
+
+
+async def _finish_run(agent: EpisodeAgent) -> None:
+    agent.finish()
 
 
 async def _result(runner: asyncio.Task[TrialResult]) -> TrialResult:

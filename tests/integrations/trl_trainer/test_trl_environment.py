@@ -10,10 +10,9 @@ import pytest
 
 pytest.importorskip("trl", reason="TRL is not installed (pip install 'evsys[trl]')")
 
-from trl_grpo import TASKS, changed, grpo_config, weights
+from trl_grpo import TASKS, changed, recorded, train_on_episodes
 
-from evsys.integrations.trl import EnvironmentFactory, EvsysTrlEnvironment, hermes_response_parsing
-from evsys.records import TrialResult
+from evsys.integrations.trl import EnvironmentFactory, EvsysTrlEnvironment
 from evsys.testing.tiny_model import TinyModelRecipe, TrainingChat, build_tiny_model
 
 TOOLS = ("bash", "read_file", "str_replace", "write_file")
@@ -44,12 +43,6 @@ def touch_policy(instruction: str) -> Path:
     return build_tiny_model(TinyModelRecipe(chats=[chat], train_steps=150))
 
 
-def recorded(job_dir: Path) -> list[TrialResult]:
-    """The job's trials in the order their episodes started."""
-    results = [TrialResult.model_validate_json(p.read_text()) for p in job_dir.glob("*/result.json")]
-    return sorted(results, key=lambda r: int(r.trial_name.rsplit("__", 1)[1]))
-
-
 def test_tool_schemas_come_from_the_loop_agents_tools() -> None:
     schemas = {s["function"]["name"]: s["function"] for s in tool_schemas()}
     assert set(schemas) == set(TOOLS)
@@ -61,25 +54,13 @@ def test_tool_schemas_come_from_the_loop_agents_tools() -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(900)  # the first run builds the tiny policy
 def test_grpo_trains_on_episodes_in_evsys_sandboxes(tmp_path: Path) -> None:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import GRPOTrainer
-
     factory = EnvironmentFactory(TASKS / "create-done", jobs_dir=tmp_path / "jobs", max_steps=4)
     try:
         model_dir = touch_policy(factory.runner.instruction("create-done"))
-        tokenizer = hermes_response_parsing(AutoTokenizer.from_pretrained(model_dir))
-        model = AutoModelForCausalLM.from_pretrained(model_dir)
-        before = weights(model)
-        trainer = GRPOTrainer(
-            model=model,
-            args=grpo_config(tmp_path / "out", max_tool_calling_iterations=1),
-            train_dataset=factory.dataset(repeats=8),
-            processing_class=tokenizer,
-            environment_factory=factory,
-        )
-        trainer.train()
-    finally:
+    except BaseException:
         factory.close()
+        raise
+    trainer, before = train_on_episodes(factory, model_dir, tmp_path / "out")
 
     trials = recorded(factory.runner.job_dir)
     # one episode per rollout: 2 steps x 4 generations, each verified and recorded, sandboxes all released

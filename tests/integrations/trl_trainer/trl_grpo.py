@@ -45,3 +45,36 @@ def weights(model: Any) -> dict[str, Any]:
 def changed(before: dict[str, Any], model: Any) -> list[str]:
     """The parameters that differ from `before`."""
     return [name for name, p in model.named_parameters() if not bool((p.detach() == before[name]).all())]
+
+
+def recorded(job_dir: Path) -> list[Any]:
+    """The job's trials (TrialResults) in the order their episodes started."""
+    from evsys.records import TrialResult
+
+    results = [TrialResult.model_validate_json(p.read_text()) for p in job_dir.glob("*/result.json")]
+    return sorted(results, key=lambda r: int(r.trial_name.rsplit("__", 1)[1]))
+
+
+def train_on_episodes(factory: Any, model_dir: Path, out: Path) -> tuple[Any, dict[str, Any]]:
+    """Two GRPO steps (8 rollouts, one tool round each) of the tiny policy in `model_dir` on the factory's
+    episodes; the trainer and the weights before training. The factory is closed afterwards."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOTrainer
+
+    from evsys.integrations.trl import hermes_response_parsing
+
+    try:
+        tokenizer = hermes_response_parsing(AutoTokenizer.from_pretrained(model_dir))
+        model = AutoModelForCausalLM.from_pretrained(model_dir)
+        before = weights(model)
+        trainer = GRPOTrainer(
+            model=model,
+            args=grpo_config(out, max_tool_calling_iterations=1),
+            train_dataset=factory.dataset(repeats=8),
+            processing_class=tokenizer,
+            environment_factory=factory,
+        )
+        trainer.train()
+    finally:
+        factory.close()
+    return trainer, before

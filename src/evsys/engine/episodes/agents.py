@@ -41,6 +41,13 @@ class EpisodeLeft(AgentError):
     """The client left the episode before it ended (reset, close, disconnect, idle timeout)."""
 
 
+class _Finished:
+    """The request that ends a served run normally (`ServedAgent.finish`)."""
+
+
+FINISHED = _Finished()
+
+
 @dataclass
 class _Request:
     call: CallToolAction | MessageAction
@@ -63,6 +70,11 @@ class EpisodeAgent(Agent):
     def leave(self, reason: str) -> None:
         """End the run at the next request boundary (the trial then verifies what was done)."""
 
+    def finish(self) -> None:
+        """The client ends the run as the model's last turn would (a task that offers no `submit`): the
+        trial verifies what was done. By default the same as leaving."""
+        self.leave("the client finished the episode")
+
 
 class ServedAgent(EpisodeAgent):
     """The agent phase of a served episode: runs the client's tool calls (the built-in tools and the task's
@@ -78,7 +90,7 @@ class ServedAgent(EpisodeAgent):
         loop = asyncio.get_running_loop()
         self.ready: asyncio.Future[None] = loop.create_future()
         self.next_run: asyncio.Future[str] = loop.create_future()
-        self.requests: asyncio.Queue[_Request | str] = asyncio.Queue()
+        self.requests: asyncio.Queue[_Request | str | _Finished] = asyncio.Queue()
         self.steps = 0
         self.left = asyncio.Event()
         self.left_reason = ""
@@ -134,6 +146,8 @@ class ServedAgent(EpisodeAgent):
             request = await self.requests.get()
             if isinstance(request, str):
                 raise EpisodeLeft(f"{request} after {self.steps} step(s), before submit")
+            if isinstance(request, _Finished):
+                return AgentResult(metadata={"steps": self.steps, "ended_by": "client_finished"})
             outcome = await self._execute_unless_left(toolset, request.call, ctx)
             if outcome.submitted:  # replaced before the episode hears of the submit
                 self.next_run = asyncio.get_running_loop().create_future()
@@ -201,6 +215,11 @@ class ServedAgent(EpisodeAgent):
             ),
         )
         return outcome
+
+    def finish(self) -> None:
+        """End the run after the requests already sent, as the model's last turn would: no failure, the
+        trial verifies what was done (`ended_by: client_finished`)."""
+        self.requests.put_nowait(FINISHED)
 
     def leave(self, reason: str) -> None:
         """End the run now: a running tool call is abandoned (the trial kills what it left and verifies)."""

@@ -5,10 +5,11 @@
 or a row with a `task` field), else of the task at `seed`, and returns:
 
 - an `EvsysSession` (the trainer or OpenEnv's harness adapter samples): `initial_messages()` is the task's
-  instruction, `list_tools()` the loop agent's tools (`bash`, `read_file`, `write_file`, `str_replace`,
-  `submit`), `call_tool()` runs one in the trial's sandbox, `verify()` ends the episode and runs the task's
-  verifier chain (its reward, under the runner's integrity policy, is `env_reward`; the findings are in
-  `metrics["integrity"]`), `close()` releases the sandbox;
+  instruction, `list_tools()` the episode's tools (the loop agent's `bash`, `read_file`, `write_file`,
+  `str_replace`, `submit` and the task's MCP tools, or a Python task's own selection and custom tools, and
+  `reply` for a task whose respond hook answers the model's turns), `call_tool()` runs one, `verify()`
+  ends the episode and runs the task's verifier chain (its reward, under the runner's integrity policy, is
+  `env_reward`; the findings are in `metrics["integrity"]`), `close()` releases the sandbox;
 - with `harness=` (and `model=`), an `EvsysHarnessSession`, OpenEnv's `TrainableSession` for a harness that
   owns its loop: `wait_for_completion()` gives the harness the instruction and lets it work to the end of its
   turn, `fetch_training_trace()` returns the recording proxy's model calls (engine token ids, logprobs, loss
@@ -33,15 +34,16 @@ from openenv.core.harness import (
     VerifyResult,
 )
 
-from evsys.agent.tools import TOOL_SCHEMAS
-from evsys.integrations.episodes import EpisodeClient, EpisodeRunner
+from evsys.engine.episodes.protocol import ServedObservation
+from evsys.integrations.episodes import REPLY, EpisodeClient, EpisodeRunner
 from evsys.integrations.openenv.trace import training_trace
 from evsys.records import TrialResult
 
-TOOLS = [
-    Tool(name=f["name"], description=f["description"], input_schema=f["parameters"])
-    for f in (s["function"] for s in TOOL_SCHEMAS)
-]
+
+def mcp_tools(schemas: list[dict[str, Any]]) -> list[Tool]:
+    """OpenAI-shape tool schemas in OpenEnv's MCP `Tool` shape."""
+    specs = (s["function"] for s in schemas)
+    return [Tool(name=f["name"], description=f["description"], input_schema=f["parameters"]) for f in specs]
 
 
 class EvsysSession(ResourceSession):
@@ -52,24 +54,42 @@ class EvsysSession(ResourceSession):
         self.instruction = instruction
         self.task = task
         self.closed = False
+        self.tools = mcp_tools(client.tool_schemas())
 
     def initial_messages(self) -> list[Message]:
         """The task's instruction as the user message."""
         return [{"role": "user", "content": self.instruction}]
 
     def list_tools(self) -> list[Tool]:
-        """The loop agent's tools, in MCP shape."""
-        return list(TOOLS)
+        """The episode's tools, in MCP shape: the loop agent's (`bash`, `read_file`, `write_file`,
+        `str_replace`, `submit`) and the task's MCP tools, or a Python task's own choice with its custom
+        tools; then `reply` when its respond hook answers the model's turns."""
+        return list(self.tools)
 
     def call_tool(self, name: str, arguments: dict[str, Any]) -> ToolResult:
-        """Run one tool in the episode's sandbox; `submit` (or the step limit) ends the episode and carries
-        its reward in `metadata["reward"]` (under the integrity policy, as `verify()` gives it). Unknown tools
-        raise `KeyError`, as OpenEnv expects."""
-        if name in RESERVED_TOOL_NAMES or name not in {t.name for t in TOOLS}:
+        """Run one tool of the episode (`reply`: the model's turn, the respond hook's answer as the result);
+        `submit`, the hook saying done or the step limit ends the episode and carries its reward in
+        `metadata["reward"]` (under the integrity policy, as `verify()` gives it). Unknown tools raise
+        `KeyError`, as OpenEnv expects."""
+        if name in RESERVED_TOOL_NAMES or name not in {t.name for t in self.tools}:
             raise KeyError(f"Unknown tool: {name}")
         if not self.client.running:
             return ToolResult(done=True, error="the episode is over")
+        if name == REPLY:
+            return self._reply(dict(arguments))
         observation, _, done = self.client.tool(name, dict(arguments))
+        return self._result(observation, done)
+
+    def _reply(self, arguments: dict[str, Any]) -> ToolResult:
+        """The model's turn to the respond hook; its answer is the result's data."""
+        try:
+            observation, _, done = self.client.reply(arguments)
+        except ValueError as exc:
+            return ToolResult(error=str(exc), metadata={"error_type": "invalid_args"})
+        return self._result(observation, done, observation.text or "")
+
+    def _result(self, observation: ServedObservation, done: bool, text: str | None = None) -> ToolResult:
+        """A step's observation as OpenEnv's `ToolResult` (the reward once the episode is done)."""
         if observation.error is not None:
             return ToolResult(
                 error=observation.error.message, metadata={"error_type": observation.error.error_type}
@@ -81,7 +101,8 @@ class EvsysSession(ResourceSession):
         }
         if done:
             metadata["reward"] = self.client.judged().baseline_reward
-        return ToolResult(data=str(result.get("data", "")), done=done, metadata=metadata)
+        data = str(result.get("data", "")) if text is None else text
+        return ToolResult(data=data, done=done, metadata=metadata)
 
     def verify(self, transcript: list[Message], final_state: Any | None = None) -> VerifyResult:
         """End the episode (if still running) and run the task's verifier chain: its reward under the

@@ -12,6 +12,7 @@ from typing import Any
 from evsys.integrations.trl.environment import (
     EnvironmentFactory,
     EvsysTrlEnvironment,
+    TrlEpisode,
     hermes_response_parsing,
 )
 from evsys.integrations.trl.rollout import EvsysRolloutFunc, evsys_reward
@@ -20,6 +21,7 @@ __all__ = [
     "EnvironmentFactory",
     "EvsysRolloutFunc",
     "EvsysTrlEnvironment",
+    "TrlEpisode",
     "evsys_reward",
     "hermes_response_parsing",
 ]

@@ -4,45 +4,34 @@ TRL creates environment instances with a zero-argument factory, calls `reset(**r
 (the returned text is appended to the row's last user message), exposes every other public method as a tool
 (schema from its type hints and docstring) and, once the rollout's tool loop ends, calls `get_reward()`.
 
-`EvsysTrlEnvironment.reset` starts an episode of the row's `task` (a task name of the runner's dataset: a task
-directory, a directory of tasks, Python tasks or repository rows) and returns its instruction; the tools are
+`reset` starts an episode of the row's `task` (a task name of the runner's dataset: a task directory, a
+directory of tasks, Python tasks or repository rows) and returns its instruction; the tools are the task's:
 the loop agent's (`bash`, `read_file`, `write_file`, `str_replace`), run in the episode's sandbox as the
-task's agent user; `get_reward` ends the episode, runs the task's verifier chain (the trial's own verifier
-path) and returns its reward under the runner's integrity policy (`EnvironmentFactory(...,
-integrity="zero" | "screen" | "flag")`). Every episode is recorded as a trial under the runner's job
-directory.
+task's agent user, or a Python task's own selection with its custom tools (run host-side, arguments
+validated) and `reply`, whose result is the task's respond hook's answer (evsys.integrations.trl.tools);
+`get_reward` ends the episode, runs the task's verifier chain (the trial's own verifier path) and returns its
+reward under the runner's integrity policy (`EnvironmentFactory(..., integrity="zero" | "screen" |
+"flag")`). Every episode is recorded as a trial under the runner's job directory.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import json
+from collections.abc import Sequence
 from typing import Any
 
-from evsys.agent.tools import TOOL_SCHEMAS
-from evsys.integrations.episodes import EpisodeClient, EpisodeRunner
+from evsys.integrations.episodes import REPLY, EpisodeClient, EpisodeRunner
+from evsys.integrations.trl.tools import DEFAULT_SCHEMAS, task_tool_schemas, tool_method
 from evsys.model.render import HERMES_CHATML_TEMPLATE
 from evsys.records import TrialResult
 
-TOOL_SPECS = {s["function"]["name"]: s["function"] for s in TOOL_SCHEMAS}
 EPISODE_OVER = "The episode is over: no more tool calls run."
 
 
-def _google_docstring(name: str) -> str:
-    """A tool's docstring in the Google style transformers turns into a JSON schema, from its evsys schema."""
-    spec = TOOL_SPECS[name]
-    lines = [spec["description"], "", "Args:"]
-    for arg, prop in spec["parameters"]["properties"].items():
-        lines.append(f"    {arg}: {prop.get('description') or arg.replace('_', ' ').capitalize() + '.'}")
-    return "\n".join(lines) + "\n"
-
-
-def _documented(fn: Callable[..., str]) -> Callable[..., str]:
-    fn.__doc__ = _google_docstring(fn.__name__)
-    return fn
-
-
-class EvsysTrlEnvironment:
-    """One rollout's environment: an evsys episode of the row's task. Public methods are TRL tools."""
+class TrlEpisode:
+    """One rollout's environment: an evsys episode of the row's task. The tools TRL exposes are its
+    subclass's public methods: `EvsysTrlEnvironment`'s built-in ones, or the ones `EnvironmentFactory` makes
+    for tasks that choose their own (evsys.integrations.trl.tools)."""
 
     def __init__(self, runner: EpisodeRunner) -> None:
         self._runner = runner
@@ -57,30 +46,29 @@ class EvsysTrlEnvironment:
         observation = self._client.start(task, seed=seed)
         return observation.instruction or ""
 
-    def _call(self, name: str, arguments: dict[str, Any]) -> str:
+    def _tool(self, name: str, arguments: dict[str, Any]) -> str:
+        """One tool call in the episode (`reply`: the model's turn, answered by the task's respond hook)."""
         if self._client is None or not self._client.running:
             return EPISODE_OVER
+        if name == REPLY:
+            return self._reply(arguments)
         observation, _, done = self._client.tool(name, arguments)
         if observation.error is not None:
-            return f"Error: {observation.error.message}"
+            return _error(observation.error.message)
         text = str((observation.result or {}).get("data", ""))
         return f"{text}\n{EPISODE_OVER}" if done else text
 
-    @_documented
-    def bash(self, command: str) -> str:
-        return self._call("bash", {"command": command})
-
-    @_documented
-    def read_file(self, path: str) -> str:
-        return self._call("read_file", {"path": path})
-
-    @_documented
-    def write_file(self, path: str, content: str) -> str:
-        return self._call("write_file", {"path": path, "content": content})
-
-    @_documented
-    def str_replace(self, path: str, old_str: str, new_str: str) -> str:
-        return self._call("str_replace", {"path": path, "old_str": old_str, "new_str": new_str})
+    def _reply(self, arguments: dict[str, Any]) -> str:
+        """The model's message to the environment; the respond hook's answer (the episode over once it is
+        done)."""
+        assert self._client is not None
+        try:
+            observation, _, done = self._client.reply(arguments)
+        except ValueError as exc:
+            return _error(str(exc))
+        if observation.error is not None:
+            return _error(observation.error.message)
+        return "\n".join(t for t in (observation.text, EPISODE_OVER if done else None) if t)
 
     def get_reward(self) -> float | None:
         """End the episode, run the task's verifier chain and return its reward under the runner's integrity
@@ -93,13 +81,61 @@ class EvsysTrlEnvironment:
         return self._client.judged().baseline_reward
 
 
+def environment_class(schemas: Sequence[dict[str, Any]]) -> type[TrlEpisode]:
+    """The environment class whose public methods are exactly these tools (named `EvsysTrlEnvironment`, so
+    TRL logs its reward under the same name)."""
+    if list(schemas) == DEFAULT_SCHEMAS:
+        return EvsysTrlEnvironment
+    methods = {s["function"]["name"]: tool_method(s) for s in schemas}
+    doc = f"An evsys episode offering {', '.join(methods) or 'no tools'}."
+    return type("EvsysTrlEnvironment", (TrlEpisode,), {"__module__": __name__, "__doc__": doc, **methods})
+
+
+class EvsysTrlEnvironment(TrlEpisode):
+    """One rollout's environment for tasks that name no tools: the loop agent's `bash`, `read_file`,
+    `write_file` and `str_replace`, run in the episode's sandbox. Public methods are TRL tools."""
+
+    bash = tool_method(DEFAULT_SCHEMAS[0])
+    read_file = tool_method(DEFAULT_SCHEMAS[1])
+    write_file = tool_method(DEFAULT_SCHEMAS[2])
+    str_replace = tool_method(DEFAULT_SCHEMAS[3])
+
+
+def dataset_tool_schemas(runner: EpisodeRunner) -> list[dict[str, Any]]:
+    """The tools every task of the runner's dataset offers through TRL; ValueError when two tasks differ
+    (TRL gives one environment class one set of tools)."""
+    found: dict[str, tuple[str, list[dict[str, Any]]]] = {}
+    for served in runner.service.catalog.tasks:
+        schemas = task_tool_schemas(served.task)
+        found.setdefault(json.dumps(schemas, sort_keys=True), (served.name, schemas))
+    if len(found) > 1:
+        (first, a), (second, b) = list(found.values())[:2]
+        raise ValueError(
+            f"the dataset's tasks offer different tools ({first}: {_names(a)}; {second}: {_names(b)}): TRL's "
+            "environment_factory gives every task one set; serve each set as its own dataset"
+        )
+    return next(iter(found.values()))[1]
+
+
+def _error(message: str) -> str:
+    """A refused call's text for the model: `Error: <why>` (once, whatever the message starts with)."""
+    return f"Error: {message.removeprefix('error: ')}"
+
+
+def _names(schemas: list[dict[str, Any]]) -> str:
+    return ", ".join(s["function"]["name"] for s in schemas) or "none"
+
+
 class EnvironmentFactory:
     """The zero-argument factory TRL's `environment_factory` takes, over one `EpisodeRunner`.
 
     `EnvironmentFactory("examples/tasks", jobs_dir="jobs")` serves the dataset's tasks; keyword arguments
-    are the runner's (sandbox backend, step limit, job name, ...). `dataset()` gives a training dataset of
-    its tasks (an unknown task name is refused, naming the known ones); `close()` (also run at exit, before
-    the interpreter's thread pools stop) releases every sandbox and writes the job's result.json.
+    are the runner's (sandbox backend, step limit, job name, ...). Its environments offer the tools the
+    tasks offer (`environment_class`): the sandbox tools, or a Python task's own choice, its custom tools
+    and `reply` for its respond hook; tasks offering different tools are refused. `dataset()` gives a
+    training dataset of its tasks (an unknown task name is refused, naming the known ones); `close()` (also
+    run at exit, before the interpreter's thread pools stop) releases every sandbox and writes the job's
+    result.json.
     """
 
     def __init__(self, dataset: Any = None, *, runner: EpisodeRunner | None = None, **options: Any) -> None:
@@ -108,10 +144,16 @@ class EnvironmentFactory:
                 raise ValueError("pass a dataset (task directory, Python tasks, repository rows) or a runner")
             runner = EpisodeRunner(dataset, **options)
         self.runner = runner
+        try:
+            self.environment_class = environment_class(dataset_tool_schemas(runner))
+        except ValueError:
+            if dataset is not None:
+                runner.close()
+            raise
 
-    def __call__(self) -> EvsysTrlEnvironment:
-        """A new environment (TRL pools and resets them)."""
-        return EvsysTrlEnvironment(self.runner)
+    def __call__(self) -> TrlEpisode:
+        """A new environment offering the dataset's tools (TRL pools and resets them)."""
+        return self.environment_class(self.runner)
 
     def dataset(self, tasks: Sequence[str] | None = None, repeats: int = 1) -> Any:
         """A Hugging Face `Dataset` with one row per task (`repeats` times each): an empty user message as
