@@ -247,7 +247,8 @@ async def test_an_image_that_cannot_be_had_fails_the_build_and_skip_build_runs_o
     assert refused.cause == FailureCause.ENVIRONMENT_BUILD_FAILED
     assert "registry.invalid/none:1" in refused.failure.message and refused.retries == []
     [ran] = (await Job(job_config(task_factory.dataset, job_name="skip", skip_build=True)).run()).trials
-    assert ran.failure is None and ran.reward == 1.0 and ran.ran_on_host_image is True and ran.image is None
+    assert ran.failure is None and ran.reward == 1.0 and ran.ran_on_host_image is True
+    assert ran.image is not None and (ran.image.ref, ran.image.source) == ("registry.invalid/none:1", "host")
 
 
 @pytest.mark.needs_sandbox

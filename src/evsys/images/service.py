@@ -187,15 +187,30 @@ class ImageService:
     async def _build_python(
         self, name: str, plan: SynthesisPlan, distro: str, *, log: Path | None, on_line: LineCallback | None
     ) -> None:
-        """Build `python:3.X` on top of its synthesised distribution base, stored as `name`."""
+        """Build `python:3.X` on top of its synthesised distribution base, stored as `name`. A Python
+        compiled from source is built once per (version, release, recipe), then tagged with each name."""
+        if not plan.python_source:
+            await self._bud(bases.python_dockerfile(distro, plan), name, log=log, on_line=on_line)
+            return
+        version = bases.RECIPE_VERSION["python"]
+        compiled = f"localhost/evsys/synth/python:{plan.python}-{plan.suite}-r{version}"
+        async with self._locked(f"ref-{_safe(compiled)}"):
+            if self.storage.find(compiled) is None:
+                dockerfile = bases.source_python_dockerfile(distro, plan)
+                await self._bud(dockerfile, compiled, log=log, on_line=on_line)
+        await self._tag(compiled, name)
+
+    async def _bud(
+        self, dockerfile: str, name: str, *, log: Path | None, on_line: LineCallback | None
+    ) -> None:
+        """Build a Dockerfile made by evsys (a synthesised base) into the storage as `name`."""
         with tempfile.TemporaryDirectory(prefix="python-base-", dir=self.storage.home) as tmp:
-            dockerfile = Path(tmp) / "Dockerfile"
-            dockerfile.write_text(bases.python_dockerfile(distro, plan))
+            (Path(tmp) / "Dockerfile").write_text(dockerfile)
             await buildah_bud(
                 self.storage,
-                BuildContext(dockerfile, Path(tmp)),
+                BuildContext(Path(tmp) / "Dockerfile", Path(tmp)),
                 name,
-                timeout=1800,
+                timeout=bases.SYNTH_TIMEOUT,
                 log=log,
                 on_line=on_line,
             )

@@ -52,9 +52,12 @@ async def environment_spec(state: TrialState, task: Task) -> SandboxSpec | None:
     cached now) and in its sidecars' pod (started now) when it has them; None once a failure is recorded."""
     state.network = resolve_network_plan(task.config, override=state.config.network)
     spec: SandboxSpec | None = sandbox_spec(task, state.spec.job_name, state.config.trial_name, state.network)
-    if spec is not None and images.needs_image(task, state.spec.skip_build):
+    if spec is not None and images.needs_image(task, state.spec.skip_build, state.spec.sandbox):
         spec = await images.on_image(state, task, spec)
         spec = spec and await start_sidecars(state, task, spec)
+    elif spec is not None:  # the host's root filesystem, standing in for the declared base (or none)
+        state.result.image = images.host_image(task)
+        state.result.ran_on_host_image = state.result.image is not None
     return spec
 
 

@@ -1,9 +1,11 @@
 """A trial's environment image: which tasks run on an image, getting that image from `evsys.images`, and the
 trial's sandbox spec moved onto it.
 
-A task runs on an image when its Dockerfile needs a build (RUN, a base other than a plain one) or its
-task.toml names a `docker_image`, unless the job skips builds (then it runs on the host rootfs and the
-trial records `ran_on_host_image`). Tasks with no Dockerfile and Python tasks keep the host rootfs.
+A task runs on an image when its Dockerfile needs a build (RUN, a base the host does not provably provide:
+evsys.task.hostbase) or its task.toml names such a `docker_image`, and on any backend that does not run on
+this host's root filesystem (`Capability.HOST_ROOTFS`) whenever it declares a base; unless the job skips
+builds. A trial on the host rootfs in place of a declared base records that base with source "host" and
+`ran_on_host_image`. Tasks with no Dockerfile and Python tasks keep the host rootfs.
 One `ImageService` per pull policy is shared by every trial of the process, so concurrent trials of one
 task wait for a single build. The build log goes to `<trial>/environment/build.log`; the build is bounded by
 the trial's `build_timeout_sec` (the task's, scaled by the job's setup multiplier when planned). A backend
@@ -33,9 +35,21 @@ BUILD_LOG = "environment/build.log"
 _ACTIVITY: dict[str, tuple[float, str]] = {}
 
 
-def needs_image(task: Task, skip_build: bool) -> bool:
-    """True when the task runs on a built or pulled image rather than the host rootfs."""
-    return task.environment.needs_image and not skip_build
+def needs_image(task: Task, skip_build: bool, sandbox: str) -> bool:
+    """True when the task runs on a built or pulled image rather than the host rootfs (on the backend
+    `sandbox`)."""
+    if skip_build:
+        return False
+    if task.environment.needs_image:
+        return True
+    on_host = sandbox_class(sandbox).supports(Capability.HOST_ROOTFS)
+    return task.environment.base_image is not None and not on_host
+
+
+def host_image(task: Task) -> TrialImage | None:
+    """What a trial on the host rootfs records as its image: the base its task declares, source "host"."""
+    base = task.environment.base_image
+    return TrialImage(ref=base, source="host") if base else None
 
 
 def image_service(pull_policy: PullPolicy = "missing") -> ImageService:

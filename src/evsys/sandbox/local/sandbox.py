@@ -69,6 +69,7 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
             Capability.SWITCH_NETWORK,
             Capability.PODS,
             Capability.PRIVATE_VERIFIER,
+            Capability.HOST_ROOTFS,
         }
     )
     network_modes = frozenset({"no-network", "public", "allowlist"})
