@@ -27,7 +27,7 @@ BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 PYTHON_PACKAGES = ("ca-certificates", "netbase", "tzdata", "python3", "python3-venv")
 SYNTH_TIMEOUT = 3600.0  # compiling CPython on two busy cores takes a while
 # Bumped when a distribution's recipe changes: stored images made by an older recipe are synthesised again.
-RECIPE_VERSION = {"debian": 1, "ubuntu": 2, "python": 3, "tool": 1}
+RECIPE_VERSION = {"debian": 1, "ubuntu": 2, "python": 2, "python-source": 1, "tool": 1}
 # On top of mmdebstrap's minbase, what the official image has (Ubuntu's minbase lacks apt and its keyring).
 EXTRA_PACKAGES = {"debian": (), "ubuntu": ("apt", "ubuntu-keyring")}
 
@@ -123,6 +123,13 @@ def source_python_dockerfile(base: str, plan: SynthesisPlan) -> str:
         f'LABEL {SYNTH_LABEL}="{plan.describe()}"\n'
         'CMD ["python3"]\n'
     )
+
+
+def recipe(plan: SynthesisPlan) -> str:
+    """The name of the recipe that synthesises `plan` (a key of RECIPE_VERSION)."""
+    if plan.python_source:
+        return "python-source"
+    return "python" if plan.python else plan.distribution
 
 
 def mmdebstrap_argv(plan: SynthesisPlan, output: Path) -> list[str]:
