@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 from evsys.cli import repo_tasks
+from evsys.task.check import CheckReport
 from evsys.task.scaffold import DEFAULT_ORG
 
 tasks_app = typer.Typer(
@@ -56,6 +57,8 @@ def check(
     for severity, line in report.lines():
         style = "red" if severity == "error" else "yellow"
         out.print(f"[{style}]{_escape(line)}[/{style}]")
+    for line in _base_notes(report):
+        out.print(f"[dim]{_escape(line)}[/dim]")
     bad = sum(not t.ok for t in report.tasks)
     summary = (
         f"{len(report.tasks)} task(s) checked: {len(report.tasks) - bad} ok, {bad} with errors; "
@@ -64,6 +67,25 @@ def check(
     out.print(f"[{'red' if bad else 'green'}]{summary}[/]")
     if bad:
         raise typer.Exit(1)
+
+
+def _base_notes(report: CheckReport) -> list[str]:
+    """One note per task whose base the host does not provide: that the base is pulled, and what evsys
+    synthesises in its place where it cannot be (and how that differs from the official image)."""
+    from evsys.images import ImageRefError, parse_ref, synthesis_plan
+
+    notes = []
+    for task in report.tasks:
+        if task.base_image is None or task.base_reason is None:
+            continue
+        try:
+            plan = synthesis_plan(parse_ref(task.base_image))
+        except ImageRefError:
+            plan = None
+        fallback = f"where it cannot be pulled, evsys synthesises it: {plan.describe()}" if plan else ""
+        where, _, reason = task.base_reason.partition(": ")
+        notes.append(f"{task.path / where}: note: {reason}" + (f"; {fallback}" if fallback else ""))
+    return notes
 
 
 def _check_rows_or_python(path: Path, out: Console) -> bool:

@@ -146,7 +146,7 @@ def host_mismatch(image: str, host: HostFacts | None = None) -> str | None:
     host = host or host_facts()
     release_ok = needs.release is None or needs.release == host.release
     if needs.distribution != host.distribution or not release_ok:
-        return f"{image} is {needs.describe()}, the host {host.describe()}"
+        return f"{image} is {needs.describe()}, the host {host.distribution.capitalize()} {host.release}"
     if needs.python and (needs.python != host.python or not host.pip_usable):
         return f"{image} is {needs.describe()}, the host {host.describe()}"
     return None

@@ -173,4 +173,8 @@ async def on_image(state: TrialState, task: Task, spec: SandboxSpec) -> SandboxS
         pull_error=image.pull_error,
         seconds=image.seconds,
     )
+    state.result.warnings += [
+        f"the base {base} is synthesised from package mirrors, not the official image"
+        for base in image.synthesised_bases
+    ]
     return image_spec(spec, task, image.spec)
