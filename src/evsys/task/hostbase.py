@@ -127,8 +127,8 @@ def base_needs(image: str) -> BaseNeeds | None:
         number = next((n for c, (n, _) in DEBIAN.items() if word in (c, n)), None)
         return BaseNeeds("debian", number) if number else None
     if name == "ubuntu":
-        version = next((v for v, (c, _) in UBUNTU.items() if tag in (v, c)), None)
-        return BaseNeeds("ubuntu", version) if version else None
+        release = next((v for v, (c, _) in UBUNTU.items() if tag in (v, c)), None)
+        return BaseNeeds("ubuntu", release) if release else None
     if name == "python":
         match = _PYTHON_TAG.fullmatch(tag)
         if match is None or (match.group(2) and match.group(2) not in DEBIAN):
