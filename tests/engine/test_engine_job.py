@@ -335,3 +335,14 @@ async def test_logs_from_the_sandbox_cannot_replace_the_trials_own_files(task_fa
     assert not (trial_dir / "agent" / "host-link").exists()  # a link out of the trial dir is refused
     assert not (trial_dir / "artifacts" / "up-link").exists()
     assert any("host-link" in w for w in trial.warnings)
+
+
+async def test_skip_build_on_a_backend_without_the_host_rootfs_refuses_rather_than_run_another_base(
+    task_factory, docker_env
+):
+    task_factory("img", dockerfile="FROM python:3.13-slim-bookworm\nWORKDIR /app\n")
+    config = job_config(task_factory.dataset, job_name="docker-skip", sandbox="docker", skip_build=True)
+    [refused] = (await Job(config).run()).trials
+    assert refused.cause == FailureCause.ENVIRONMENT_BUILD_FAILED and refused.reward is None
+    assert "declares python:3.13-slim-bookworm" in refused.failure.message
+    assert refused.sandbox_name is None and not refused.ran_on_host_image  # no sandbox ran on another base

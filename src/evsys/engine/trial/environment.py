@@ -55,9 +55,8 @@ async def environment_spec(state: TrialState, task: Task) -> SandboxSpec | None:
     if spec is not None and images.needs_image(task, state.spec.skip_build, state.spec.sandbox):
         spec = await images.on_image(state, task, spec)
         spec = spec and await start_sidecars(state, task, spec)
-    elif spec is not None:  # the host's root filesystem, standing in for the declared base (or none)
-        state.result.image = images.host_image(task)
-        state.result.ran_on_host_image = state.result.image is not None
+    elif spec is not None and not images.on_host(state, task):  # the host rootfs in place of the base
+        return None
     return spec
 
 

@@ -46,10 +46,24 @@ def needs_image(task: Task, skip_build: bool, sandbox: str) -> bool:
     return task.environment.base_image is not None and not on_host
 
 
-def host_image(task: Task) -> TrialImage | None:
-    """What a trial on the host rootfs records as its image: the base its task declares, source "host"."""
+def on_host(state: TrialState, task: Task) -> bool:
+    """Record the host's root filesystem standing in for the task's declared base (`image.source` "host",
+    `ran_on_host_image`). False, with the failure recorded, on a backend with no host rootfs: its sandbox
+    would run another base (a daemon's default image), which a trial never does."""
     base = task.environment.base_image
-    return TrialImage(ref=base, source="host") if base else None
+    if base is None:
+        return True
+    backend = state.spec.sandbox
+    if not sandbox_class(backend).supports(Capability.HOST_ROOTFS):
+        state.fail(
+            FailureCause.ENVIRONMENT_BUILD_FAILED,
+            f"the task declares {base}, but --skip-build runs it on the host rootfs, which the {backend} "
+            "backend does not have (it would run another base): run it without --skip-build",
+        )
+        return False
+    state.result.image = TrialImage(ref=base, source="host")
+    state.result.ran_on_host_image = True
+    return True
 
 
 def image_service(pull_policy: PullPolicy = "missing") -> ImageService:
