@@ -62,7 +62,8 @@ class HostFacts:
         fields = _os_release(root)
         python = _python_version(root)
         pip = any((root / d / "pip").exists() for d in ("usr/local/bin", "usr/bin"))
-        marker = python is not None and (root / f"usr/lib/python{python}/EXTERNALLY-MANAGED").exists()
+        stdlibs = (f"usr/lib/python{python}", f"usr/local/lib/python{python}")
+        marker = any((root / lib / "EXTERNALLY-MANAGED").exists() for lib in stdlibs)
         usable = pip and python is not None and not marker
         return cls(fields.get("ID", ""), fields.get("VERSION_ID", ""), python, usable)
 
