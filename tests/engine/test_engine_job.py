@@ -249,6 +249,10 @@ async def test_an_image_that_cannot_be_had_fails_the_build_and_skip_build_runs_o
     [ran] = (await Job(job_config(task_factory.dataset, job_name="skip", skip_build=True)).run()).trials
     assert ran.failure is None and ran.reward == 1.0 and ran.ran_on_host_image is True
     assert ran.image is not None and (ran.image.ref, ran.image.source) == ("registry.invalid/none:1", "host")
+    assert any(
+        w.startswith("--skip-build: ran on the host rootfs in place of registry.invalid")
+        for w in ran.warnings
+    )
 
 
 @pytest.mark.needs_sandbox

@@ -63,6 +63,9 @@ def on_host(state: TrialState, task: Task) -> bool:
         return False
     state.result.image = TrialImage(ref=base, source="host")
     state.result.ran_on_host_image = True
+    if task.environment.needs_image:  # only --skip-build puts it here: say what the host lacks
+        reasons = "; ".join(task.environment.image_reasons)
+        state.result.warnings.append(f"--skip-build: ran on the host rootfs in place of {base} ({reasons})")
     return True
 
 
