@@ -27,7 +27,7 @@ BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 PYTHON_PACKAGES = ("ca-certificates", "netbase", "tzdata", "python3", "python3-venv")
 SYNTH_TIMEOUT = 3600.0  # compiling CPython on two busy cores takes a while
 # Bumped when a distribution's recipe changes: stored images made by an older recipe are synthesised again.
-RECIPE_VERSION = {"debian": 1, "ubuntu": 2, "python": 2, "python-source": 1, "tool": 1}
+RECIPE_VERSION = {"debian": 1, "ubuntu": 2, "python": 2, "python-source": 2, "tool": 1}
 # On top of mmdebstrap's minbase, what the official image has (Ubuntu's minbase lacks apt and its keyring).
 EXTRA_PACKAGES = {"debian": (), "ubuntu": ("apt", "ubuntu-keyring")}
 
@@ -68,8 +68,9 @@ def python_dockerfile(base: str, plan: SynthesisPlan) -> str:
     )
 
 
-# What compiling CPython needs on a Debian release (the official image's list), and what it keeps at run time
-# is found with ldd afterwards, as the official image does.
+# What compiling CPython needs on a Debian release (the official image's list less tk-dev and wget: no
+# tkinter, the source comes from the mirror); what it keeps at run time is found with ldd afterwards, as the
+# official image does. As cheap as honest: no PGO/LTO, `make -j`, no test modules built or installed.
 CPYTHON_BUILD_PACKAGES = (
     "dpkg-dev gcc make libbz2-dev libc6-dev libdb-dev libexpat1-dev libffi-dev libgdbm-dev liblzma-dev "
     "libncursesw5-dev libreadline-dev libsqlite3-dev libssl-dev uuid-dev xz-utils zlib1g-dev"
@@ -98,7 +99,7 @@ def source_python_dockerfile(base: str, plan: SynthesisPlan) -> str:
             f"apt-get source --download-only python{plan.python}",
             f"tar -xf python{plan.python}_*.orig.tar.xz --strip-components=1",
             './configure --build="$(dpkg-architecture --query DEB_BUILD_GNU_TYPE)" '
-            "--enable-loadable-sqlite-extensions --with-system-expat --with-ensurepip",
+            "--enable-loadable-sqlite-extensions --with-system-expat --with-ensurepip --disable-test-modules",
             'make -j"$(nproc)"',
             "make install",
             "cd / && rm -rf /usr/src/python /etc/apt/sources.list.d/evsys-python-source.list",
