@@ -35,7 +35,11 @@ class TrialImage(BaseModel):
         description="built, cached, pulled or stored (evsys's image storage), remote (the backend's own), or "
         "host: the host's root filesystem stood in for the base `ref`."
     )
-    key: str | None = None
+    key: str | None = Field(
+        None,
+        description="The stored image's key; for source host, what stood in for the base: the host's release "
+        "(`host:debian-12`), with the thin python layer `+python3.X` (`host:debian-12+python3.11`).",
+    )
     synthesised_bases: list[str] = Field(default_factory=list)
     pull_error: str | None = Field(None, description="Why `docker_image` was built instead of pulled.")
     seconds: float = 0.0

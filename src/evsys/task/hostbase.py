@@ -3,10 +3,12 @@
 The local sandbox can run a task whose Dockerfile is only `FROM <base>` plus WORKDIR/ENV/COPY on the host's
 own `/usr` instead of an image, but only where that is provably the same thing for the task: the host runs
 the distribution release the base names (`/usr/lib/os-release` against `debian:bookworm`, `ubuntu:24.04`,
-`python:3.13-slim-bookworm` -> Debian 12), and for a `python` base, a `python` command of the same
-major.minor and a pip that installs as in the image (no PEP 668 `EXTERNALLY-MANAGED` marker). Any other base
-(alpine, busybox, a release or Python the host does not have, a base evsys cannot tell) needs its image:
-pulled, built or synthesised.
+`python:3.13-slim-bookworm` -> Debian 12), and for a `python` base, Python of the same major.minor with pip.
+Either the host has it as the image does (a `python` command, a pip without a PEP 668 marker), or it has it as
+its distribution ships it (`/usr/bin/python3.X` and Debian's pip module) and the local sandbox adds the thin
+python layer (sandbox/local/pylayer.py: `python`, `pip`... in a /usr/local of the sandbox's own, and pip
+installing there as in the image). Any other base (alpine, busybox, a release or Python the host does not
+have, a base evsys cannot tell) needs its image: pulled, built or synthesised.
 """
 
 from __future__ import annotations
@@ -55,6 +57,9 @@ class HostFacts:
     release: str
     python: str | None  # major.minor of the `python` command on /usr, None when there is none
     pip_usable: bool  # a `pip` command that installs without a PEP 668 refusal
+    # major.minor of each /usr/bin/python3.X that imports pip from the distribution's own packages: what the
+    # thin python layer can serve
+    layer_pythons: tuple[str, ...] = ()
 
     @classmethod
     def of_root(cls, root: Path = Path("/")) -> HostFacts:
@@ -65,13 +70,30 @@ class HostFacts:
         stdlibs = (f"usr/lib/python{python}", f"usr/local/lib/python{python}")
         marker = any((root / lib / "EXTERNALLY-MANAGED").exists() for lib in stdlibs)
         usable = pip and python is not None and not marker
-        return cls(fields.get("ID", ""), fields.get("VERSION_ID", ""), python, usable)
+        release = fields.get("VERSION_ID", "")
+        return cls(fields.get("ID", ""), release, python, usable, _layer_pythons(root))
 
     def describe(self) -> str:
         """`Debian 12, python 3.11, pip refused (PEP 668)` and the like."""
         python = f"python {self.python}" if self.python else "no python command"
         pip = "pip usable" if self.pip_usable else "no usable pip (missing or PEP 668)"
-        return f"{self.distribution.capitalize()} {self.release}, {python}, {pip}"
+        layer = ", ".join(f"/usr/bin/python{v} with pip" for v in self.layer_pythons)
+        layer = layer or "no /usr/bin/python3.X with pip"
+        return f"{self.distribution.capitalize()} {self.release}, {python}, {pip}, {layer}"
+
+    def name(self, python_layer: str | None = None) -> str:
+        """What a trial on this host's rootfs ran on: `host:debian-12+python3.11` and the like."""
+        name = f"host:{self.distribution}-{self.release}"
+        return f"{name}+python{python_layer}" if python_layer else name
+
+
+@dataclass(frozen=True)
+class StandIn:
+    """How the host's root filesystem stands in for a base: its name in records, and the major.minor of the
+    thin python layer the local sandbox adds (None: the host provides the base as it is)."""
+
+    name: str
+    python_layer: str | None = None
 
 
 def _os_release(root: Path) -> dict[str, str]:
@@ -94,6 +116,20 @@ def _python_version(root: Path) -> str | None:
         match = re.fullmatch(r"python(3\.\d+)", path.resolve().name)
         return match.group(1) if match else None
     return None
+
+
+def _layer_pythons(root: Path) -> tuple[str, ...]:
+    """The /usr/bin/python3.X of the root with its standard library and a pip module it imports from the
+    distribution's packages (Debian's python3-pip: /usr/lib/python3/dist-packages/pip)."""
+    found = []
+    for path in sorted((root / "usr/bin").glob("python3.*")):
+        match = re.fullmatch(r"python(3\.\d+)", path.name)
+        if match is None or not (root / f"usr/lib/{path.name}/os.py").is_file():
+            continue
+        pips = ("usr/lib/python3/dist-packages/pip", f"usr/lib/{path.name}/dist-packages/pip")
+        if any((root / pip / "__init__.py").is_file() for pip in pips):
+            found.append(match.group(1))
+    return tuple(found)
 
 
 @functools.cache
@@ -139,8 +175,8 @@ def base_needs(image: str) -> BaseNeeds | None:
     return None
 
 
-def host_mismatch(image: str, host: HostFacts | None = None) -> str | None:
-    """None when the host's root filesystem provides what `image` provides for a task; else why not."""
+def _judge(image: str, host: HostFacts | None) -> StandIn | str:
+    """How the host's rootfs stands in for `image`, else why it cannot."""
     needs = base_needs(image)
     if needs is None:
         return f"evsys cannot tell what {image} provides"
@@ -148,6 +184,21 @@ def host_mismatch(image: str, host: HostFacts | None = None) -> str | None:
     release_ok = needs.release is None or needs.release == host.release
     if needs.distribution != host.distribution or not release_ok:
         return f"{image} is {needs.describe()}, the host {host.distribution.capitalize()} {host.release}"
-    if needs.python and (needs.python != host.python or not host.pip_usable):
-        return f"{image} is {needs.describe()}, the host {host.describe()}"
-    return None
+    if needs.python is None or (needs.python == host.python and host.pip_usable):
+        return StandIn(host.name())
+    if needs.python in host.layer_pythons:
+        return StandIn(host.name(needs.python), needs.python)
+    return f"{image} is {needs.describe()}, the host {host.describe()}"
+
+
+def host_stand_in(image: str, host: HostFacts | None = None) -> StandIn | None:
+    """How the host's root filesystem provides what `image` provides for a task (as it is, or with the thin
+    python layer); None when it does not."""
+    judged = _judge(image, host)
+    return judged if isinstance(judged, StandIn) else None
+
+
+def host_mismatch(image: str, host: HostFacts | None = None) -> str | None:
+    """None when the host's root filesystem provides what `image` provides for a task; else why not."""
+    judged = _judge(image, host)
+    return None if isinstance(judged, StandIn) else judged

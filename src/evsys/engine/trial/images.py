@@ -4,8 +4,9 @@ trial's sandbox spec moved onto it.
 A task runs on an image when its Dockerfile needs a build (RUN, a base the host does not provably provide:
 evsys.task.hostbase) or its task.toml names such a `docker_image`, and on any backend that does not run on
 this host's root filesystem (`Capability.HOST_ROOTFS`) whenever it declares a base; unless the job skips
-builds. A trial on the host rootfs in place of a declared base records that base with source "host" and
-`ran_on_host_image`. Tasks with no Dockerfile and Python tasks keep the host rootfs.
+builds. A trial on the host rootfs in place of a declared base records that base with source "host", what
+stood in (`key`: `host:debian-12+python3.11` with the thin python layer) and `ran_on_host_image`. Tasks
+with no Dockerfile and Python tasks keep the host rootfs.
 One `ImageService` per pull policy is shared by every trial of the process, so concurrent trials of one
 task wait for a single build. The build log goes to `<trial>/environment/build.log`; the build is bounded by
 the trial's `build_timeout_sec` (the task's, scaled by the job's setup multiplier when planned). A backend
@@ -24,6 +25,7 @@ from evsys.records import FailureCause, FileCopy, ImageSpec, SandboxSpec, TrialI
 from evsys.sandbox.base import Capability
 from evsys.sandbox.registry import sandbox_class
 from evsys.task.dockerfile import DOCKERFILE
+from evsys.task.hostbase import host_facts, host_stand_in
 from evsys.task.models import Task
 from evsys.util.hostca import SANDBOX_CA_PATH, ca_environment, host_ca_bundle
 
@@ -46,6 +48,14 @@ def needs_image(task: Task, skip_build: bool, sandbox: str) -> bool:
     return task.environment.base_image is not None and not on_host
 
 
+def host_python(task: Task) -> str | None:
+    """The major.minor of the thin python layer with which the host rootfs provides the task's declared
+    base (evsys.task.hostbase), if it does so."""
+    base = task.environment.base_image
+    stand_in = host_stand_in(base) if base is not None else None
+    return stand_in.python_layer if stand_in is not None else None
+
+
 def on_host(state: TrialState, task: Task) -> bool:
     """Record the host's root filesystem standing in for the task's declared base (`image.source` "host",
     `ran_on_host_image`). False, with the failure recorded, on a backend with no host rootfs: its sandbox
@@ -61,7 +71,10 @@ def on_host(state: TrialState, task: Task) -> bool:
             "backend does not have (it would run another base): run it without --skip-build",
         )
         return False
-    state.result.image = TrialImage(ref=base, source="host")
+    stand_in = host_stand_in(base)
+    state.result.image = TrialImage(
+        ref=base, source="host", key=stand_in.name if stand_in else host_facts().name()
+    )
     state.result.ran_on_host_image = True
     if task.environment.needs_image:  # only --skip-build puts it here: say what the host lacks
         reasons = "; ".join(task.environment.image_reasons)
@@ -132,6 +145,7 @@ def image_spec(spec: SandboxSpec, task: Task, image: ImageSpec) -> SandboxSpec:
     return spec.model_copy(
         update={
             "image": image,
+            "host_python": None,
             "files": files,
             "env": variables | compose_environment | dict(env.env),
             "workdir": env.workdir or image.config.workdir or task.environment.workdir,
