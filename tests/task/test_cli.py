@@ -163,3 +163,18 @@ def test_check_notes_a_base_the_host_lacks_and_what_evsys_synthesises_in_its_pla
     assert "note: FROM python:3.13-slim-bookworm needs its image" in out
     assert "python 3.13 built from trixie's source on debian bookworm" in out and "without PGO/LTO" in out
     assert "needs its image" not in out.split("note:")[0]  # how evsys runs the task: no warning of the task
+
+
+def test_check_notes_a_python_base_the_host_provides_with_the_thin_python_layer(make_task, monkeypatch):
+    from evsys.task import hostbase
+
+    facts = hostbase.HostFacts("debian", "12", None, False, layer_pythons=("3.11",))
+    monkeypatch.setattr(hostbase, "host_facts", lambda: facts)
+    task = make_task(dockerfile="FROM python:3.11-slim-bookworm\nWORKDIR /app\n")
+    result = runner.invoke(tasks_app, ["check", str(task)])
+    assert result.exit_code == 0, result.output
+    out = " ".join(result.output.split())
+    assert "note: python:3.11-slim-bookworm runs on the local backend on host:debian-12+python3.11" in out
+    assert "python and pip in a /usr/local of the sandbox's own" in out
+    assert "other backends run the image" in out
+    assert "needs its image" not in out

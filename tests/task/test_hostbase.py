@@ -1,5 +1,6 @@
 """Whether the host's root filesystem stands in for a task's base: read from a root's files, decided on the
-distribution release, the `python` command's version and whether pip installs (PEP 668)."""
+distribution release, the `python` command's version and whether pip installs (PEP 668), or, with the thin
+python layer, on a /usr/bin/python3.X that imports the distribution's pip."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from evsys.task.hostbase import BaseNeeds, HostFacts, base_needs, host_mismatch
+from evsys.task.hostbase import BaseNeeds, HostFacts, StandIn, base_needs, host_mismatch, host_stand_in
 
 
 def _root(tmp_path: Path, *, release: str, python: str | None, managed: bool, pip: bool) -> Path:
@@ -63,3 +64,40 @@ def test_what_the_well_known_bases_provide():
     assert base_needs("ghcr.io/laude-institute/t-bench/python-3-13:1") == BaseNeeds("debian", None, "3.13")
     assert base_needs("debian:bookworm-20240110-slim") == BaseNeeds("debian", "12")
     assert base_needs("nvidia/cuda:12.0-base") is None
+
+
+def _debian_12(tmp_path: Path, *, stdlib: bool = True, pip_module: bool = True) -> Path:
+    """A root like this Debian 12 host: python3.11 in /usr/bin, no `python`, PEP 668's marker, python3-pip."""
+    root = _root(tmp_path, release="12", python=None, managed=False, pip=True)
+    (root / "usr/bin/python3.11").write_text("")
+    (root / "usr/lib/python3.11").mkdir()
+    (root / "usr/lib/python3.11/EXTERNALLY-MANAGED").write_text("[externally-managed]\n")
+    if stdlib:
+        (root / "usr/lib/python3.11/os.py").write_text("")
+    if pip_module:
+        (root / "usr/lib/python3/dist-packages/pip").mkdir(parents=True)
+        (root / "usr/lib/python3/dist-packages/pip/__init__.py").write_text("")
+    return root
+
+
+def test_a_distribution_python_with_its_pip_stands_in_for_the_python_base_with_the_thin_layer(tmp_path):
+    host = HostFacts.of_root(_debian_12(tmp_path))
+    assert (host.python, host.pip_usable, host.layer_pythons) == (None, False, ("3.11",))
+    layered = StandIn("host:debian-12+python3.11", "3.11")
+    assert host_stand_in("python:3.11-slim-bookworm", host) == layered
+    assert host_stand_in("python:3.11-slim", host) == layered
+    assert host_mismatch("python:3.11-slim-bookworm", host) is None
+    assert host_stand_in("debian:bookworm-slim", host) == StandIn("host:debian-12")  # no layer: no python
+    # what the host does not have is still not stood in for
+    assert host_stand_in("python:3.13-slim-bookworm", host) is None
+    assert "python 3.13" in (host_mismatch("python:3.13-slim-bookworm", host) or "")
+    assert host_stand_in("python:3.11-slim-trixie", host) is None
+    assert host_stand_in("ubuntu:24.04", host) is None
+
+
+@pytest.mark.parametrize(("stdlib", "pip_module"), [(True, False), (False, True)])
+def test_no_layer_without_the_pip_module_or_the_standard_library(tmp_path, stdlib, pip_module):
+    host = HostFacts.of_root(_debian_12(tmp_path, stdlib=stdlib, pip_module=pip_module))
+    assert host.layer_pythons == ()
+    assert host_stand_in("python:3.11-slim-bookworm", host) is None
+    assert "no /usr/bin/python3.X with pip" in (host_mismatch("python:3.11-slim-bookworm", host) or "")

@@ -69,14 +69,29 @@ def check(
         raise typer.Exit(1)
 
 
+HOST_NOTE = "runs on the local backend on {}: the host's /usr{}; other backends run the image"
+PYTHON_LAYER_NOTE = (
+    ", python and pip in a /usr/local of the sandbox's own (pip installs there as in the image; the host's "
+    "Debian python packages import too)"
+)
+
+
 def _base_notes(report: CheckReport) -> list[str]:
-    """One note per task whose base the host does not provide: that the base is pulled, and what evsys
-    synthesises in its place where it cannot be (and how that differs from the official image)."""
+    """One note per task that declares a base: what the local backend runs it on where the host provides it;
+    else that the base is pulled, and what evsys synthesises in its place where it cannot be (and how that
+    differs from the official image)."""
     from evsys.images import ImageRefError, parse_ref, synthesis_plan
+    from evsys.task.hostbase import host_stand_in
 
     notes = []
     for task in report.tasks:
-        if task.base_image is None or task.base_reason is None:
+        if task.base_image is None:
+            continue
+        if task.base_reason is None:
+            stand_in = host_stand_in(task.base_image)
+            if stand_in is not None:
+                layer = PYTHON_LAYER_NOTE if stand_in.python_layer else ""
+                notes.append(f"{task.path}: note: {task.base_image} {HOST_NOTE.format(stand_in.name, layer)}")
             continue
         try:
             plan = synthesis_plan(parse_ref(task.base_image))
