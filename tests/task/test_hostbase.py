@@ -66,14 +66,18 @@ def test_what_the_well_known_bases_provide():
     assert base_needs("nvidia/cuda:12.0-base") is None
 
 
-def _debian_12(tmp_path: Path, *, stdlib: bool = True, pip_module: bool = True) -> Path:
-    """A root like this Debian 12 host: python3.11 in /usr/bin, no `python`, PEP 668's marker, python3-pip."""
+def _debian_12(tmp_path: Path, *, stdlib: bool = True, pip_module: bool = True, venv: bool = True) -> Path:
+    """A root like this Debian 12 host: python3.11 in /usr/bin, no `python`, PEP 668's marker, python3-pip,
+    python3.11-venv."""
     root = _root(tmp_path, release="12", python=None, managed=False, pip=True)
     (root / "usr/bin/python3.11").write_text("")
     (root / "usr/lib/python3.11").mkdir()
     (root / "usr/lib/python3.11/EXTERNALLY-MANAGED").write_text("[externally-managed]\n")
     if stdlib:
         (root / "usr/lib/python3.11/os.py").write_text("")
+    if venv:
+        (root / "usr/lib/python3.11/ensurepip").mkdir()
+        (root / "usr/lib/python3.11/ensurepip/__main__.py").write_text("")
     if pip_module:
         (root / "usr/lib/python3/dist-packages/pip").mkdir(parents=True)
         (root / "usr/lib/python3/dist-packages/pip/__init__.py").write_text("")
@@ -95,9 +99,10 @@ def test_a_distribution_python_with_its_pip_stands_in_for_the_python_base_with_t
     assert host_stand_in("ubuntu:24.04", host) is None
 
 
-@pytest.mark.parametrize(("stdlib", "pip_module"), [(True, False), (False, True)])
-def test_no_layer_without_the_pip_module_or_the_standard_library(tmp_path, stdlib, pip_module):
-    host = HostFacts.of_root(_debian_12(tmp_path, stdlib=stdlib, pip_module=pip_module))
+@pytest.mark.parametrize("missing", ["stdlib", "pip_module", "venv"])
+def test_no_layer_without_the_pip_module_venv_or_the_standard_library(tmp_path, missing):
+    host = HostFacts.of_root(_debian_12(tmp_path, **{missing: False}))
     assert host.layer_pythons == ()
     assert host_stand_in("python:3.11-slim-bookworm", host) is None
-    assert "no /usr/bin/python3.X with pip" in (host_mismatch("python:3.11-slim-bookworm", host) or "")
+    reason = host_mismatch("python:3.11-slim-bookworm", host) or ""
+    assert "no /usr/bin/python3.X with pip and venv" in reason

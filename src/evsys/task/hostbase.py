@@ -5,9 +5,9 @@ own `/usr` instead of an image, but only where that is provably the same thing f
 the distribution release the base names (`/usr/lib/os-release` against `debian:bookworm`, `ubuntu:24.04`,
 `python:3.13-slim-bookworm` -> Debian 12), and for a `python` base, Python of the same major.minor with pip.
 Either the host has it as the image does (a `python` command, a pip without a PEP 668 marker), or it has it as
-its distribution ships it (`/usr/bin/python3.X` and Debian's pip module) and the local sandbox adds the thin
-python layer (sandbox/local/pylayer.py: `python`, `pip`... in a /usr/local of the sandbox's own, and pip
-installing there as in the image). Any other base (alpine, busybox, a release or Python the host does not
+its distribution ships it (`/usr/bin/python3.X`, Debian's pip module and venv) and the local sandbox adds
+the thin python layer (sandbox/local/pylayer.py: `python`, `pip`... in a /usr/local of the sandbox's own, and
+pip installing there as in the image). Any other base (alpine, busybox, a release or Python the host does not
 have, a base evsys cannot tell) needs its image: pulled, built or synthesised.
 """
 
@@ -57,8 +57,8 @@ class HostFacts:
     release: str
     python: str | None  # major.minor of the `python` command on /usr, None when there is none
     pip_usable: bool  # a `pip` command that installs without a PEP 668 refusal
-    # major.minor of each /usr/bin/python3.X that imports pip from the distribution's own packages: what the
-    # thin python layer can serve
+    # major.minor of each /usr/bin/python3.X that imports pip from the distribution's own packages and has
+    # venv's ensurepip (Debian's python3.X-venv): what the thin python layer can serve
     layer_pythons: tuple[str, ...] = ()
 
     @classmethod
@@ -77,8 +77,8 @@ class HostFacts:
         """`Debian 12, python 3.11, pip refused (PEP 668)` and the like."""
         python = f"python {self.python}" if self.python else "no python command"
         pip = "pip usable" if self.pip_usable else "no usable pip (missing or PEP 668)"
-        layer = ", ".join(f"/usr/bin/python{v} with pip" for v in self.layer_pythons)
-        layer = layer or "no /usr/bin/python3.X with pip"
+        layer = ", ".join(f"/usr/bin/python{v} with pip and venv" for v in self.layer_pythons)
+        layer = layer or "no /usr/bin/python3.X with pip and venv"
         return f"{self.distribution.capitalize()} {self.release}, {python}, {pip}, {layer}"
 
     def name(self, python_layer: str | None = None) -> str:
@@ -119,12 +119,14 @@ def _python_version(root: Path) -> str | None:
 
 
 def _layer_pythons(root: Path) -> tuple[str, ...]:
-    """The /usr/bin/python3.X of the root with its standard library and a pip module it imports from the
-    distribution's packages (Debian's python3-pip: /usr/lib/python3/dist-packages/pip)."""
+    """The /usr/bin/python3.X of the root with its standard library, venv's ensurepip (python3.X-venv) and a
+    pip module it imports from the distribution's packages (python3-pip: /usr/lib/python3/dist-packages/pip),
+    as `python -m venv` and `pip` work in the official image."""
     found = []
     for path in sorted((root / "usr/bin").glob("python3.*")):
         match = re.fullmatch(r"python(3\.\d+)", path.name)
-        if match is None or not (root / f"usr/lib/{path.name}/os.py").is_file():
+        stdlib = root / "usr/lib" / path.name
+        if match is None or not all((stdlib / f).is_file() for f in ("os.py", "ensurepip/__main__.py")):
             continue
         pips = ("usr/lib/python3/dist-packages/pip", f"usr/lib/{path.name}/dist-packages/pip")
         if any((root / pip / "__init__.py").is_file() for pip in pips):
