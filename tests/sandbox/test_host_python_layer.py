@@ -83,6 +83,12 @@ async def test_pip_installs_into_the_sandboxs_own_usr_local_and_a_reset_drops_it
         assert as_agent.stdout.strip() == SITE.format(
             version
         )  # root's install is everyone's, as in the image
+        # the agent cannot plant a `python` (or anything) where root's commands find it
+        attack = "echo 'echo pwned' > /usr/local/bin/python3; touch /usr/local/bin/evil; echo ran > ~/attack"
+        await sandbox.exec(attack, user="agent")
+        after = await sandbox.exec("cat ~agent/attack; python3 -c 'print(7)'; ls /usr/local/bin", user="root")
+        assert after.stdout.split()[:2] == ["ran", "7"]  # the attack ran; root's python3 is still Python
+        assert "evil" not in after.stdout.split()
         await sandbox.reset()
         gone = await sandbox.exec("python -c 'import evsysprobe'; command -v evsysprobe", user="root")
         assert "No module named 'evsysprobe'" in gone.stderr and gone.stdout == ""
