@@ -34,7 +34,7 @@ PIP_SCRIPT = '#!/bin/sh\nexec /usr/bin/python{version} -m pip "$@"\n'
 def host_usr_entries() -> tuple[tuple[str, str | None], ...]:
     """The host's /usr entries but `local`: (name, symlink target, or None for a directory, bound
     read-only)."""
-    entries = []
+    entries: list[tuple[str, str | None]] = []
     for entry in sorted(os.scandir("/usr"), key=lambda e: e.name):
         if entry.name == "local":
             continue
