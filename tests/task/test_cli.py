@@ -178,3 +178,6 @@ def test_check_notes_a_python_base_the_host_provides_with_the_thin_python_layer(
     assert "python and pip in a /usr/local of the sandbox's own" in out
     assert "other backends run the image" in out
     assert "needs its image" not in out
+    built = make_task(name="built", dockerfile="FROM python:3.11-slim-bookworm\nRUN true\n")
+    built_out = runner.invoke(tasks_app, ["check", str(built)]).output
+    assert "host:debian-12" not in built_out  # a build on the base: not run on the host

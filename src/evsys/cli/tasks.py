@@ -88,7 +88,7 @@ def _base_notes(report: CheckReport) -> list[str]:
         if task.base_image is None:
             continue
         if task.base_reason is None:
-            stand_in = host_stand_in(task.base_image)
+            stand_in = None if task.needs_image else host_stand_in(task.base_image)
             if stand_in is not None:
                 layer = PYTHON_LAYER_NOTE if stand_in.python_layer else ""
                 notes.append(f"{task.path}: note: {task.base_image} {HOST_NOTE.format(stand_in.name, layer)}")

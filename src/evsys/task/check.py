@@ -22,6 +22,7 @@ class TaskReport(BaseModel):
     base_reason: str | None = Field(
         None, description="Why the host cannot stand in for that base (it is pulled, built or synthesised)."
     )
+    needs_image: bool = Field(False, description="The task runs on an image (its base's or a build on it).")
 
     @property
     def ok(self) -> bool:
@@ -93,6 +94,7 @@ def check_tasks(path: Path | str, *, require_solution: bool = False, strict: boo
                 problems=problems,
                 base_image=env.base_image,
                 base_reason=env.base_reason,
+                needs_image=env.needs_image,
             )
         )
     return report
