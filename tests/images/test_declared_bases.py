@@ -53,9 +53,10 @@ async def test_a_base_the_host_provides_runs_on_the_host_and_says_so(tmp_path):
     trial = await _oracle(tmp_path, task)
     assert trial.failure is None and trial.reward == 1.0
     assert trial.ran_on_host_image is True
-    assert trial.image is not None and (trial.image.ref, trial.image.source) == (
+    assert trial.image is not None and (trial.image.ref, trial.image.source, trial.image.key) == (
         "debian:bookworm-slim",
         "host",
+        "host:debian-12",  # what stood in: the host's release, no python layer for a plain Debian base
     )
 
 
