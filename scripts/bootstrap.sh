@@ -10,10 +10,17 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 MODE=${1:-all}
 
-APT_PACKAGES=(bubblewrap slirp4netns nftables python3 gcc libc6-dev iproute2 util-linux procps psmisc git ca-certificates)
+# python3-pip, python3-venv: a python:3.X base of the host's release runs on the host's /usr with the thin
+# python layer (python, pip in /usr/local), which needs the release's pip and venv (src/evsys/task/hostbase.py)
+APT_PACKAGES=(bubblewrap slirp4netns nftables python3 python3-pip python3-venv gcc libc6-dev iproute2 util-linux
+    procps psmisc git ca-certificates)
 EXTRAS=${EXTRAS:-local,rl,harness,viewer,serve,docker,daytona,e2b,modal,repo,ray,trl,dev}
+# The examples declare Debian 12 bases (debian:bookworm-slim, python:3.11-slim): a Debian 12 host runs them on
+# its own /usr; any other host synthesises them, with the image tools.
+host_release=$(. /etc/os-release 2>/dev/null && echo "${ID:-}-${VERSION_ID:-}")
 if [ "$MODE" = run ]; then
     EXTRAS=${RUN_EXTRAS:-local}
+    [ "$host_release" = debian-12 ] || APT_PACKAGES+=(mmdebstrap buildah skopeo)
 else
     APT_PACKAGES+=(
         chromium     # the job viewer's browser tests (Playwright drives it; no browser download)

@@ -265,7 +265,12 @@ async def test_an_image_that_cannot_be_had_fails_the_build_and_skip_build_runs_o
     assert refused.cause == FailureCause.ENVIRONMENT_BUILD_FAILED
     assert "registry.invalid/none:1" in refused.failure.message and refused.retries == []
     [ran] = (await Job(job_config(task_factory.dataset, job_name="skip", skip_build=True)).run()).trials
-    assert ran.failure is None and ran.reward == 1.0 and ran.ran_on_host_image is True and ran.image is None
+    assert ran.failure is None and ran.reward == 1.0 and ran.ran_on_host_image is True
+    assert ran.image is not None and (ran.image.ref, ran.image.source) == ("registry.invalid/none:1", "host")
+    assert any(
+        w.startswith("--skip-build: ran on the host rootfs in place of registry.invalid")
+        for w in ran.warnings
+    )
 
 
 @pytest.mark.needs_sandbox
@@ -352,3 +357,14 @@ async def test_logs_from_the_sandbox_cannot_replace_the_trials_own_files(task_fa
     assert not (trial_dir / "agent" / "host-link").exists()  # a link out of the trial dir is refused
     assert not (trial_dir / "artifacts" / "up-link").exists()
     assert any("host-link" in w for w in trial.warnings)
+
+
+async def test_skip_build_on_a_backend_without_the_host_rootfs_refuses_rather_than_run_another_base(
+    task_factory, docker_env
+):
+    task_factory("img", dockerfile="FROM python:3.13-slim-bookworm\nWORKDIR /app\n")
+    config = job_config(task_factory.dataset, job_name="docker-skip", sandbox="docker", skip_build=True)
+    [refused] = (await Job(config).run()).trials
+    assert refused.cause == FailureCause.ENVIRONMENT_BUILD_FAILED and refused.reward is None
+    assert "declares python:3.13-slim-bookworm" in refused.failure.message
+    assert refused.sandbox_name is None and not refused.ran_on_host_image  # no sandbox ran on another base

@@ -11,7 +11,7 @@ class ExecDefaultsSandbox(Sandbox):
     """A local sandbox behind the four required operations: files, shells and programs take the base
     class's exec-built defaults, and reset/spawn are refused (what a new backend gets for free)."""
 
-    capabilities = frozenset({Capability.BINDS, Capability.LIMITS})
+    capabilities = frozenset({Capability.BINDS, Capability.LIMITS, Capability.HOST_ROOTFS})  # a local one
     network_modes = LocalSandbox.network_modes
 
     def __init__(self, spec: SandboxSpec) -> None:

@@ -150,3 +150,34 @@ def test_strict_makes_misspelt_keys_errors_and_suggests_the_known_one(make_task)
 
 def test_check_of_a_path_without_tasks_exits_2(tmp_path):
     assert runner.invoke(tasks_app, ["check", str(tmp_path / "nothing")]).exit_code == 2
+
+
+def test_check_notes_a_base_the_host_lacks_and_what_evsys_synthesises_in_its_place(make_task, monkeypatch):
+    from evsys.task import hostbase
+
+    monkeypatch.setattr(hostbase, "host_facts", lambda: hostbase.HostFacts("debian", "12", "3.11", False))
+    task = make_task(dockerfile="FROM python:3.13-slim-bookworm\nWORKDIR /app\n")
+    result = runner.invoke(tasks_app, ["check", str(task)])
+    assert result.exit_code == 0, result.output
+    out = " ".join(result.output.split())
+    assert "note: FROM python:3.13-slim-bookworm needs its image" in out
+    assert "python 3.13 built from trixie's source on debian bookworm" in out and "without PGO/LTO" in out
+    assert "needs its image" not in out.split("note:")[0]  # how evsys runs the task: no warning of the task
+
+
+def test_check_notes_a_python_base_the_host_provides_with_the_thin_python_layer(make_task, monkeypatch):
+    from evsys.task import hostbase
+
+    facts = hostbase.HostFacts("debian", "12", None, False, layer_pythons=("3.11",))
+    monkeypatch.setattr(hostbase, "host_facts", lambda: facts)
+    task = make_task(dockerfile="FROM python:3.11-slim-bookworm\nWORKDIR /app\n")
+    result = runner.invoke(tasks_app, ["check", str(task)])
+    assert result.exit_code == 0, result.output
+    out = " ".join(result.output.split())
+    assert "note: python:3.11-slim-bookworm runs on the local backend on host:debian-12+python3.11" in out
+    assert "python and pip in a /usr/local of the sandbox's own" in out
+    assert "other backends run the image" in out
+    assert "needs its image" not in out
+    built = make_task(name="built", dockerfile="FROM python:3.11-slim-bookworm\nRUN true\n")
+    built_out = runner.invoke(tasks_app, ["check", str(built)]).output
+    assert "host:debian-12" not in built_out  # a build on the base: not run on the host

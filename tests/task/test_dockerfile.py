@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from evsys.task import TaskLoadError, load_task, parse_dockerfile
-from evsys.task.dockerfile import is_trivial_base, split_instructions
+from evsys.task import TaskLoadError, hostbase, load_task, parse_dockerfile
+from evsys.task.dockerfile import split_instructions
 from evsys.task.loader import IMAGE_NOTE
 
 
@@ -163,9 +163,10 @@ def test_chown_and_chmod_flags_are_kept(tmp_path):
     )
 
 
-def test_run_needs_an_image_with_its_line_number(tmp_path):
+def test_run_needs_an_image_with_its_line_number(tmp_path, monkeypatch):
+    monkeypatch.setattr(hostbase, "host_facts", lambda: BOOKWORM_HOST)
     env, problems = parse_dockerfile(
-        "FROM ubuntu:24.04\nWORKDIR /app\n\nRUN apt-get update && \\\n  apt-get install -y jq\n", tmp_path
+        "FROM debian:12\nWORKDIR /app\n\nRUN apt-get update && \\\n  apt-get install -y jq\n", tmp_path
     )
     assert problems == []
     assert env.needs_image
@@ -177,7 +178,7 @@ def test_run_needs_an_image_with_its_line_number(tmp_path):
     [
         (
             "FROM nvidia/cuda:12.0-base\n",
-            "environment/Dockerfile:1: FROM nvidia/cuda:12.0-base is not a plain base image",
+            "environment/Dockerfile:1: FROM nvidia/cuda:12.0-base needs its image",
         ),
         (
             "FROM ubuntu AS build\nFROM debian\n",
@@ -203,27 +204,35 @@ def test_directives_that_need_an_image(tmp_path, text, reason):
     assert any(r.startswith(reason) for r in env.image_reasons), env.image_reasons
 
 
+BOOKWORM_HOST = hostbase.HostFacts("debian", "12", python="3.11", pip_usable=False)
+
+
 @pytest.mark.parametrize(
-    "image",
+    ("image", "runs_on_host"),
     [
-        "ubuntu",
-        "ubuntu:24.04",
-        "debian:bookworm-slim",
-        "python:3.12-slim",
-        "docker.io/library/python:3.11",
-        "busybox",
-        "ghcr.io/laude-institute/t-bench/python-3-13:20250620",
+        ("debian:bookworm-slim", True),
+        ("docker.io/library/debian:12", True),
+        ("debian:trixie", False),  # another release
+        ("ubuntu:24.04", False),  # another distribution
+        ("python:3.11-slim-bookworm", False),  # the host has no `python` and its pip is externally managed
+        ("python:3.13-slim-bookworm", False),
+        ("busybox", False),  # evsys cannot tell what it provides
+        ("alpine:3.20", False),
     ],
 )
-def test_plain_base_images_are_accepted(tmp_path, image):
-    env, problems = parse_dockerfile(f"FROM --platform=linux/amd64 {image}\n", tmp_path)
-    assert not env.needs_image and problems == []
-    assert is_trivial_base(image)
+def test_only_a_base_the_host_provides_runs_without_its_image(tmp_path, monkeypatch, image, runs_on_host):
+    monkeypatch.setattr(hostbase, "host_facts", lambda: BOOKWORM_HOST)
+    env, problems = parse_dockerfile(f"FROM --platform=linux/amd64 {image}\nWORKDIR /app\n", tmp_path)
+    assert env.needs_image is not runs_on_host and problems == []
     assert env.base_image == image
+    if not runs_on_host:
+        assert env.base_reason == env.image_reasons[0]
+        assert env.base_reason.startswith(f"environment/Dockerfile:1: FROM {image} needs its image")
 
 
-def test_recorded_directives_and_users(tmp_path):
-    text = 'FROM ubuntu\nEXPOSE 80\nCMD ["bash"]\nENTRYPOINT bash\nUSER root\nUSER builder\n'
+def test_recorded_directives_and_users(tmp_path, monkeypatch):
+    monkeypatch.setattr(hostbase, "host_facts", lambda: BOOKWORM_HOST)
+    text = 'FROM debian:bookworm\nEXPOSE 80\nCMD ["bash"]\nENTRYPOINT bash\nUSER root\nUSER builder\n'
     env, problems = parse_dockerfile(text, tmp_path)
     assert env.ignored == [
         "environment/Dockerfile:2: EXPOSE is not applied by the local sandbox",
@@ -268,9 +277,10 @@ def test_docker_compose_needs_an_image(make_task):
 def test_prebuilt_docker_image_needs_a_runtime(make_task):
     task = load_task(make_task(toml='[environment]\ndocker_image = "org/custom:1"\n'))
     assert task.environment.needs_image
-    assert task.warnings == [
-        f"task.toml:environment.docker_image: image 'org/custom:1' is pulled at run time ({IMAGE_NOTE})"
-    ]
+    # the image is how evsys runs the task, not a problem of it: said, but no warning
+    assert task.environment.base_reason == task.environment.image_reasons[0]
+    assert "image 'org/custom:1' is pulled at run time" in task.environment.base_reason
+    assert task.warnings == []
 
 
 def test_copy_directory_with_a_link_outside_is_an_error(tmp_path):

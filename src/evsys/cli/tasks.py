@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 
 from evsys.cli import repo_tasks
+from evsys.task.check import CheckReport
 from evsys.task.scaffold import DEFAULT_ORG
 
 if TYPE_CHECKING:
@@ -64,6 +65,8 @@ def check(
     for severity, line in report.lines():
         style = "red" if severity == "error" else "yellow"
         out.print(f"[{style}]{_escape(line)}[/{style}]")
+    for line in _base_notes(report):
+        out.print(f"[dim]{_escape(line)}[/dim]")
     bad = sum(not t.ok for t in report.tasks)
     summary = (
         f"{len(report.tasks)} task(s) checked: {len(report.tasks) - bad} ok, {bad} with errors; "
@@ -77,6 +80,40 @@ def _conclude(out: Console, summary: str, bad: int) -> None:
     out.print(f"[{'red' if bad else 'green'}]{summary}[/]")
     if bad:
         raise typer.Exit(1)
+
+
+HOST_NOTE = "runs on the local backend on {}: the host's /usr{}; other backends run the image"
+PYTHON_LAYER_NOTE = (
+    ", python and pip in a /usr/local of the sandbox's own (pip installs there as in the image; the host's "
+    "Debian python packages import too)"
+)
+
+
+def _base_notes(report: CheckReport) -> list[str]:
+    """One note per task that declares a base: what the local backend runs it on where the host provides it;
+    else that the base is pulled, and what evsys synthesises in its place where it cannot be (and how that
+    differs from the official image)."""
+    from evsys.images import ImageRefError, parse_ref, synthesis_plan
+    from evsys.task.hostbase import host_stand_in
+
+    notes = []
+    for task in report.tasks:
+        if task.base_image is None:
+            continue
+        if task.base_reason is None:
+            stand_in = None if task.needs_image else host_stand_in(task.base_image)
+            if stand_in is not None:
+                layer = PYTHON_LAYER_NOTE if stand_in.python_layer else ""
+                notes.append(f"{task.path}: note: {task.base_image} {HOST_NOTE.format(stand_in.name, layer)}")
+            continue
+        try:
+            plan = synthesis_plan(parse_ref(task.base_image))
+        except ImageRefError:
+            plan = None
+        fallback = f"where it cannot be pulled, evsys synthesises it: {plan.describe()}" if plan else ""
+        where, _, reason = task.base_reason.partition(": ")
+        notes.append(f"{task.path / where}: note: {reason}" + (f"; {fallback}" if fallback else ""))
+    return notes
 
 
 def _check_rows_or_python(path: Path, out: Console, oracle: bool) -> bool:

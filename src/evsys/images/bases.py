@@ -25,9 +25,9 @@ BASE_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # python3-venv brings pip's own wheel; pip is installed from it (below), not Debian's python3-pip, so no
 # Debian-packaged Python modules (packaging, setuptools...) sit where `pip install` must replace them.
 PYTHON_PACKAGES = ("ca-certificates", "netbase", "tzdata", "python3", "python3-venv")
-SYNTH_TIMEOUT = 1800.0
+SYNTH_TIMEOUT = 3600.0  # compiling CPython on two busy cores takes a while
 # Bumped when a distribution's recipe changes: stored images made by an older recipe are synthesised again.
-RECIPE_VERSION = {"debian": 1, "ubuntu": 2, "python": 2, "tool": 1}
+RECIPE_VERSION = {"debian": 1, "ubuntu": 2, "python": 2, "python-source": 2, "tool": 1}
 # On top of mmdebstrap's minbase, what the official image has (Ubuntu's minbase lacks apt and its keyring).
 EXTRA_PACKAGES = {"debian": (), "ubuntu": ("apt", "ubuntu-keyring")}
 
@@ -66,6 +66,71 @@ def python_dockerfile(base: str, plan: SynthesisPlan) -> str:
         f'LABEL {SYNTH_LABEL}="{plan.describe()}"\n'
         'CMD ["python3"]\n'
     )
+
+
+# What compiling CPython needs on a Debian release (the official image's list less tk-dev and wget: no
+# tkinter, the source comes from the mirror); what it keeps at run time is found with ldd afterwards, as the
+# official image does. As cheap as honest: no PGO/LTO, `make -j`, no test modules built or installed.
+CPYTHON_BUILD_PACKAGES = (
+    "dpkg-dev gcc make libbz2-dev libc6-dev libdb-dev libexpat1-dev libffi-dev libgdbm-dev liblzma-dev "
+    "libncursesw5-dev libreadline-dev libsqlite3-dev libssl-dev uuid-dev xz-utils zlib1g-dev"
+)
+KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
+
+
+def source_python_dockerfile(base: str, plan: SynthesisPlan) -> str:
+    """The Dockerfile that puts Python 3.X, compiled from the `python3.X` source package of the Debian
+    release `plan.python_source`, into /usr/local of the named release (as the official image has it): the
+    release's own userland (OpenSSL, libc...) underneath, `python`, `pip`, no EXTERNALLY-MANAGED marker."""
+    mirror = host_mirror("debian")
+    script = " && ".join(
+        (
+            "set -eux",
+            "apt-get update",
+            "DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "
+            f"{' '.join(PYTHON_PACKAGES[:3])}",
+            'saved="$(apt-mark showmanual)"',
+            "DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "
+            f"{CPYTHON_BUILD_PACKAGES}",
+            f"echo 'deb-src [signed-by={KEYRING}] {mirror} {plan.python_source} main' "
+            "> /etc/apt/sources.list.d/evsys-python-source.list",
+            "apt-get update",
+            "mkdir -p /usr/src/python && cd /usr/src/python",
+            f"apt-get source --download-only python{plan.python}",
+            f"tar -xf python{plan.python}_*.orig.tar.xz --strip-components=1",
+            './configure --build="$(dpkg-architecture --query DEB_BUILD_GNU_TYPE)" '
+            "--enable-loadable-sqlite-extensions --with-system-expat --with-ensurepip --disable-test-modules",
+            'make -j"$(nproc)"',
+            "make install",
+            "cd / && rm -rf /usr/src/python /etc/apt/sources.list.d/evsys-python-source.list",
+            "find /usr/local -depth \\( -type d -a \\( -name test -o -name tests -o -name idle_test \\) \\) "
+            "-exec rm -rf '{}' +",
+            'apt-mark auto ".*" > /dev/null && apt-mark manual $saved > /dev/null',
+            "find /usr/local -type f -executable -not -name '*tkinter*' -exec ldd '{}' ';' "
+            """| awk '/=>/ { so = $(NF-1); if (index(so, "/usr/local/") == 1) { next }; """
+            """gsub("^/(usr/)?", "", so); printf "*%s\\n", so }' """
+            "| sort -u | xargs -r dpkg-query --search | cut -d: -f1 | sort -u | xargs -r apt-mark manual",
+            "apt-get purge -y --auto-remove -o APT::AutoRemove::RecommendsImportant=false",
+            "rm -rf /var/lib/apt/lists/*",
+            "for src in idle3 pip3 pydoc3 python3 python3-config; do "
+            'ln -svT "$src" "/usr/local/bin/$(echo "$src" | tr -d 3)"; done',
+            "python --version && pip --version",
+        )
+    )
+    return (
+        f"FROM {base}\n"
+        f"ENV PATH={BASE_PATH} LANG=C.UTF-8\n"
+        f"RUN {script}\n"
+        f'LABEL {SYNTH_LABEL}="{plan.describe()}"\n'
+        'CMD ["python3"]\n'
+    )
+
+
+def recipe(plan: SynthesisPlan) -> str:
+    """The name of the recipe that synthesises `plan` (a key of RECIPE_VERSION)."""
+    if plan.python_source:
+        return "python-source"
+    return "python" if plan.python else plan.distribution
 
 
 def mmdebstrap_argv(plan: SynthesisPlan, output: Path) -> list[str]:

@@ -11,20 +11,10 @@ import dataclasses
 import re
 from dataclasses import dataclass
 
+from evsys.task.hostbase import DEBIAN, UBUNTU
+
 DEFAULT_REGISTRY = "docker.io"
 
-# Debian releases: codename -> (number, python3 minor version)
-DEBIAN = {
-    "bullseye": ("11", "3.9"),
-    "bookworm": ("12", "3.11"),
-    "trixie": ("13", "3.13"),
-}
-# Ubuntu releases: version -> (codename, python3 minor version)
-UBUNTU = {
-    "20.04": ("focal", "3.8"),
-    "22.04": ("jammy", "3.10"),
-    "24.04": ("noble", "3.12"),
-}
 # The official python image's newest Debian release for a Python version, when no codename is given.
 PYTHON_DEFAULT_SUITE = "bookworm"
 
@@ -101,12 +91,27 @@ class SynthesisPlan:
     python: str | None = None  # "3.11": add python3 with `python`/`pip` commands like the official image
     slim: bool = False
     note: str = ""  # what the synthesised image does not reproduce
+    # The Debian release whose `python3.X` source package is built into /usr/local, when the named release's
+    # own python3 is another version (python:3.13-slim-bookworm: trixie's python3.13 on bookworm).
+    python_source: str | None = None
 
     def describe(self) -> str:
         """A one-line description for notices and records."""
         what = f"{self.distribution} {self.suite}"
-        what = f"python {self.python} from {what}" if self.python else what
-        return f"{what}; {self.note}" if self.note else what
+        if self.python_source:
+            what = f"python {self.python} built from {self.python_source}'s source on {what}"
+        elif self.python:
+            what = f"python {self.python} from {what}"
+        notes = ", ".join(n for n in (self.note, *self.differences()) if n)
+        return f"{what}; {notes}" if notes else what
+
+    def differences(self) -> list[str]:
+        """How the synthesised image differs from the official one, in words a task author can act on."""
+        if self.python_source:
+            return [f"python {self.python} compiled without PGO/LTO (slower than the official build)"]
+        if self.python:
+            return [f"python {self.python} is {self.distribution}'s package in /usr/bin, not /usr/local"]
+        return []
 
 
 def _debian_suite(word: str) -> str | None:
@@ -177,8 +182,10 @@ def _python_plan(tag: str) -> SynthesisPlan | None:
     version, slim, codename = m.group(1), bool(m.group(2)), m.group(3)
     if codename and DEBIAN.get(codename, (None, None))[1] == version:
         return SynthesisPlan("debian", codename, python=version, slim=slim)
-    # no codename, or one whose python3 is another version (python:3.13-slim-bookworm): the Python version
-    # is what a task depends on, so the release that has it
+    source = next((suite for suite, (_, py) in DEBIAN.items() if py == version), None)
+    if codename in DEBIAN and source is not None:  # the named release, Python built from another's source
+        return SynthesisPlan("debian", codename, python=version, slim=slim, python_source=source)
+    # no codename, or a release no Debian source of this Python serves: the release that has this Python
     for suite, (_, py) in DEBIAN.items():
         if py == version:
             return SynthesisPlan("debian", suite, python=version, slim=slim)

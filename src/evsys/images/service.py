@@ -103,11 +103,11 @@ class ImageService:
         except ImageRefError as exc:
             raise ImageError(str(exc)) from None
         name = pull.stored_name(ref)
-        stored = self._usable(name)
+        stored = self._usable(name, ref)
         if self.pull_policy != "always" and stored is not None:
             return name, self._synth_note(stored, ref)  # the common case: no lock, no tool
         async with self._locked(f"ref-{name}"):
-            stored = self._usable(name)
+            stored = self._usable(name, ref)
             if stored is not None and self.pull_policy != "always":
                 return name, self._synth_note(stored, ref)
             error: pull.PullError | None = None
@@ -142,7 +142,7 @@ class ImageService:
             record = self.storage.find(name)
             marker = self._synth_path(record["id"]) if record is not None else None
             if marker is not None and (not marker.exists() or distro == name or plan.python):
-                recipe = "python" if plan.python else plan.distribution
+                recipe = bases.recipe(plan)
                 version = bases.RECIPE_VERSION[recipe]
                 write_text_atomic(marker, f"{recipe}|{version}|{plan.describe()}")
             return name, plan.describe()
@@ -166,8 +166,9 @@ class ImageService:
             write_text_atomic(marker, f"tool|{bases.RECIPE_VERSION['tool']}|{plan.describe()}")
         return plan.describe()
 
-    def _usable(self, name: str) -> dict | None:
-        """The stored image `name`, unless evsys synthesised it with an older recipe."""
+    def _usable(self, name: str, ref: ImageRef | None = None) -> dict | None:
+        """The stored image `name`, unless evsys synthesised it with an older recipe or (for `ref`) with
+        another recipe than the one for `ref` now (python:3.13-slim-bookworm once made from trixie)."""
         record = self.storage.find(name)
         if record is None:
             return None
@@ -175,9 +176,12 @@ class ImageService:
             marker = self._synth_path(record["id"]).read_text()
         except OSError:
             return record
-        fields = marker.split("|")  # "<distribution>|<recipe version>|<description>"; older: the description
-        distribution, version = (fields[0], fields[1]) if len(fields) == 3 else (marker.split()[0], "1")
-        return record if str(bases.RECIPE_VERSION.get(distribution, 1)) == version else None
+        fields = marker.split("|")  # "<recipe>|<recipe version>|<description>"; older: the description
+        recipe, version = (fields[0], fields[1]) if len(fields) == 3 else (marker.split()[0], "1")
+        plan = synthesis_plan(ref) if ref is not None else None
+        if plan is not None and bases.recipe(plan) != recipe:
+            return None
+        return record if str(bases.RECIPE_VERSION.get(recipe, 1)) == version else None
 
     async def _tag(self, source: str, name: str) -> None:
         done = await run_tool(self.storage.buildah("tag", source, name), timeout=120)
@@ -187,15 +191,30 @@ class ImageService:
     async def _build_python(
         self, name: str, plan: SynthesisPlan, distro: str, *, log: Path | None, on_line: LineCallback | None
     ) -> None:
-        """Build `python:3.X` on top of its synthesised distribution base, stored as `name`."""
+        """Build `python:3.X` on top of its synthesised distribution base, stored as `name`. A Python
+        compiled from source is built once per (version, release, recipe), then tagged with each name."""
+        if not plan.python_source:
+            await self._bud(bases.python_dockerfile(distro, plan), name, log=log, on_line=on_line)
+            return
+        version = bases.RECIPE_VERSION["python-source"]
+        compiled = f"localhost/evsys/synth/python:{plan.python}-{plan.suite}-r{version}"
+        async with self._locked(f"ref-{_safe(compiled)}"):
+            if self.storage.find(compiled) is None:
+                dockerfile = bases.source_python_dockerfile(distro, plan)
+                await self._bud(dockerfile, compiled, log=log, on_line=on_line)
+        await self._tag(compiled, name)
+
+    async def _bud(
+        self, dockerfile: str, name: str, *, log: Path | None, on_line: LineCallback | None
+    ) -> None:
+        """Build a Dockerfile made by evsys (a synthesised base) into the storage as `name`."""
         with tempfile.TemporaryDirectory(prefix="python-base-", dir=self.storage.home) as tmp:
-            dockerfile = Path(tmp) / "Dockerfile"
-            dockerfile.write_text(bases.python_dockerfile(distro, plan))
+            (Path(tmp) / "Dockerfile").write_text(dockerfile)
             await buildah_bud(
                 self.storage,
-                BuildContext(dockerfile, Path(tmp)),
+                BuildContext(Path(tmp) / "Dockerfile", Path(tmp)),
                 name,
-                timeout=1800,
+                timeout=bases.SYNTH_TIMEOUT,
                 log=log,
                 on_line=on_line,
             )

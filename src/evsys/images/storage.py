@@ -238,4 +238,5 @@ class Storage:
             rootfs_layers=self.layer_dirs(image),
             config=await self.image_config(name),
             source=self.transport(name),
+            image_id=image["id"],
         )

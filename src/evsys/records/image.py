@@ -50,6 +50,11 @@ class ImageSpec(BaseModel):
         description="Where a daemon-based backend copies the image from when its daemon lacks it: a skopeo "
         "transport reference (evsys's own image storage, `containers-storage:[...]name`).",
     )
+    image_id: str | None = Field(
+        None,
+        description="The image's id in evsys's image storage (the digest of its config): a daemon-based "
+        "backend loads this content once and runs exactly it, whatever its daemon holds under `ref`.",
+    )
     dockerfile: Path | None = Field(
         None,
         description="The task's Dockerfile, for a backend that builds images itself "

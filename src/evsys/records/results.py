@@ -33,8 +33,15 @@ class TrialImage(BaseModel):
     bases were synthesised offline instead of pulled."""
 
     ref: str
-    source: str
-    key: str | None = None
+    source: str = Field(
+        description="built, cached, pulled or stored (evsys's image storage), remote (the backend's own), or "
+        "host: the host's root filesystem stood in for the base `ref`."
+    )
+    key: str | None = Field(
+        None,
+        description="The stored image's key; for source host, what stood in for the base: the host's release "
+        "(`host:debian-12`), with the thin python layer `+python3.X` (`host:debian-12+python3.11`).",
+    )
     synthesised_bases: list[str] = Field(default_factory=list)
     pull_error: str | None = Field(None, description="Why `docker_image` was built instead of pulled.")
     seconds: float = 0.0
@@ -90,7 +97,11 @@ class TrialResult(BaseModel):
     timing: PhaseTimings = Field(default_factory=PhaseTimings)
     started_at: str = Field(default_factory=utc_now)
     finished_at: str | None = None
-    ran_on_host_image: bool = False
+    ran_on_host_image: bool = Field(
+        False,
+        description="The trial ran on the host's root filesystem in place of the base its task declares "
+        "(`image.source` is then `host`): the host provides that base, or the job skipped builds.",
+    )
     image: TrialImage | None = Field(None, description="The image the trial ran on, and how it was obtained.")
     tests_summary: str | None = Field(
         None,

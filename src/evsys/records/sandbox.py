@@ -135,6 +135,12 @@ class SandboxSpec(BaseModel):
     image: ImageSpec | None = Field(
         None, description="The image to run (Capability.IMAGES); None: the host-rootfs layer."
     )
+    host_python: str | None = Field(
+        None,
+        description="On the host-rootfs layer only (no image): the major.minor of the host's "
+        "/usr/bin/python3.X that a python base stands on; the local sandbox adds the thin python layer "
+        "(`python`, `pip` in a /usr/local of its own, pip installing there; sandbox/local/pylayer.py).",
+    )
     pod: PodSpec | None = Field(None, description="The pod whose network this sandbox shares (PodSpec).")
     run_entrypoint: bool = Field(
         True,

@@ -125,6 +125,9 @@ class Capability(StrEnum):
     PODS = "pods"  # SandboxSpec.pod: sandboxes sharing a network, reachable by name
     # run_verifier(): the tests, /logs/verifier and /tmp private to the verifier (docs/sandbox.md)
     PRIVATE_VERIFIER = "private-verifier"
+    # a spec with no image runs on this host's own root filesystem (/usr): a task whose base the host provably
+    # provides (evsys.task.hostbase) may run there; on other backends every declared base is built or pulled
+    HOST_ROOTFS = "host-rootfs"
 
 
 class Sandbox(ABC):

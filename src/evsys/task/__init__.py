@@ -1,7 +1,8 @@
 """Task definitions and loading: Harbor-compatible task directories (`task.toml`, `instruction.md`, ...)."""
 
 from evsys.task.config import parse_size_mb
-from evsys.task.dockerfile import TRIVIAL_BASE_IMAGES, parse_dockerfile, resolve_environment
+from evsys.task.dockerfile import parse_dockerfile, resolve_environment
+from evsys.task.hostbase import HostFacts, base_needs, host_mismatch
 from evsys.task.loader import (
     DatasetNotFoundError,
     TaskLoadError,
@@ -14,15 +15,17 @@ from evsys.task.loader import (
 from evsys.task.models import CopyOptions, Problem, ResolvedEnvironment, Task, TaskConfig
 
 __all__ = [
-    "TRIVIAL_BASE_IMAGES",
     "CopyOptions",
     "DatasetNotFoundError",
+    "HostFacts",
     "Problem",
     "ResolvedEnvironment",
     "Task",
     "TaskConfig",
     "TaskLoadError",
     "TaskSet",
+    "base_needs",
+    "host_mismatch",
     "is_task_dir",
     "load_task",
     "load_tasks",

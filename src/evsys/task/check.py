@@ -18,6 +18,11 @@ class TaskReport(BaseModel):
     name: str
     path: Path
     problems: list[Problem] = Field(default_factory=list)
+    base_image: str | None = Field(None, description="The base the task declares (FROM or docker_image).")
+    base_reason: str | None = Field(
+        None, description="Why the host cannot stand in for that base (it is pulled, built or synthesised)."
+    )
+    needs_image: bool = Field(False, description="The task runs on an image (its base's or a build on it).")
 
     @property
     def ok(self) -> bool:
@@ -88,7 +93,17 @@ def check_tasks(path: Path | str, *, require_solution: bool = False, strict: boo
                 )
             )
         names.setdefault(task.name, task_dir)
-        report.tasks.append(TaskReport(name=task.name, path=task_dir, problems=problems))
+        env = task.environment
+        report.tasks.append(
+            TaskReport(
+                name=task.name,
+                path=task_dir,
+                problems=problems,
+                base_image=env.base_image,
+                base_reason=env.base_reason,
+                needs_image=env.needs_image,
+            )
+        )
     return report
 
 

@@ -2,14 +2,13 @@
 
 The local sandbox runs on the host's own `/usr`, so evsys honours only what it can reproduce without
 building an image: `WORKDIR`, `ENV`, `ARG`, `COPY`/`ADD` of files under `environment/` (minus what
-`environment/.dockerignore` excludes, see dockerignore.py), and `FROM` of a plain
-base image (see `TRIVIAL_BASE_IMAGES`). `RUN`, an unknown base image, multi-stage builds, `ADD` of a URL or an
-archive and docker-compose files mark the environment as `needs_image`, with one reason per line.
+`environment/.dockerignore` excludes, see dockerignore.py), and `FROM` of a base the host's root filesystem
+provably stands in for (see hostbase.py). `RUN`, any other base image, multi-stage builds, `ADD` of a URL or
+an archive and docker-compose files mark the environment as `needs_image`, with one reason per line.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import glob
 import json
 import posixpath
@@ -22,25 +21,11 @@ from evsys.records import FileCopy
 from evsys.task.compose import ComposeError, parse_compose
 from evsys.task.dockerfile_syntax import HEREDOC, Instruction, split_instructions
 from evsys.task.dockerignore import DockerIgnore
+from evsys.task.hostbase import host_mismatch
 from evsys.task.models import CopyOptions, Problem, ResolvedEnvironment
 
 DOCKERFILE = "environment/Dockerfile"
 COMPOSE_FILES = ("docker-compose.yaml", "docker-compose.yml", "compose.yaml", "compose.yml")
-
-# Base images whose userland the host's Debian /usr stands in for (shell, coreutils, python3). Matched on the
-# repository name, with any registry prefix `docker.io/` or `library/` removed and any tag or digest ignored.
-TRIVIAL_BASE_IMAGES = (
-    "scratch",
-    "ubuntu",
-    "debian",
-    "python",
-    "busybox",
-    "alpine",
-    "bash",
-    "buildpack-deps",
-    "ghcr.io/laude-institute/t-bench/ubuntu-*",
-    "ghcr.io/laude-institute/t-bench/python-*",
-)
 
 ARCHIVE_SUFFIXES = (".tar", ".tar.gz", ".tgz", ".tar.bz2", ".tbz2", ".tar.xz", ".txz", ".tar.zst")
 IGNORED_DIRECTIVES = {
@@ -56,8 +41,8 @@ IGNORED_DIRECTIVES = {
     "ONBUILD",
 }
 KNOWN_USERS = {"root", "0", "0:0", "agent"}
-# What `$PATH` is before any `ENV PATH=...`: Docker's default for a Linux image (the trivial bases above set
-# this or, for python images, the same dirs with /usr/local/bin first; the local sandbox uses the host /usr).
+# What `$PATH` is before any `ENV PATH=...`: Docker's default for a Linux image (the Debian, Ubuntu and python
+# bases set this; the local sandbox uses the host /usr).
 DOCKER_DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _VAR = re.compile(
     r"\$(?:\{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)(?::(?P<op>[-+])(?P<word>[^}]*))?\}|(?P<plain>[A-Za-z_][A-Za-z0-9_]*))"
@@ -130,17 +115,6 @@ def _json_or_shell(args: str) -> list[str] | None:
         return None
 
 
-def is_trivial_base(image: str) -> bool:
-    """True when `image` is one of `TRIVIAL_BASE_IMAGES` (any tag)."""
-    name = image.split("@", 1)[0]
-    last = name.rsplit("/", 1)[-1]
-    if ":" in last:
-        name = name[: len(name) - len(last)] + last.split(":", 1)[0]
-    for prefix in ("docker.io/", "library/"):
-        name = name.removeprefix(prefix)
-    return any(fnmatch.fnmatchcase(name, pattern) for pattern in TRIVIAL_BASE_IMAGES)
-
-
 def _do_from(state: _State, ins: Instruction) -> None:
     words = [w for w in ins.args.split() if not w.startswith("--")]
     state.froms += 1
@@ -152,8 +126,9 @@ def _do_from(state: _State, ins: Instruction) -> None:
         state.needs_image(ins.line, "a multi-stage build needs an image build")
     if "$" in words[0] and not image:
         state.needs_image(ins.line, f"FROM {words[0]} needs an image build")
-    elif not is_trivial_base(image):
-        state.needs_image(ins.line, f"FROM {image} is not a plain base image; it needs an image build")
+    elif (mismatch := host_mismatch(image)) is not None:
+        state.needs_image(ins.line, f"FROM {image} needs its image: {mismatch}")
+        state.result.base_reason = state.result.image_reasons[-1]
     state.result.base_image = state.result.base_image or image
 
 

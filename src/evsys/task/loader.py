@@ -20,7 +20,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from evsys.task.config import parse_task_toml
-from evsys.task.dockerfile import is_trivial_base, resolve_environment
+from evsys.task.dockerfile import resolve_environment
 from evsys.task.harbor_dataset import (
     MANIFEST_NAME,
     HarborDatasetManifest,
@@ -29,6 +29,7 @@ from evsys.task.harbor_dataset import (
     listed_task_dirs,
     read_harbor_manifest,
 )
+from evsys.task.hostbase import host_mismatch
 from evsys.task.models import Problem, ResolvedEnvironment, Severity, Task, TaskConfig
 from evsys.task.select import TaskNameError, resolve_task_name
 from evsys.task.steps import load_steps
@@ -151,11 +152,17 @@ def _image_problems(config: TaskConfig, env: ResolvedEnvironment) -> list[Proble
     image = config.environment.docker_image
     if image:
         env.base_image = image
-    if image and not is_trivial_base(image):
+    mismatch = host_mismatch(image) if image else None
+    if mismatch is not None:
         env.needs_image = True
-        env.image_reasons.append(f"task.toml:environment.docker_image: image '{image}' is pulled at run time")
+        env.image_reasons.append(
+            f"task.toml:environment.docker_image: image '{image}' is pulled at run time ({mismatch})"
+        )
+        env.base_reason = env.image_reasons[-1]
     problems = []
     for reason in env.image_reasons:
+        if reason == env.base_reason:  # a base the host does not provide: how evsys runs it, not a problem
+            continue
         where, _, message = reason.partition(": ")
         file, _, field = where.partition(":")
         problems.append(

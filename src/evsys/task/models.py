@@ -241,8 +241,9 @@ class Problem(BaseModel):
 class ResolvedEnvironment(BaseModel):
     """The task's environment after applying its Dockerfile's image-free directives (WORKDIR, ENV, COPY/ADD).
 
-    `needs_image` is set when the Dockerfile has directives only an image build can honour (RUN, a non-trivial
-    FROM); such a task runs only when the user skips the build, and the trial records `ran_on_host_image`.
+    `needs_image` is set when the Dockerfile has directives only an image build can honour (RUN, ...) or
+    names a base the host's root filesystem does not provably stand in for (`base_reason`, see hostbase.py);
+    such a task runs on the host rootfs only when the user skips the build (`ran_on_host_image`).
     """
 
     workdir: str = "/app"
@@ -252,6 +253,11 @@ class ResolvedEnvironment(BaseModel):
     needs_image: bool = False
     image_reasons: list[str] = Field(
         default_factory=list, description="Why an image build is needed, per line."
+    )
+    base_reason: str | None = Field(
+        None,
+        description="The reason among `image_reasons` that is the base itself (the host does not provide "
+        "it): how evsys runs the task, not a problem of the task.",
     )
     user: str | None = Field(None, description="The last Dockerfile `USER`, if any.")
     copy_options: list[CopyOptions] = Field(

@@ -5,13 +5,26 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
 # What the stand-in serves from the host's root file system when a sandbox asks for it by image.
 STANDIN_IMAGE = "evsys-standin/host-rootfs:latest"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "tasks"
+
+
+def examples_on_standin_base(dest: Path, names: list[str]) -> Path:
+    """Copies of evsys's examples `names` (ones whose Dockerfile is a plain base and WORKDIR /app) under
+    `dest` on `FROM STANDIN_IMAGE`: a cloud backend always runs a task's declared base, and the only base the
+    stand-ins serve is the host's."""
+    for name in names:
+        shutil.copytree(EXAMPLES / name, dest / name)
+        (dest / name / "environment" / "Dockerfile").write_text(f"FROM {STANDIN_IMAGE}\n")
+    return dest
 
 
 @contextmanager

@@ -15,11 +15,12 @@ REPO = Path(__file__).resolve().parents[3]
 
 
 async def _run_job(backend: str, jobs_dir: Path, key: str) -> None:
+    from standins import examples_on_standin_base
+
     from evsys.engine import Job, JobConfig
 
     config = JobConfig(
-        datasets=[REPO / "examples" / "tasks"],
-        task_names=["create-file", "nop-must-fail"],
+        datasets=[examples_on_standin_base(jobs_dir / "tasks", ["create-file", "multi-key-reward"])],
         sandbox=backend,
         jobs_dir=jobs_dir,
         job_name=backend,
@@ -28,7 +29,7 @@ async def _run_job(backend: str, jobs_dir: Path, key: str) -> None:
     result = await job.run()
     outcomes = sorted((t.task_name, t.failure, t.reward) for t in result.trials)
     # the oracle solves both
-    assert outcomes == [("evsys/create-file", None, 1.0), ("evsys/nop-must-fail", None, 1.0)]
+    assert outcomes == [("evsys/create-file", None, 1.0), ("evsys/multi-key-reward", None, 1.0)]
     trial = next(t for t in result.trials if t.task_name == "evsys/create-file")
     assert (job.store.trial_dir(trial.trial_name) / "agent" / "oracle.txt").is_file()  # copied out
     written = [p for p in (jobs_dir / backend).rglob("*") if p.is_file()]

@@ -9,15 +9,14 @@ import pytest
 
 pytestmark = pytest.mark.asyncio
 
-REPO = Path(__file__).resolve().parents[3]
-
 
 async def test_keep_state_on_e2b_is_refused_per_trial_with_a_warning(e2b_standin, tmp_path: Path) -> None:
+    from standins import examples_on_standin_base
+
     from evsys.engine import Job, JobConfig
 
     config = JobConfig(
-        datasets=[REPO / "examples" / "tasks"],
-        task_names=["create-file"],
+        datasets=[examples_on_standin_base(tmp_path / "tasks", ["create-file"])],
         sandbox="e2b",
         jobs_dir=tmp_path,
         job_name="kept",

@@ -198,3 +198,25 @@ async def test_an_image_the_daemon_lacks_is_loaded_from_its_source(dockerd, dock
     async with DockerSandbox(spec("load", image=image)) as sb:
         assert (await sb.exec("cat /etc/debian_version")).stdout.startswith("12")
     assert "evsys-test/loaded:1" in await _docker(dockerd, "images", "--format", "{{.Repository}}:{{.Tag}}")
+
+
+async def test_an_image_from_evsys_storage_runs_by_its_content_not_a_same_named_stale_one(
+    dockerd, docker_base, tmp_path
+):
+    await _docker(dockerd, "run", "--name", "dk-marking", docker_base, "sh", "-c", "echo new > /marker")
+    await _docker(dockerd, "commit", "dk-marking", "evsys-test/marked:1")
+    await _docker(dockerd, "rm", "dk-marking")
+    image_id = (await _docker(dockerd, "inspect", "-f", "{{.Id}}", "evsys-test/marked:1")).strip()
+    archive = tmp_path / "marked.tar"
+    await _docker(dockerd, "save", "-o", str(archive), "evsys-test/marked:1")
+    await _docker(dockerd, "rmi", "evsys-test/marked:1")
+    await _docker(dockerd, "tag", docker_base, "evsys-test/stale:1")  # the daemon's copy of the name: stale
+    stale = ImageSpec(ref="evsys-test/stale:1", source=f"docker-archive:{archive}")
+    async with DockerSandbox(spec("stale", image=stale)) as sb:  # by name alone, the stale copy runs
+        assert (await sb.exec("cat /marker")).exit_code != 0
+    fresh = stale.model_copy(update={"image_id": image_id})
+    async with DockerSandbox(spec("fresh", image=fresh)) as sb:
+        assert (await sb.exec("cat /marker")).stdout == "new\n"
+    archive.unlink()  # loaded once per content: a second sandbox of it needs no copy
+    async with DockerSandbox(spec("again", image=fresh)) as sb:
+        assert (await sb.exec("cat /marker")).stdout == "new\n"

@@ -30,7 +30,8 @@ def sandbox_spec(
     task: Task, job_name: str, trial_name: str, network: NetworkPlan | None = None
 ) -> SandboxSpec:
     """The sandbox a trial of `task` asks for; its name is unique per trial (job, trial, random suffix). It
-    starts with the broadest network the trial's phases need (`network`, default: the task's own plan)."""
+    starts with the broadest network the trial's phases need (`network`, default: the task's own plan). On
+    the host rootfs, a python base the host provides with the thin python layer names it (`host_python`)."""
     env = task.config.environment
     start = (network or resolve_network_plan(task.config)).start
     name = f"{slugify(job_name, max_len=40)}-{slugify(trial_name, max_len=60)}-{secrets.token_hex(3)}"
@@ -44,6 +45,7 @@ def sandbox_spec(
         cpus=env.cpus,
         memory_mb=env.memory_mb,
         storage_mb=env.storage_mb,
+        host_python=images.host_python(task),
     )
 
 
@@ -52,9 +54,11 @@ async def environment_spec(state: TrialState, task: Task) -> SandboxSpec | None:
     cached now) and in its sidecars' pod (started now) when it has them; None once a failure is recorded."""
     state.network = resolve_network_plan(task.config, override=state.config.network)
     spec: SandboxSpec | None = sandbox_spec(task, state.spec.job_name, state.config.trial_name, state.network)
-    if spec is not None and images.needs_image(task, state.spec.skip_build):
+    if spec is not None and images.needs_image(task, state.spec.skip_build, state.spec.sandbox):
         spec = await images.on_image(state, task, spec)
         spec = spec and await start_sidecars(state, task, spec)
+    elif spec is not None and not images.on_host(state, task):  # the host rootfs in place of the base
+        return None
     return spec
 
 

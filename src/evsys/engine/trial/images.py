@@ -1,14 +1,18 @@
 """A trial's environment image: which tasks run on an image, getting that image from `evsys.images`, and the
 trial's sandbox spec moved onto it.
 
-A task runs on an image when its Dockerfile needs a build (RUN, a base other than a plain one) or its
-task.toml names a `docker_image`, unless the job skips builds (then it runs on the host rootfs and the
-trial records `ran_on_host_image`). Tasks with no Dockerfile and Python tasks keep the host rootfs.
+A task runs on an image when its Dockerfile needs a build (RUN, a base the host does not provably provide:
+evsys.task.hostbase) or its task.toml names such a `docker_image`, and on any backend that does not run on
+this host's root filesystem (`Capability.HOST_ROOTFS`) whenever it declares a base; unless the job skips
+builds. A trial on the host rootfs in place of a declared base records that base with source "host", what
+stood in (`key`: `host:debian-12+python3.11` with the thin python layer) and `ran_on_host_image`. Tasks
+with no Dockerfile and Python tasks keep the host rootfs.
 The images come from the trial's `ImageServices` (evsys.engine.image_services: the job's, shared by its
-trials, its build progress on the job's event stream). The build log goes to `<trial>/environment/build.log`;
-the build is bounded by the trial's `build_timeout_sec` (the task's, scaled by the job's setup multiplier
-when planned). A backend that pulls and builds images itself (`Capability.REMOTE_IMAGES`: modal) is handed
-the task's `docker_image` or Dockerfile instead, and nothing is built here.
+trials, so concurrent trials of one task wait for a single build; its build progress on the job's event
+stream). The build log goes to `<trial>/environment/build.log`; the build is bounded by
+the trial's `build_timeout_sec` (the task's, scaled by the job's setup multiplier when planned). A backend
+that pulls and builds images itself (`Capability.REMOTE_IMAGES`: modal) is handed the task's `docker_image`
+or Dockerfile instead, and nothing is built here.
 """
 
 from __future__ import annotations
@@ -18,15 +22,56 @@ from evsys.records import FailureCause, FileCopy, ImageSpec, SandboxSpec, TrialI
 from evsys.sandbox.base import Capability
 from evsys.sandbox.registry import sandbox_class
 from evsys.task.dockerfile import DOCKERFILE
+from evsys.task.hostbase import host_facts, host_stand_in
 from evsys.task.models import Task
 from evsys.util.hostca import SANDBOX_CA_PATH, ca_environment, host_ca_bundle
 
 BUILD_LOG = "environment/build.log"
 
 
-def needs_image(task: Task, skip_build: bool) -> bool:
-    """True when the task runs on a built or pulled image rather than the host rootfs."""
-    return task.environment.needs_image and not skip_build
+def needs_image(task: Task, skip_build: bool, sandbox: str) -> bool:
+    """True when the task runs on a built or pulled image rather than the host rootfs (on the backend
+    `sandbox`)."""
+    if skip_build:
+        return False
+    if task.environment.needs_image:
+        return True
+    on_host = sandbox_class(sandbox).supports(Capability.HOST_ROOTFS)
+    return task.environment.base_image is not None and not on_host
+
+
+def host_python(task: Task) -> str | None:
+    """The major.minor of the thin python layer with which the host rootfs provides the task's declared
+    base (evsys.task.hostbase), if it does so."""
+    base = task.environment.base_image
+    stand_in = host_stand_in(base) if base is not None else None
+    return stand_in.python_layer if stand_in is not None else None
+
+
+def on_host(state: TrialState, task: Task) -> bool:
+    """Record the host's root filesystem standing in for the task's declared base (`image.source` "host",
+    `ran_on_host_image`). False, with the failure recorded, on a backend with no host rootfs: its sandbox
+    would run another base (a daemon's default image), which a trial never does."""
+    base = task.environment.base_image
+    if base is None:
+        return True
+    backend = state.spec.sandbox
+    if not sandbox_class(backend).supports(Capability.HOST_ROOTFS):
+        state.fail(
+            FailureCause.ENVIRONMENT_BUILD_FAILED,
+            f"the task declares {base}, but --skip-build runs it on the host rootfs, which the {backend} "
+            "backend does not have (it would run another base): run it without --skip-build",
+        )
+        return False
+    stand_in = host_stand_in(base)
+    state.result.image = TrialImage(
+        ref=base, source="host", key=stand_in.name if stand_in else host_facts().name()
+    )
+    state.result.ran_on_host_image = True
+    if task.environment.needs_image:  # only --skip-build puts it here: say what the host lacks
+        reasons = "; ".join(task.environment.image_reasons)
+        state.result.warnings.append(f"--skip-build: ran on the host rootfs in place of {base} ({reasons})")
+    return True
 
 
 def image_spec(spec: SandboxSpec, task: Task, image: ImageSpec) -> SandboxSpec:
@@ -47,6 +92,7 @@ def image_spec(spec: SandboxSpec, task: Task, image: ImageSpec) -> SandboxSpec:
     return spec.model_copy(
         update={
             "image": image,
+            "host_python": None,
             "files": files,
             "env": variables | compose_environment | dict(env.env),
             "workdir": env.workdir or image.config.workdir or task.environment.workdir,
@@ -105,4 +151,8 @@ async def on_image(state: TrialState, task: Task, spec: SandboxSpec) -> SandboxS
         pull_error=image.pull_error,
         seconds=image.seconds,
     )
+    state.result.warnings += [
+        f"the base {base} is synthesised from package mirrors, not the official image"
+        for base in image.synthesised_bases
+    ]
     return image_spec(spec, task, image.spec)

@@ -150,7 +150,6 @@ class Trial:
             return False
         state.task = task
         state.result.warnings.extend(task.warnings)
-        state.result.ran_on_host_image = task.environment.needs_image and state.spec.skip_build
         return True
 
     async def _drive(self, task: Task, trial_dir: Path, recorder: TrajectoryRecorder) -> None:

@@ -59,7 +59,6 @@ def new_result(spec: TrialSpec, task: Task | None) -> TrialResult:
         agent=cfg.agent.name,
         model=cfg.agent.model,
         attempt=cfg.attempt,
-        ran_on_host_image=bool(task and task.environment.needs_image and spec.skip_build),
         warnings=list(task.warnings) if task else [],
         retries=list(spec.retries),
         group=cfg.group,

@@ -15,14 +15,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from evsys.engine.image_services import ImageServices
 from evsys.engine.trial.environment import sandbox_spec
-from evsys.engine.trial.images import BUILD_LOG, image_spec
+from evsys.engine.trial.images import BUILD_LOG, image_spec, needs_image
 from evsys.engine.trial.sidecars import SidecarFailed, Sidecars
 from evsys.images import BuildContext, ImageError, ImageResult, PullPolicy
 from evsys.records import FailureCause, SandboxSpec
 from evsys.sandbox.base import Sandbox, SandboxError
 from evsys.sandbox.registry import create_sandbox
 from evsys.task.compose import MAIN
-from evsys.task.dockerfile import is_trivial_base, resolve_environment_dir
+from evsys.task.dockerfile import resolve_environment_dir
+from evsys.task.hostbase import host_mismatch
 from evsys.task.models import EnvironmentConfig, ResolvedEnvironment, Task, TaskConfig
 from evsys.task.network import NetworkPlan, NetworkPolicy
 
@@ -79,7 +80,7 @@ def _task(request: EnvironmentRequest, resolved: ResolvedEnvironment) -> Task:
     docker_image = request.docker_image
     if request.force_build and (request.environment_dir / "Dockerfile").is_file():
         docker_image = None  # Harbor's --force-build: the Dockerfile rather than the prebuilt image
-    if docker_image and not is_trivial_base(docker_image):
+    if docker_image and host_mismatch(docker_image) is not None:
         resolved.needs_image = True
     resolved.workdir = request.workdir or resolved.workdir
     resolved.env = {**resolved.env, **request.env}
@@ -131,7 +132,7 @@ class EnvironmentRuntime:
         policy = self.request.network
         plan = NetworkPlan(baseline=policy, agent=policy, verifier=policy)
         spec = sandbox_spec(task, "harbor", self.request.name, plan)
-        if resolved.needs_image:
+        if needs_image(task, False, self.request.options.backend):
             self.image = await self._image(task)
             spec = image_spec(spec, task, self.image.spec)
         declared = (self.image.spec.config.user if self.image else resolved.user) or "root"

@@ -190,7 +190,7 @@ async def start_task_sandbox(
     network, limits, files, WORKDIR and ENV an evsys trial of it would get, commands running as `user`."""
     task = load_task(task_dir)
     spec: SandboxSpec = sandbox_spec(task, "tinker", task.name)
-    if needs_image(task, skip_build=False):
+    if needs_image(task, skip_build=False, sandbox=backend):
         limit = build_timeout or task.config.environment.build_timeout_sec
         logs = scratch or Path(tempfile.gettempdir()) / "evsys-tinker"
         log = logs / spec.name / BUILD_LOG

@@ -24,6 +24,9 @@ DEFAULT_OUTPUT_CAP = 8 << 20  # bytes kept per stream: half from the start, half
 _FRAME = struct.Struct(">BxxxI")
 _TRUNCATED = b"\n[... %d bytes of output cut by evsys ...]\n"
 _LOAD_LOCK = threading.Lock()
+# Where images from evsys's storage live in a daemon: one tag per content (the image id), so a daemon never
+# runs an older or another image that happens to carry the same name.
+CONTENT_REPOSITORY = "localhost/evsys/content"
 
 
 def sdk() -> Any:
@@ -179,16 +182,28 @@ def load_image(source: str, ref: str) -> None:
             return
         except sdk().errors.ImageNotFound:
             pass
-        skopeo = shutil.which("skopeo")
-        if skopeo is None:
-            raise SandboxError("loading an evsys image into Docker needs skopeo (apt-get install skopeo)")
-        command = [skopeo, "copy", "--quiet", source, f"docker-daemon:{_tagged(ref)}"]
-        host = docker_host()
-        if host:
-            command[2:2] = ["--dest-daemon-host", host]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=1800, stdin=subprocess.DEVNULL)
-        if done.returncode != 0:
-            raise SandboxError(f"copying image {ref} into Docker failed: {done.stderr.strip()[-800:]}")
+        _copy(source, ref)
+
+
+def load_content(source: str, image_id: str) -> str:
+    """The daemon's name for the image `image_id` of evsys's storage (`CONTENT_REPOSITORY:<id>`), copied from
+    `source` the first time any sandbox of the daemon asks for that content (blocking)."""
+    ref = f"{CONTENT_REPOSITORY}:{image_id.removeprefix('sha256:')[:64]}"
+    load_image(source, ref)
+    return ref
+
+
+def _copy(source: str, ref: str) -> None:
+    skopeo = shutil.which("skopeo")
+    if skopeo is None:
+        raise SandboxError("loading an evsys image into Docker needs skopeo (apt-get install skopeo)")
+    command = [skopeo, "copy", "--quiet", source, f"docker-daemon:{_tagged(ref)}"]
+    host = docker_host()
+    if host:
+        command[2:2] = ["--dest-daemon-host", host]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=1800, stdin=subprocess.DEVNULL)
+    if done.returncode != 0:
+        raise SandboxError(f"copying image {ref} into Docker failed: {done.stderr.strip()[-800:]}")
 
 
 def _tagged(ref: str) -> str:

@@ -163,7 +163,12 @@ class DockerSandbox(Sandbox):
         return {**own, "hostname": "sandbox", "extra_hosts": pods.extra_hosts(pod)}
 
     def _ensure_image(self) -> str:
-        """The image's name in the daemon, copied there from `spec.image.source` when the daemon lacks it."""
+        """The image's name in the daemon: an image from evsys's storage is loaded there once per content
+        (`ImageSpec.image_id`) and run by that content's name, never by a same-named image the daemon holds;
+        any other image must be in the daemon already."""
+        image = self.spec.image
+        if image is not None and image.source is not None and image.image_id is not None:
+            return api.load_content(image.source, image.image_id)
         docker = api.sdk()
         ref = self.image_ref()
         try:
@@ -171,7 +176,7 @@ class DockerSandbox(Sandbox):
             return ref
         except docker.errors.ImageNotFound:
             pass
-        source = self.spec.image.source if self.spec.image is not None else None
+        source = image.source if image is not None else None
         if source is None:
             raise SandboxError(
                 f"sandbox {self.spec.name}: image {ref!r} is not in the Docker daemon "

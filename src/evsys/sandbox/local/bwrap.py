@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import PurePosixPath
 
 from evsys.records import SandboxSpec
-from evsys.sandbox.local import native, rootfs
+from evsys.sandbox.local import native, pylayer, rootfs
 
 BWRAP = "/usr/bin/bwrap"
 DAEMON_DIR = "/.evsys/daemon"
@@ -81,7 +81,9 @@ def bwrap_argv(
     # native/setup.c), or a pod member joins its pod's; `public` attaches slirp4netns to it (slirp.py)
     argv += ["--die-with-parent", "--new-session", "--hostname", "evsys", "--bind", root, "/"]
     for name, target in rootfs.host_system_entries() if spec.image is None else ():
-        if target is None:  # the host rootfs: its system dirs read-only (an image brings its own)
+        if name == "usr" and spec.host_python:  # the overlay's /usr, its own /usr/local (pylayer.py)
+            argv += pylayer.usr_binds()
+        elif target is None:  # the host rootfs: its system dirs read-only (an image brings its own)
             argv += ["--ro-bind", f"/{name}", f"/{name}"]
     tmp_mb = tmp_size_mb(spec)
     argv += ["--ro-bind", daemon_file, DAEMON_DIR, "--proc", "/proc", "--dev", "/dev"]

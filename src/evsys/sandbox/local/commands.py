@@ -9,7 +9,7 @@ import time
 
 from evsys.records import ExecResult, LimitKind
 from evsys.sandbox.base import SandboxError
-from evsys.sandbox.local import rootfs
+from evsys.sandbox.local import pylayer, rootfs
 from evsys.sandbox.local.bwrap import tmp_size_mb
 from evsys.sandbox.local.client import Header
 from evsys.sandbox.local.core import LocalSandboxCore
@@ -38,6 +38,7 @@ class LocalCommandsMixin(LocalSandboxCore):
             env |= self.spec.image.config.env
             env |= {k: expand_path(v, env["PATH"]) for k, v in self.spec.env.items()}
         else:
+            env |= pylayer.ENV if self.spec.host_python else {}
             env |= self.spec.env
         if extra:
             env |= extra

@@ -33,7 +33,8 @@ from evsys.sandbox.local.uids import LAYER_AGENT_UID
 SANDBOX_PYTHON = "/usr/bin/python3"
 AGENT_HOME = "/home/agent"
 SYSTEM_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32")
-# Host /etc entries copied into the base layer (CA certificates, alternatives symlinks, loader config).
+# Host /etc entries copied into the base layer (CA certificates, alternatives symlinks, loader config, and
+# which release this is: a task on the host rootfs in place of its declared base reads it as in the image).
 # Copies, not binds: each read-only bind cost bwrap ~0.2 ms of CPU per sandbox (it re-reads the mount table).
 ETC_COPIES = (
     "ssl/certs",
@@ -43,6 +44,8 @@ ETC_COPIES = (
     "ld.so.conf",
     "ld.so.conf.d",
     "ld.so.cache",
+    "os-release",
+    "debian_version",
 )
 LAYER_VERSION = "7"
 # The directories of a normal image's root that tasks write to (`> /var/log/server.log`, pid files in /run).

@@ -34,6 +34,7 @@ from evsys.sandbox.local.commands import USERS, LocalCommandsMixin
 from evsys.sandbox.local.doctor import missing_requirement_once
 from evsys.sandbox.local.files import LocalFilesMixin
 from evsys.sandbox.local.mounts import ChildSetup
+from evsys.sandbox.local.pylayer import host_lowers
 from evsys.sandbox.local.reset import (
     ResetTarget,
     close_target,
@@ -69,6 +70,7 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
             Capability.SWITCH_NETWORK,
             Capability.PODS,
             Capability.PRIVATE_VERIFIER,
+            Capability.HOST_ROOTFS,
         }
     )
     network_modes = frozenset({"no-network", "public", "allowlist"})
@@ -258,10 +260,7 @@ class LocalSandbox(LocalCommandsMixin, LocalFilesMixin, Sandbox):
                 raise SandboxError(f"sandbox {spec.name}: {exc}") from None
             files = rootfs.files_layer(cache, spec.files, spec.workdir)
             return ([str(files)] if files is not None else []) + image, native.daemon_dir(cache)
-        base = rootfs.base_layer(cache, workdir=spec.workdir, public_network=public, agent_uid=agent_uid)
-        files = rootfs.files_layer(cache, spec.files, spec.workdir)
-        lowers = [str(files), str(base)] if files is not None else [str(base)]
-        return lowers, native.daemon_dir(cache)
+        return host_lowers(cache, spec, agent_uid), native.daemon_dir(cache)
 
     async def _stderr_text(self) -> str:
         if self._proc is None or self._proc.stderr is None:
