@@ -179,9 +179,9 @@ class ScriptedChat(BaseHTTPRequestHandler):
         pass
 
 
-@pytest.mark.slow
-@needs_venv
-def test_a_python_tasks_tools_and_respond_hook_reach_the_verifiers_rollout(tmp_path: Path) -> None:
+def play_guess(tmp_path: Path, *args: str) -> tuple[dict, list[dict], dict]:
+    """`vf-eval` on examples/guess's first game against `ScriptedChat`: the game's trace, the model's requests
+    and the evsys trial's result.json."""
     ScriptedChat.REQUESTS.clear()
     server = ThreadingHTTPServer(("127.0.0.1", 0), ScriptedChat)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -191,10 +191,19 @@ def test_a_python_tasks_tools_and_respond_hook_reach_the_verifiers_rollout(tmp_p
         dataset = ["--env.taskset.dataset", str(REPO / "examples" / "guess")]
         jobs = ["--env.taskset.jobs-dir", str(tmp_path / "jobs"), "-n", "1"]
         on_host = ["--env.agent.runtime.type", "subprocess"]  # the harness runs nothing in it
-        traces = vf_eval(tmp_path, "guess", *model, *dataset, *jobs, *on_host, taskset="evsys_python_tasks")
+        traces = vf_eval(
+            tmp_path, "guess", *model, *dataset, *jobs, *on_host, *args, taskset="evsys_python_tasks"
+        )
     finally:
         server.shutdown()
-    requests = ScriptedChat.REQUESTS
+    (result,) = (tmp_path / "jobs").glob("*/guess-1__*/result.json")
+    return traces["guess-1"], list(ScriptedChat.REQUESTS), json.loads(result.read_text())
+
+
+@pytest.mark.slow
+@needs_venv
+def test_a_python_tasks_tools_and_respond_hook_reach_the_verifiers_rollout(tmp_path: Path) -> None:
+    trace, requests, recorded = play_guess(tmp_path)
     # the task's tool selection: its custom `hint`, no built-in sandbox tool (bash, submit)
     assert {t["function"]["name"] for t in requests[0]["tools"]} == {"hint"}
     tool_results = [m["content"] for m in requests[2]["messages"] if m["role"] == "tool"]
@@ -203,11 +212,22 @@ def test_a_python_tasks_tools_and_respond_hook_reach_the_verifiers_rollout(tmp_p
     # the respond hook's answer to the wrong guess reached the model as the next user message
     assert requests[3]["messages"][-1] == {"role": "user", "content": "15 is too high: guess again."}
     assert len(requests) == 4  # the hook ended the game at the right guess
-    trace = traces["guess-1"]
     assert trace["ok"] and not trace["errors"], trace["errors"]
     # the reward is evsys's verifier's: the discounted trajectory rubric, right at the fourth model turn
-    (result,) = (tmp_path / "jobs").glob("*/guess-1__*/result.json")
-    recorded = json.loads(result.read_text())
     assert trace["rewards"]["evsys"]["score"] == recorded["reward"] == pytest.approx(0.8**3)
     assert trace["metrics"]["evsys/turn_4"] == 1.0 and trace["metrics"]["evsys/turn_3"] == 0.0
     assert trace["num_output_tokens"] > 0  # verifiers' interception recorded the model's calls
+
+
+@pytest.mark.slow
+@needs_venv
+def test_a_verifiers_turn_limit_ends_the_evsys_episode_and_it_is_still_scored(tmp_path: Path) -> None:
+    trace, requests, recorded = play_guess(tmp_path, "--env.agent.max-turns", "3")
+    assert len(requests) == 3  # the hints and the wrong guess; verifiers refused the fourth call
+    assert trace["stop_condition"] == "max_turns" and not trace["errors"], trace["errors"]
+    # the harness still waited for the evsys verifier: its reward and per-key rewards are on the trace
+    assert trace["rewards"]["evsys"]["score"] == recorded["reward"] == 0.0  # never guessed
+    assert {k: v for k, v in trace["metrics"].items() if k.startswith("evsys/")} == {
+        f"evsys/{key}": value for key, value in recorded["rewards"].items()
+    }
+    assert "evsys/turn_3" in trace["metrics"]

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import verifiers.v1 as vf
-from openai import AsyncOpenAI
+from openai import APIStatusError, AsyncOpenAI
 from verifiers.v1.clients import ModelContext
 from verifiers.v1.configs.harness import HarnessConfig
 from verifiers.v1.runtimes import ProgramResult, Runtime
@@ -132,7 +132,12 @@ class EvsysHarness(vf.Harness[EvsysHarnessConfig]):
         try:
             await asyncio.to_thread(client.start, data.task)
             model = AsyncOpenAI(base_url=endpoint, api_key=secret)
-            ended = await _play(client, model, ctx.model, data.prompt_text, self.config.max_turns)
+            try:
+                ended = await _play(client, model, ctx.model, data.prompt_text, self.config.max_turns)
+            except APIStatusError:
+                if trace.stop_condition is None:
+                    raise
+                ended = f"verifiers stopped the rollout ({trace.stop_condition})"  # its limits, its @stops
             _FINISHED[trace.id] = await asyncio.to_thread(client.judged)
         finally:
             await asyncio.to_thread(client.close)
