@@ -143,6 +143,11 @@ class EvsysHarness(vf.Harness[EvsysHarnessConfig]):
             await asyncio.to_thread(client.close)
         return ProgramResult(exit_code=0, stdout=ended, stderr="")
 
+    async def cleanup(self, trace: Trace, runtime: Runtime) -> None:
+        """Forget the episode's result when the task's reward did not read it (verifiers skips scoring a
+        failed rollout, e.g. a provider error)."""
+        _FINISHED.pop(trace.id, None)
+
 
 async def _play(client: EpisodeClient, model: AsyncOpenAI, name: str, prompt: str, max_turns: int) -> str:
     """The model's turns until the episode ends; how it ended."""
