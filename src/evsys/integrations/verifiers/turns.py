@@ -131,9 +131,9 @@ class EvsysHarness(vf.Harness[EvsysHarnessConfig]):
         client = await asyncio.to_thread(runner.open, "verifiers")
         try:
             await asyncio.to_thread(client.start, data.task)
-            model = AsyncOpenAI(base_url=endpoint, api_key=secret)
             try:
-                ended = await _play(client, model, ctx.model, data.prompt_text, self.config.max_turns)
+                async with AsyncOpenAI(base_url=endpoint, api_key=secret) as model:
+                    ended = await _play(client, model, ctx.model, data.prompt_text, self.config.max_turns)
             except APIStatusError:
                 if trace.stop_condition is None:
                     raise
