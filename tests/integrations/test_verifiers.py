@@ -13,14 +13,16 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
-VENV = REPO / ".venv-verifiers"
+VENV = Path(os.environ.get("EVSYS_VERIFIERS_VENV", REPO / ".venv-verifiers"))
 PLUGINS = HERE / "vf_plugins"
 EXPECTED = {"count-words": 1.0, "uppercase": 1.0, "sum-numbers": 0.0, "last-line": 1.0}
 
@@ -142,3 +144,90 @@ def test_a_harness_in_the_sandbox_reaches_the_model_through_the_interception(
         assert trace["rewards"]["greeted"]["score"] == 1.0, trace["errors"]
         assert trace["num_output_tokens"] > 0  # the interception recorded the model's answer
     assert boxed["say-hello"]["agent"]["runtime"]["type"] == "evsys"
+
+
+class ScriptedChat(BaseHTTPRequestHandler):
+    """An OpenAI chat-completions server playing examples/guess's first game (secret 13): a hint call with a
+    bad argument, one with a good one, a wrong guess, then the right one after the simulator's answer. Every
+    request it gets is kept in `REQUESTS`."""
+
+    REQUESTS: list[dict] = []
+
+    def do_POST(self) -> None:
+        request = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.REQUESTS.append(request)
+        step = len(self.REQUESTS)
+        message: dict = {"role": "assistant", "content": {3: "15", 4: "13"}.get(step, "")}
+        if step <= 2:
+            kind = "bogus" if step == 1 else "half"
+            call = {"name": "hint", "arguments": json.dumps({"kind": kind})}
+            message["tool_calls"] = [{"id": f"call-{step}", "type": "function", "function": call}]
+        choice = {"index": 0, "message": message, "finish_reason": "tool_calls" if step <= 2 else "stop"}
+        usage = {"prompt_tokens": 10, "completion_tokens": 2, "total_tokens": 12}
+        body = {"id": f"chat-{step}", "object": "chat.completion", "created": 0, "model": request["model"]}
+        self._send({**body, "choices": [choice], "usage": usage})
+
+    def _send(self, body: dict) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def play_guess(tmp_path: Path, *args: str) -> tuple[dict, list[dict], dict]:
+    """`vf-eval` on examples/guess's first game against `ScriptedChat`: the game's trace, the model's requests
+    and the evsys trial's result.json."""
+    ScriptedChat.REQUESTS.clear()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), ScriptedChat)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+    try:
+        model = ["-m", "scripted", "--client.base-url", url, "--client.api-key-var", "EVSYS_TEST_MODEL_KEY"]
+        dataset = ["--env.taskset.dataset", str(REPO / "examples" / "guess")]
+        jobs = ["--env.taskset.jobs-dir", str(tmp_path / "jobs"), "-n", "1"]
+        on_host = ["--env.agent.runtime.type", "subprocess"]  # the harness runs nothing in it
+        traces = vf_eval(
+            tmp_path, "guess", *model, *dataset, *jobs, *on_host, *args, taskset="evsys_python_tasks"
+        )
+    finally:
+        server.shutdown()
+    (result,) = (tmp_path / "jobs").glob("*/guess-1__*/result.json")
+    return traces["guess-1"], list(ScriptedChat.REQUESTS), json.loads(result.read_text())
+
+
+@pytest.mark.slow
+@needs_venv
+def test_a_python_tasks_tools_and_respond_hook_reach_the_verifiers_rollout(tmp_path: Path) -> None:
+    trace, requests, recorded = play_guess(tmp_path)
+    # the task's tool selection: its custom `hint`, no built-in sandbox tool (bash, submit)
+    assert {t["function"]["name"] for t in requests[0]["tools"]} == {"hint"}
+    tool_results = [m["content"] for m in requests[2]["messages"] if m["role"] == "tool"]
+    assert "kind" in tool_results[0] and "parity" in tool_results[0]  # the bad argument was refused
+    assert tool_results[1] == "11-20"  # the custom tool ran with the validated argument
+    # the respond hook's answer to the wrong guess reached the model as the next user message
+    assert requests[3]["messages"][-1] == {"role": "user", "content": "15 is too high: guess again."}
+    assert len(requests) == 4  # the hook ended the game at the right guess
+    assert trace["ok"] and not trace["errors"], trace["errors"]
+    # the reward is evsys's verifier's: the discounted trajectory rubric, right at the fourth model turn
+    assert trace["rewards"]["evsys"]["score"] == recorded["reward"] == pytest.approx(0.8**3)
+    assert trace["metrics"]["evsys/turn_4"] == 1.0 and trace["metrics"]["evsys/turn_3"] == 0.0
+    assert trace["num_output_tokens"] > 0  # verifiers' interception recorded the model's calls
+
+
+@pytest.mark.slow
+@needs_venv
+def test_a_verifiers_turn_limit_ends_the_evsys_episode_and_it_is_still_scored(tmp_path: Path) -> None:
+    trace, requests, recorded = play_guess(tmp_path, "--env.agent.max-turns", "3")
+    assert len(requests) == 3  # the hints and the wrong guess; verifiers refused the fourth call
+    assert trace["stop_condition"] == "max_turns" and not trace["errors"], trace["errors"]
+    # the harness still waited for the evsys verifier: its reward and per-key rewards are on the trace
+    assert trace["rewards"]["evsys"]["score"] == recorded["reward"] == 0.0  # never guessed
+    assert {k: v for k, v in trace["metrics"].items() if k.startswith("evsys/")} == {
+        f"evsys/{key}": value for key, value in recorded["rewards"].items()
+    }
+    assert "evsys/turn_3" in trace["metrics"]

@@ -241,11 +241,17 @@ class EpisodeClient:
         hook answers (the observation's `text`)."""
         return self.runner.call(self.session.step(MessageAction(message=text)))
 
-    def tool_schemas(self) -> list[dict[str, Any]]:
-        """The current episode's tools (OpenAI shape, the task's own choice), then `reply` (REPLY_SCHEMA)
-        when its task answers the model's turns with a respond hook."""
+    @property
+    def answers_turns(self) -> bool:
+        """True when the current episode's task answers the model's turns with a respond hook."""
         episode = self.session.episode
-        talks = episode is not None and episode.agent.takes_messages and self.runner.settings.harness is None
+        return episode is not None and episode.agent.takes_messages and self.runner.settings.harness is None
+
+    def tool_schemas(self, reply: bool = True) -> list[dict[str, Any]]:
+        """The current episode's tools (OpenAI shape, the task's own choice), then `reply` (REPLY_SCHEMA)
+        when its task answers the model's turns with a respond hook (unless `reply` is False: a caller
+        that hands the model's turns without tool calls to `message` itself)."""
+        talks = reply and self.answers_turns
         return [*self.session.tool_schemas(), *([REPLY_SCHEMA] if talks else [])]
 
     def reply(self, arguments: dict[str, Any]) -> tuple[ServedObservation, float | None, bool]:

@@ -1,5 +1,6 @@
 """evsys sandboxes as the runtime of verifiers (v1): `EvsysRuntime`, its `EvsysConfig`, and `EvsysEnv`, the
-single-agent env that places each rollout in an evsys sandbox (docs/integrations.md).
+single-agent env that places each rollout in an evsys sandbox; and evsys Python tasks (their own tools and
+respond hooks) as a verifiers taskset, `EvsysTaskset` played by `EvsysHarness` (docs/integrations.md).
 
 Importing this package needs no verifiers; the names below load it on first use (`pip install
 'evsys[verifiers]'`)."""
@@ -16,6 +17,10 @@ _EXPORTS = {
     "EvsysEnv": "evsys.integrations.verifiers.env",
     "EvsysEnvConfig": "evsys.integrations.verifiers.env",
     "provision_evsys_runtime": "evsys.integrations.verifiers.env",
+    "EvsysTaskset": "evsys.integrations.verifiers.turns",
+    "EvsysTask": "evsys.integrations.verifiers.turns",
+    "EvsysTaskData": "evsys.integrations.verifiers.turns",
+    "EvsysHarness": "evsys.integrations.verifiers.turns",
 }
 __all__ = sorted(_EXPORTS)
 
