@@ -3,18 +3,21 @@
 `EvsysRLDataset` plans any evsys tasks — whatever `evsys run` takes: a task directory or a directory of them,
 a Harbor `dataset.toml` directory, `NAME@VERSION`, a Python-task dataset, a file of repository rows, loaded
 `Task`s, or Python tasks / repository rows in memory (evsys.integrations.tinker.catalog) — once, like the
-trials of a job, and
-hands out one `EvsysEnvGroupBuilder` per task. `make_envs()` starts `group_size` episodes of the task: each is
-a trial of the dataset's job (an `Episode` of evsys.engine.episodes: the task's sandbox and environment, the
-loop agent's tools, the verifier chain, result.json and trajectory.json under `<jobs_dir>/<job_name>/`). Each
-env is the cookbook's own tool-use env (`build_agent_tool_env`): `initial_observation()` renders the system
-prompt, the tools and the task's instruction with the cookbook renderer; `step(action tokens)` parses the tool
-calls, runs them in the episode's sandbox and renders the next observation. The episode ends on a final answer
-(a turn without tool calls: it is submitted as the answer), on `submit`, or at `max_turns`; its reward, at the
-end, is the trial's reward from the task's verifiers (each named reward also in the step's metrics) under the
-dataset's integrity policy: `integrity="zero"` (the default) makes a trial with integrity findings a 0,
-`"flag"` only counts them (`evsys/integrity_findings`). The cookbook computes its group's advantages itself
-with no way to leave one sample out, so `"screen"` is refused here.
+trials of a job, and hands out one `EvsysEnvGroupBuilder` per task. `make_envs()` starts `group_size` episodes
+of the task: each is a trial of the dataset's job (an `Episode` of evsys.engine.episodes: the task's sandbox
+and environment, the tools it offers, the verifier chain, result.json and trajectory.json under
+`<jobs_dir>/<job_name>/`). Each env is the cookbook's own tool-use env
+(evsys.integrations.tinker.episode_env): `initial_observation()` renders the system prompt, the episode's
+tools (a Python task's own selection and custom tools, else evsys's built-in ones; the task's MCP tools) and
+the task's instruction with the cookbook renderer; `step(action tokens)` parses the tool calls, runs them as
+steps of the episode and renders the next observation; a turn without tool calls of a task with a respond hook
+gets the hook's reply as the next user message. The episode ends on a final answer (a turn without tool calls:
+it is submitted as the answer), on `submit`, when the respond hook is done, or at `max_turns` (the task's own,
+else the dataset's); its reward, at the end, is the trial's reward from the task's verifiers (each named
+reward also in the step's metrics) under the dataset's integrity policy: `integrity="zero"` (the default)
+makes a trial with integrity findings a 0, `"flag"` only counts them (`evsys/integrity_findings`). The
+cookbook computes its group's advantages itself with no way to leave one sample out, so `"screen"` is refused
+here.
 
 `cleanup()` (which the cookbook's `do_group_rollout` always calls, also on error or cancel) ends any episode
 still running — the trial still verifies and records it — and waits until every sandbox is released; the
@@ -32,127 +35,29 @@ the dataset (not pickled to rollout workers).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import secrets
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any
 
 import chz
 from tinker_cookbook import tokenizer_utils
 from tinker_cookbook.renderers import get_renderer
-from tinker_cookbook.renderers.base import Message, Renderer, get_text_content
+from tinker_cookbook.renderers.base import Message, Renderer
 from tinker_cookbook.rl.message_env import EnvFromMessageEnv
 from tinker_cookbook.rl.types import Env, EnvGroupBuilder, Metrics, RLDataset, RLDatasetBuilder, Trajectory
-from tinker_cookbook.tool_use import build_agent_tool_env
 from tinker_cookbook.tool_use.agent_tool_message_env import AgentToolMessageEnv
-from tinker_cookbook.tool_use.tools import error_tool_result, simple_tool_result
-from tinker_cookbook.tool_use.types import Tool, ToolInput, ToolResult
 
 from evsys.agent.loop import DEFAULT_SYSTEM_PROMPT
-from evsys.agent.tools import SandboxTools
 from evsys.engine import AgentSpec, JobConfig
-from evsys.engine.episodes import (
-    Episode,
-    EpisodeLimits,
-    ServedTask,
-    ServeError,
-    ServeService,
-    ServeSettings,
-)
+from evsys.engine.episodes import Episode, EpisodeLimits, ServedTask, ServeService, ServeSettings
 from evsys.engine.episodes.agents import EpisodeAgent
 from evsys.engine.episodes.catalog import SERVED_AGENT
-from evsys.engine.episodes.protocol import CallToolAction
 from evsys.integrations.tinker.catalog import Tasks, plan_catalog
-from evsys.records import IntegrityPolicy, TrialResult
-from evsys.trajectory.integrity import integrity_policy, judged_reward
-
-
-class EpisodeTool:
-    """One evsys tool (bash, read_file, write_file, str_replace, submit) as the cookbook's `Tool`, run in an
-    episode's sandbox; the call that ends the episode (submit, the step limit) stops the cookbook's env."""
-
-    def __init__(self, schema: dict[str, Any], episode: Episode[EpisodeAgent]) -> None:
-        self.function = schema["function"]
-        self.episode = episode
-
-    @property
-    def name(self) -> str:
-        """The tool's name, as the model calls it."""
-        return str(self.function["name"])
-
-    @property
-    def description(self) -> str:
-        """What the model is told the tool does."""
-        return str(self.function.get("description", ""))
-
-    @property
-    def parameters_schema(self) -> dict[str, Any]:
-        """The JSON schema of the tool's arguments."""
-        return dict(self.function.get("parameters", {}))
-
-    def to_spec(self) -> Any:
-        """The cookbook's `ToolSpec` (what its renderer shows the model)."""
-        return {"name": self.name, "description": self.description, "parameters": self.parameters_schema}
-
-    async def run(self, input: ToolInput) -> ToolResult:
-        """Run the call as a step of the episode; its output (or error) is the tool message."""
-        call_id = input.call_id or ""
-        if self.episode.done:
-            return error_tool_result("the episode is over", call_id=call_id, name=self.name, should_stop=True)
-        try:
-            observation, _, done = await self.episode.step(
-                CallToolAction(tool_name=self.name, arguments=input.arguments)
-            )
-        except ServeError as exc:
-            return error_tool_result(str(exc), call_id=call_id, name=self.name, should_stop=self.episode.done)
-        if observation.error is not None:
-            return error_tool_result(observation.error.message, call_id=call_id, name=self.name)
-        content = str((observation.result or {}).get("data", ""))
-        return simple_tool_result(content, call_id=call_id, name=self.name, should_stop=done)
-
-
-async def trial_result(episode: Episode[EpisodeAgent]) -> TrialResult | None:
-    """The episode's recorded trial (waiting for it), or None when it never ran to the end."""
-    await episode.wait()
-    runner = episode.runner
-    if runner is None or runner.cancelled() or runner.exception() is not None:
-        return None
-    return runner.result()
-
-
-class EpisodeReward:
-    """The cookbook env's `reward_fn`: ends the episode (a final answer is submitted as the answer) and
-    returns the trial's reward from the task's verifier chain under the `integrity` policy, each named
-    reward as a metric."""
-
-    def __init__(
-        self, episode: Episode[EpisodeAgent], integrity: IntegrityPolicy = IntegrityPolicy.ZERO
-    ) -> None:
-        self.episode = episode
-        self.integrity = integrity
-        self.graded = False
-
-    async def __call__(self, history: list[Message]) -> tuple[float, dict[str, float]]:
-        """Grade the episode once it has ended."""
-        self.graded = True
-        if not self.episode.done:
-            answers = [m for m in history if m.get("role") == "assistant"]
-            answer = get_text_content(answers[-1]) if answers else ""
-            with contextlib.suppress(ServeError):  # it ended meanwhile: its result is recorded either way
-                await self.episode.step(CallToolAction(tool_name="submit", arguments={"message": answer}))
-        result = await trial_result(self.episode)
-        if result is None:
-            return 0.0, {"evsys/failed": 1.0}
-        judged = judged_reward(result, self.integrity)
-        metrics = {f"evsys/{key}": float(value) for key, value in judged.rewards.items()}
-        if result.failure is not None:
-            metrics["evsys/failed"] = 1.0
-        if result.integrity:
-            metrics["evsys/integrity_findings"] = float(len(result.integrity))
-        return judged.reward or 0.0, metrics
+from evsys.integrations.tinker.episode_env import EpisodeReward, episode_env, episode_tools
+from evsys.records import IntegrityPolicy
+from evsys.trajectory.integrity import integrity_policy
 
 
 class EvsysEnvGroupBuilder(EnvGroupBuilder):
@@ -191,19 +96,19 @@ class EvsysEnvGroupBuilder(EnvGroupBuilder):
         return rewards
 
     def _env(self, episode: Episode[EpisodeAgent], renderer: Renderer) -> Env:
-        tools: list[Tool] = [EpisodeTool(schema, episode) for schema in SandboxTools.schemas()]
-        system_prompt = self.task.task.system_prompt or self.dataset.system_prompt
+        task = self.task.task
+        system_prompt = task.system_prompt or self.dataset.system_prompt
         prefix = renderer.create_conversation_prefix_with_tools(
-            tools=[t.to_spec() for t in tools], system_prompt=system_prompt
+            tools=[t.to_spec() for t in episode_tools(episode)], system_prompt=system_prompt
         )
-        messages: list[Message] = [*prefix, {"role": "user", "content": self.task.task.instruction}]
+        messages: list[Message] = [*prefix, {"role": "user", "content": task.instruction}]
         grader = EpisodeReward(episode, self.dataset.integrity)
-        env = build_agent_tool_env(
-            renderer=renderer,
-            tools=tools,
-            initial_messages=messages,
-            reward_fn=grader,
-            max_turns=self.dataset.max_turns,
+        env = episode_env(
+            renderer,
+            episode,
+            messages,
+            grader,
+            max_turns=task.interaction.max_turns or self.dataset.max_turns,
             max_trajectory_tokens=self.dataset.max_trajectory_tokens,
         )
         self.graders[id(env)] = grader
