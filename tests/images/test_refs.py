@@ -47,12 +47,14 @@ def test_bad_references_are_refused(text):
         ("python:3.11-slim-bookworm", ("debian", "bookworm", "3.11")),
         ("python:3.13-slim-bookworm", ("debian", "bookworm", "3.13")),  # trixie's 3.13 built on bookworm
         ("python:3.13-slim", ("debian", "trixie", "3.13")),
-        ("python:3.12", ("ubuntu", "noble", "3.12")),
+        ("python:3.12", ("debian", "trixie", "3.12")),  # the official image's release; noble's 3.12 on it
+        ("python:3.12-slim", ("debian", "trixie", "3.12")),
+        ("python:3.8", ("ubuntu", "focal", "3.8")),  # no Debian release or OpenSSL 3 build serves it
         ("python:3.11.9-slim", ("debian", "bookworm", "3.11")),
         ("python:3.14-slim", None),
         ("alpine:3.22", None),
         ("ghcr.io/org/debian:12", None),
-        ("public.ecr.aws/docker/library/python:3.12-slim-bookworm", ("ubuntu", "noble", "3.12")),
+        ("public.ecr.aws/docker/library/python:3.12-slim-bookworm", ("debian", "bookworm", "3.12")),
         ("python:3.13-slim-bookworm@sha256:" + "a" * 64, ("debian", "bookworm", "3.13")),
         ("python@sha256:" + "a" * 64, None),
         ("ghcr.io/laude-institute/t-bench/ubuntu-24-04:20250624", ("ubuntu", "noble", None)),

@@ -76,13 +76,41 @@ CPYTHON_BUILD_PACKAGES = (
     "libncursesw5-dev libreadline-dev libsqlite3-dev libssl-dev uuid-dev xz-utils zlib1g-dev"
 )
 KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
+# An Ubuntu source's index is verified with the host's Ubuntu archive keyring, copied into the build context.
+SOURCE_KEYRING = "evsys-source-keyring.gpg"
+
+
+def ubuntu_keyring(plan: SynthesisPlan) -> Path:
+    """The host's Ubuntu archive keyring, which synthesising `plan` needs."""
+    keyring = next((Path(k) for k in UBUNTU_KEYRINGS if Path(k).is_file()), None)
+    if keyring is None:
+        raise ImageError(
+            f"synthesising {plan.describe()} needs Ubuntu's archive keyring ({UBUNTU_KEYRINGS[0]}): "
+            "install the ubuntu-keyring package (scripts/bootstrap.sh fetches it)"
+        )
+    return keyring
+
+
+def source_context(plan: SynthesisPlan) -> dict[str, Path]:
+    """The files the build context of `source_python_dockerfile(plan)` holds besides the Dockerfile."""
+    if plan.source_distribution == "ubuntu":
+        return {SOURCE_KEYRING: ubuntu_keyring(plan)}
+    return {}
+
+
+def _source_line(plan: SynthesisPlan) -> str:
+    """The deb-src line of the archive whose signed Sources index vouches for the `python3.X` source."""
+    mirror = host_mirror(plan.source_distribution)
+    keyring = KEYRING if plan.source_distribution == "debian" else f"/usr/share/keyrings/{SOURCE_KEYRING}"
+    return f"deb-src [signed-by={keyring}] {mirror} {plan.python_source} main"
 
 
 def source_python_dockerfile(base: str, plan: SynthesisPlan) -> str:
     """The Dockerfile that puts Python 3.X, compiled from the `python3.X` source package of the Debian
-    release `plan.python_source`, into /usr/local of the named release (as the official image has it): the
-    release's own userland (OpenSSL, libc...) underneath, `python`, `pip`, no EXTERNALLY-MANAGED marker."""
-    mirror = host_mirror("debian")
+    or Ubuntu release `plan.python_source`, into /usr/local of the named release (as the official image
+    has it): the release's own userland (OpenSSL, libc...) underneath, `python`, `pip`, no
+    EXTERNALLY-MANAGED marker."""
+    copy = f"COPY {SOURCE_KEYRING} /usr/share/keyrings/{SOURCE_KEYRING}\n" if source_context(plan) else ""
     script = " && ".join(
         (
             "set -eux",
@@ -92,8 +120,7 @@ def source_python_dockerfile(base: str, plan: SynthesisPlan) -> str:
             'saved="$(apt-mark showmanual)"',
             "DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "
             f"{CPYTHON_BUILD_PACKAGES}",
-            f"echo 'deb-src [signed-by={KEYRING}] {mirror} {plan.python_source} main' "
-            "> /etc/apt/sources.list.d/evsys-python-source.list",
+            f"echo '{_source_line(plan)}' > /etc/apt/sources.list.d/evsys-python-source.list",
             "apt-get update",
             "mkdir -p /usr/src/python && cd /usr/src/python",
             f"apt-get source --download-only python{plan.python}",
@@ -120,6 +147,7 @@ def source_python_dockerfile(base: str, plan: SynthesisPlan) -> str:
     return (
         f"FROM {base}\n"
         f"ENV PATH={BASE_PATH} LANG=C.UTF-8\n"
+        f"{copy}"
         f"RUN {script}\n"
         f'LABEL {SYNTH_LABEL}="{plan.describe()}"\n'
         'CMD ["python3"]\n'
@@ -139,13 +167,7 @@ def mmdebstrap_argv(plan: SynthesisPlan, output: Path) -> list[str]:
     if EXTRA_PACKAGES[plan.distribution]:
         argv.append("--include=" + ",".join(EXTRA_PACKAGES[plan.distribution]))
     if plan.distribution == "ubuntu":
-        keyring = next((k for k in UBUNTU_KEYRINGS if Path(k).is_file()), None)
-        if keyring is None:
-            raise ImageError(
-                f"synthesising {plan.describe()} needs Ubuntu's archive keyring ({UBUNTU_KEYRINGS[0]}): "
-                "install the ubuntu-keyring package (scripts/bootstrap.sh fetches it)"
-            )
-        argv += [f"--keyring={keyring}", "--components=main,universe"]
+        argv += [f"--keyring={ubuntu_keyring(plan)}", "--components=main,universe"]
     argv.append('--customize-hook=rm -f "$1"/etc/hostname "$1"/etc/resolv.conf')
     return [*argv, plan.suite, str(output), host_mirror(plan.distribution)]
 

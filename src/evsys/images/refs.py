@@ -94,12 +94,18 @@ class SynthesisPlan:
     # The Debian release whose `python3.X` source package is built into /usr/local, when the named release's
     # own python3 is another version (python:3.13-slim-bookworm: trixie's python3.13 on bookworm).
     python_source: str | None = None
+    source_distribution: str = "debian"  # whose archive carries that source (python 3.12: ubuntu noble)
 
     def describe(self) -> str:
         """A one-line description for notices and records."""
         what = f"{self.distribution} {self.suite}"
         if self.python_source:
-            what = f"python {self.python} built from {self.python_source}'s source on {what}"
+            origin = (
+                self.python_source
+                if self.source_distribution == "debian"
+                else (f"{self.source_distribution} {self.python_source}")
+            )
+            what = f"python {self.python} built from {origin}'s source on {what}"
         elif self.python:
             what = f"python {self.python} from {what}"
         notes = ", ".join(n for n in (self.note, *self.differences()) if n)
@@ -173,22 +179,46 @@ def _plan(image: str, tag: str) -> SynthesisPlan | None:
     return None
 
 
+# The Debian release the official `python:3.X[-slim]` images are built on today, for a Python no Debian
+# release packages (python:3.12-slim is trixie, as python:3.13-slim).
+OFFICIAL_DEBIAN = "trixie"
+
+
+def _python_source(version: str) -> tuple[str, str] | None:
+    """(distribution, suite) of the archive whose `python3.X` source package carries Python `version`: a
+    Debian release, else an Ubuntu one (3.12: noble) for a Python that builds against OpenSSL 3 (3.10+)."""
+    debian = next((suite for suite, (_, py) in DEBIAN.items() if py == version), None)
+    if debian is not None:
+        return "debian", debian
+    if tuple(int(n) for n in version.split(".")) < (3, 10):
+        return None
+    ubuntu = next((codename for codename, py in UBUNTU.values() if py == version), None)
+    return ("ubuntu", ubuntu) if ubuntu is not None else None
+
+
 def _python_plan(tag: str) -> SynthesisPlan | None:
-    """`python:3.X[-slim][-<codename>]` -> the Debian or Ubuntu release whose python3 is 3.X (the named
-    Debian release when its python3 is 3.X)."""
+    """`python:3.X[-slim][-<codename>]` -> the named Debian release (by default the release that packages
+    3.X, else the official image's current one) with its python3 when that is 3.X, else with 3.X compiled
+    from the source package of the Debian or Ubuntu release that carries it."""
     m = re.fullmatch(r"(3\.\d+)(?:\.\d+)?((?:-slim)?)(?:-([a-z]+))?", tag)
     if not m:
         return None
     version, slim, codename = m.group(1), bool(m.group(2)), m.group(3)
-    if codename and DEBIAN.get(codename, (None, None))[1] == version:
+    source = _python_source(version)
+    if codename is None and source is not None:
+        codename = source[1] if source[0] == "debian" else OFFICIAL_DEBIAN
+    if codename in DEBIAN and DEBIAN[codename][1] == version:
         return SynthesisPlan("debian", codename, python=version, slim=slim)
-    source = next((suite for suite, (_, py) in DEBIAN.items() if py == version), None)
     if codename in DEBIAN and source is not None:  # the named release, Python built from another's source
-        return SynthesisPlan("debian", codename, python=version, slim=slim, python_source=source)
-    # no codename, or a release no Debian source of this Python serves: the release that has this Python
-    for suite, (_, py) in DEBIAN.items():
-        if py == version:
-            return SynthesisPlan("debian", suite, python=version, slim=slim)
+        return SynthesisPlan(
+            "debian",
+            codename,
+            python=version,
+            slim=slim,
+            python_source=source[1],
+            source_distribution=source[0],
+        )
+    # a release no source of this Python serves: the Ubuntu release that packages it (python:3.8)
     for codename_u, py in UBUNTU.values():
         if py == version:
             return SynthesisPlan("ubuntu", codename_u, python=version, slim=slim)

@@ -14,6 +14,7 @@ import contextlib
 import fcntl
 import os
 import re
+import shutil
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
@@ -201,15 +202,25 @@ class ImageService:
         async with self._locked(f"ref-{_safe(compiled)}"):
             if self.storage.find(compiled) is None:
                 dockerfile = bases.source_python_dockerfile(distro, plan)
-                await self._bud(dockerfile, compiled, log=log, on_line=on_line)
+                files = bases.source_context(plan)
+                await self._bud(dockerfile, compiled, files=files, log=log, on_line=on_line)
         await self._tag(compiled, name)
 
     async def _bud(
-        self, dockerfile: str, name: str, *, log: Path | None, on_line: LineCallback | None
+        self,
+        dockerfile: str,
+        name: str,
+        *,
+        files: dict[str, Path] | None = None,
+        log: Path | None,
+        on_line: LineCallback | None,
     ) -> None:
-        """Build a Dockerfile made by evsys (a synthesised base) into the storage as `name`."""
+        """Build a Dockerfile made by evsys (a synthesised base), with `files` copied into its context, into
+        the storage as `name`."""
         with tempfile.TemporaryDirectory(prefix="python-base-", dir=self.storage.home) as tmp:
             (Path(tmp) / "Dockerfile").write_text(dockerfile)
+            for file_name, source in (files or {}).items():
+                shutil.copyfile(source, Path(tmp) / file_name)
             await buildah_bud(
                 self.storage,
                 BuildContext(Path(tmp) / "Dockerfile", Path(tmp)),
