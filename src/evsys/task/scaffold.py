@@ -64,7 +64,7 @@ timeout_sec = 60.0              # limit for tests/test.sh
 DOCKERFILE = """\
 # The local sandbox applies WORKDIR, ENV and COPY/ADD of files in this directory without building an image.
 # RUN lines (or a base image other than a plain one) need an image build; see docs/tasks.md.
-FROM python:3.12-slim
+FROM python:3.13-slim
 WORKDIR /app
 """
 
