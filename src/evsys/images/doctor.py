@@ -56,12 +56,16 @@ def check_registry(timeout: float = 15.0) -> Check:
 
 
 def check_ubuntu_keyring() -> Check:
-    """Ubuntu bases can be synthesised only with Ubuntu's archive keyring."""
+    """Ubuntu bases, and Pythons built from Ubuntu sources (3.10, 3.12), need Ubuntu's archive keyring."""
     found = next((k for k in UBUNTU_KEYRINGS if Path(k).is_file()), None)
     if found:
         return Check("ubuntu keyring", True, found, required=False)
     return Check(
-        "ubuntu keyring", False, "missing: FROM ubuntu:* cannot be synthesised", "scripts/bootstrap.sh", False
+        "ubuntu keyring",
+        False,
+        "missing: FROM ubuntu:*, python:3.12 and python:3.10 cannot be synthesised",
+        "scripts/bootstrap.sh",
+        False,
     )
 
 
