@@ -62,8 +62,9 @@ timeout_sec = 60.0              # limit for tests/test.sh
 """
 
 DOCKERFILE = """\
-# The local sandbox applies WORKDIR, ENV and COPY/ADD of files in this directory without building an image.
-# RUN lines (or a base image other than a plain one) need an image build; see docs/tasks.md.
+# Every trial runs on this base: pulled, or synthesised offline from the package mirrors (the local sandbox
+# runs it on the host's /usr where the host provides the same release and Python). RUN lines need an image
+# build; see docs/tasks.md and docs/images.md.
 FROM python:3.13-slim
 WORKDIR /app
 """
