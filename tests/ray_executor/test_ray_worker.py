@@ -96,7 +96,7 @@ async def test_a_worker_stops_its_idle_sandboxes_once_no_trial_ran_for_a_while(t
         [pool] = runtime.pools.values()
         idle: list = []
         for _ in range(250):  # the trial's sandbox is reset in the background, then kept for the next trial
-            idle = [sb for group in pool._pool._idle.values() for sb in group]
+            idle = [sb for group in pool.placement.idle._idle.values() for sb in group]
             if idle or not runtime.pools:
                 break
             await asyncio.sleep(0.002)
