@@ -4,7 +4,7 @@ PY     := $(VENV)/bin/python
 EVSYS  := $(VENV)/bin/evsys
 JOBS   ?= jobs
 
-.PHONY: setup setup-run run test test-fast bench lint format clean
+.PHONY: setup setup-run run test test-fast test-bases bench lint format clean
 
 # Everything the test suite needs (image tools, chromium, dockerd, every extra, the frameworks' venvs).
 setup:
@@ -25,8 +25,13 @@ run: setup-run
 	$(EVSYS) run examples/tasks -a oracle -n 4 --jobs-dir $(JOBS)
 	$(EVSYS) run examples/tasks -a loop -m local -n $(LOOP_N) $(LOOP_ARGS) --jobs-dir $(JOBS)
 
+# The whole suite but the tests that compile CPython for a synthesised base (`builds_cpython`: 3-6 minutes
+# each on 2 cores the first time on a machine, then cached), which `make test-bases` runs.
 test: setup
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -m "not builds_cpython"
+
+test-bases: setup
+	$(PY) -m pytest -q -m builds_cpython
 
 # The fast tier (a few minutes on 2 cores): every test that needs no real sandbox, model engine, daemon,
 # cluster, server process or other virtualenv, on all CPUs (pytest-xdist); tests/tiers.py marks the rest by

@@ -25,6 +25,7 @@ async def _oracle(tmp_path: Path, task_dir: Path):
 
 
 @pytest.mark.slow
+@pytest.mark.builds_cpython  # `make test-bases` (not `make test`: its minutes of compiling, Makefile)
 async def test_python_313_on_bookworm_is_bookworms_userland_with_python_313_in_usr_local(
     image_storage, tmp_path
 ):
