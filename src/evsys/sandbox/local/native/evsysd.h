@@ -216,10 +216,12 @@ int detached(const char *fs, const char *options, unsigned attrs); /* a detached
 
 /* ---- the verifier's private places (verifier.c) */
 #define VERIFIER_LOGS "/logs/verifier"
+#define VERIFIER_TMPDIR "/tmp/.verifier-tmp" /* a verification run's TMPDIR: a tmpfs of its own, links followed */
 extern int verifier_logs_fd; /* the root of the last verification run's private /logs/verifier, or -1 */
 int verifier_prepare(const char *tar, size_t len); /* before forking a verification run: 0, or -1 + errno */
 int verifier_enter(const req_t *r);                  /* in its child, before dropping privileges */
 void verifier_started(void);                         /* in the daemon after the fork: take the logs fd */
+char **verifier_env(char **envp);                    /* in its child: envp with TMPDIR (unless set) */
 void verifier_drop(void);                            /* forget the private logs (kill, reset) */
 int verifier_open(const char *path, int flags);      /* open a path under /logs/verifier in the private logs */
 void mark_caps(int verifier, int root);              /* in a child: the verification mark, or none */

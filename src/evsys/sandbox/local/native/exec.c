@@ -131,6 +131,7 @@ void exec_child(const req_t *r, int in_fd, int out_fd, int err_fd, char **argv)
     }
     if (r->verifier > 0 && verifier_enter(r) != 0) /* its own mounts: verifier.c */
         _exit(126);
+    char **envp = r->verifier > 0 ? verifier_env(r->envp) : r->envp;
     if (!r->root && r->verifier > 0)
         prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0); /* the mark outlives setuid (mark_caps) */
     if (!r->root && (setgroups(0, NULL) != 0 || setgid(AGENT_UID) != 0 || setuid(AGENT_UID) != 0)) {
@@ -155,9 +156,9 @@ void exec_child(const req_t *r, int in_fd, int out_fd, int err_fd, char **argv)
         }
     }
     if (r->direct)
-        exec_on_path(argv, r->envp);
+        exec_on_path(argv, envp);
     else
-        execve("/bin/bash", argv, r->envp);
+        execve("/bin/bash", argv, envp);
     dprintf(2, "evsys: cannot start %s: %s\n", r->direct ? argv[0] : "command", strerror(errno));
     _exit(errno == ENOENT ? 127 : 126);
 }

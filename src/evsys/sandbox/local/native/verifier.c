@@ -116,6 +116,32 @@ static int attach_at(int mnt, int at, const char *leaf)
     return rc;
 }
 
+/* the run's TMPDIR: a fresh root-owned tmpfs (mode 1777, charged to the verifier's cgroup as it is written)
+ * attached inside the verifier's /tmp view, at a directory of the view's own upper layer (or of the fallback
+ * copy), so no process of the sandbox can reach it, pre-plant it or unmount it by renaming the directory; the
+ * tmpfs is mounted without nosymfollow, so the links a verifier's tools make there (apt's and dpkg's
+ * apt-dpkg-install-* directory) are followed, while links anywhere else in /tmp still are not */
+static int attach_tmpdir(long long bytes, int tmp)
+{
+    int m = fresh(bytes, "1777", 0);
+    int rc = m < 0 ? -1 : attach_at(m, tmp, VERIFIER_TMPDIR + sizeof "/tmp");
+    if (m >= 0)
+        close(m);
+    return rc;
+}
+
+char **verifier_env(char **envp)
+{
+    size_t n = 0;
+    for (; envp[n]; n++)
+        if (!strncmp(envp[n], "TMPDIR=", 7))
+            return envp; /* the task's own choice */
+    char **env = xmalloc((n + 2) * sizeof *env);
+    memcpy(env, envp, n * sizeof *env);
+    env[n] = "TMPDIR=" VERIFIER_TMPDIR, env[n + 1] = NULL;
+    return env;
+}
+
 static int send_fd(int sock, int fd)
 {
     char byte = 0;
@@ -156,6 +182,8 @@ int verifier_enter(const req_t *r)
         return say("attaching them");
     if (places_cover_preload(r->since, tmp) != 0)
         return say("/etc/ld.so.preload");
+    if (attach_tmpdir(r->verifier, tmp) != 0)
+        return say("its TMPDIR");
     if (send_fd(chan[1], logs) != 0)
         return say("handing /logs/verifier to the daemon");
     close(tests), close(tmp), close(logs), close(root), close(parent);
