@@ -73,7 +73,7 @@ def python_dockerfile(base: str, plan: SynthesisPlan) -> str:
 # official image does. As cheap as honest: no PGO/LTO, `make -j`, no test modules built or installed.
 CPYTHON_BUILD_PACKAGES = (
     "dpkg-dev gcc make libbz2-dev libc6-dev libdb-dev libexpat1-dev libffi-dev libgdbm-dev liblzma-dev "
-    "libncursesw5-dev libreadline-dev libsqlite3-dev libssl-dev uuid-dev xz-utils zlib1g-dev"
+    "libncurses-dev libreadline-dev libsqlite3-dev libssl-dev uuid-dev xz-utils zlib1g-dev"
 )
 KEYRING = "/usr/share/keyrings/debian-archive-keyring.gpg"
 # An Ubuntu source's index is verified with the host's Ubuntu archive keyring, copied into the build context.
@@ -136,7 +136,8 @@ def source_python_dockerfile(base: str, plan: SynthesisPlan) -> str:
             "find /usr/local -type f -executable -not -name '*tkinter*' -exec ldd '{}' ';' "
             """| awk '/=>/ { so = $(NF-1); if (index(so, "/usr/local/") == 1) { next }; """
             """gsub("^/(usr/)?", "", so); printf "*%s\\n", so }' """
-            "| sort -u | xargs -r dpkg-query --search | cut -d: -f1 | sort -u | xargs -r apt-mark manual",
+            "| sort -u | xargs -r dpkg-query --search | grep -v '^diversion by' | cut -d: -f1 | sort -u "
+            "| xargs -r apt-mark manual",
             "apt-get purge -y --auto-remove -o APT::AutoRemove::RecommendsImportant=false",
             "rm -rf /var/lib/apt/lists/*",
             "for src in idle3 pip3 pydoc3 python3 python3-config; do "
